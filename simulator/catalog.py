@@ -1,0 +1,82 @@
+"""Model presets (data/models) and the hardware catalog (data/hardware): reading, by name or file."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.errors import ConfigError
+from simulator.specs import HardwareSpec, ModelSpec, parse
+
+
+def data_dir() -> Path:
+    """The repository's data/ folder (override with the VTRAIN_DATA_DIR environment variable)."""
+    override = os.environ.get("VTRAIN_DATA_DIR")
+    return Path(override) if override else Path(__file__).resolve().parents[1] / "data"
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML (or JSON, a subset) file, with a clear error for unreadable files."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+
+
+def model_names() -> list[str]:
+    return sorted(p.stem for p in (data_dir() / "models").glob("*.yaml"))
+
+
+def hardware_names() -> list[str]:
+    return sorted(p.stem for p in (data_dir() / "hardware").glob("*.yaml") if p.stem != "aliases")
+
+
+def _unknown(kind: str, name: str, known: list[str]) -> ConfigError:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.4)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(f"unknown {kind} '{name}'{hint}; known: {', '.join(known)}")
+
+
+@lru_cache(maxsize=64)
+def _model_preset(name: str, root: str) -> ModelSpec:
+    path = Path(root) / "models" / f"{name}.yaml"
+    if not path.exists():
+        raise _unknown("model preset", name, model_names())
+    return parse(ModelSpec, read_yaml(path), f"model preset {name}")
+
+
+def load_model(name: str, overrides: dict[str, Any] | None = None) -> ModelSpec:
+    """A preset by name, optionally with fields overridden (e.g. seq_length)."""
+    base = _model_preset(name.lower(), str(data_dir()))
+    if not overrides:
+        return base
+    return parse(ModelSpec, {**base.model_dump(exclude_none=True), **overrides}, "model")
+
+
+@lru_cache(maxsize=64)
+def _hardware_file(path: str) -> HardwareSpec:
+    return parse(HardwareSpec, read_yaml(Path(path)), f"hardware file {path}")
+
+
+def resolve_hardware(name_or_file: str) -> HardwareSpec:
+    """A catalog id (`a100-80gb`), an alias (vTrain's `A100`), or a path to a hardware YAML file."""
+    candidate = Path(name_or_file)
+    if candidate.suffix in {".yaml", ".yml", ".json"} or candidate.is_file():
+        if not candidate.is_file():
+            raise ConfigError(f"hardware file {name_or_file} does not exist")
+        return _hardware_file(str(candidate.resolve()))
+    aliases = read_yaml(data_dir() / "hardware" / "aliases.yaml") or {}
+    key = aliases.get(name_or_file, aliases.get(name_or_file.upper(), name_or_file)).lower()
+    path = data_dir() / "hardware" / f"{key}.yaml"
+    if not path.exists():
+        raise _unknown("GPU type", name_or_file, hardware_names() + sorted(aliases))
+    return _hardware_file(str(path))

@@ -1,0 +1,88 @@
+"""Op -> seconds. The `KernelModel` interface and the analytic (roofline) kernel model.
+
+The analytic model: time = max(GPU time, host dispatch floor), GPU time = max(FLOPs / achievable
+FLOP/s, bytes / achievable bandwidth) + launch gap. GEMM efficiency depends on the shape: tile
+quantization (partial output tiles), wave quantization on the GPU's SMs, and reduction depth
+(short K cannot amortize the tile's prologue/epilogue). A profiled model (from measured kernels)
+implements the same interface and reports where each cost came from.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from simulator.enums import Precision
+from simulator.ops import MATMUL_KINDS, Op, OpKind
+from simulator.specs import HardwareSpec
+
+# Output tiles cuBLAS/CUTLASS choose among for large GEMMs, with their relative throughput
+# (smaller tiles re-read operands more often per FLOP from shared memory / L2).
+TILES: tuple[tuple[int, int, float], ...] = ((256, 128, 1.0), (128, 128, 0.92), (128, 64, 0.8),
+                                             (64, 64, 0.6))
+
+
+class CostSource(StrEnum):
+    MEASURED = "measured"
+    INTERPOLATED = "interpolated"
+    ANALYTIC = "analytic"
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    seconds: float
+    source: CostSource
+
+
+class KernelModel(Protocol):
+    """Maps one op to its duration on one GPU."""
+
+    def cost(self, op: Op) -> OpCost: ...
+
+
+def gemm_efficiency(batch: int, m: int, n: int, k: int, num_sms: int, max_eff: float,
+                    k_half: float) -> float:
+    """Achievable fraction of peak for a (batch, M, N, K) GEMM on `num_sms` SMs."""
+    best = 0.0
+    for tm, tn, rel in TILES:
+        tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
+        tiles = batch * tiles_m * tiles_n
+        waves = math.ceil(tiles / num_sms)
+        wave_eff = tiles / (waves * num_sms)
+        tile_eff = (m * n) / (tiles_m * tm * tiles_n * tn)
+        best = max(best, rel * wave_eff * tile_eff)
+    depth = k / (k + k_half)
+    return max_eff * best * depth
+
+
+@dataclass(frozen=True)
+class AnalyticKernelModel:
+    """Roofline with shape-dependent GEMM efficiency and a per-op host dispatch floor."""
+
+    hardware: HardwareSpec
+    precision: Precision
+
+    def cost(self, op: Op) -> OpCost:
+        return OpCost(self.seconds(op), CostSource.ANALYTIC)
+
+    def seconds(self, op: Op) -> float:
+        hw, eff = self.hardware, self.hardware.efficiency
+        mem_time = op.bytes / (hw.hbm_bandwidth_GBps * 1e9 * eff.memory_efficiency)
+        if op.kind in MATMUL_KINDS:
+            peak = hw.peak_flops(self.precision)
+            if op.kind is OpKind.FLASH_ATTENTION:
+                batch, s, _, d = op.shape
+                frac = gemm_efficiency(batch, s, d, s, hw.num_sms, eff.gemm_max_efficiency,
+                                       eff.gemm_k_half)
+            else:
+                batch, m, n, k = op.shape
+                frac = gemm_efficiency(batch, m, n, k, hw.num_sms, eff.gemm_max_efficiency,
+                                       eff.gemm_k_half)
+            gpu = max(op.flops / (peak * frac), mem_time)
+        elif op.kind is OpKind.OPTIMIZER:
+            gpu = mem_time
+        else:
+            gpu = max(mem_time, op.flops / (hw.peak_flops(self.precision) / 16))  # CUDA cores
+        return max(gpu + eff.kernel_launch_s, eff.host_overhead_s)

@@ -1,0 +1,49 @@
+"""FLOP accounting, utilization and cost.
+
+Model FLOPs follow Narayanan et al. 2021 (Sec. 5.1, Appendix): matmul FLOPs only, forward plus
+twice for backward, generalized to GQA and gated MLPs; for a GPT model they equal
+72 B s l h^2 (1 + s/(6h) + V/(12 l h)). Hardware FLOPs add the recomputed forward (full: whole
+layers; selective: the attention score and value matmuls).
+"""
+
+from __future__ import annotations
+
+from simulator.enums import Recompute
+from simulator.specs import Job, ModelSpec
+
+
+def layer_forward_flops_per_token(model: ModelSpec) -> float:
+    h, d, f = model.hidden_size, model.head_dim, model.ffn
+    qkv = h * (h + 2 * model.query_groups * d)
+    up = h * f * (2 if model.gated_mlp else 1)
+    attention = 2 * model.seq_length * h  # QK^T and attention x V
+    return 2.0 * (qkv + h * h + up + f * h + attention)
+
+
+def model_flops_per_iteration(job: Job) -> float:
+    m = job.model
+    tokens = job.training.global_batch_size * m.seq_length
+    forward = tokens * (m.num_layers * layer_forward_flops_per_token(m) + 2.0 * m.hidden_size * m.vocab_size)
+    return 3.0 * forward
+
+
+def hardware_flops_per_iteration(job: Job) -> float:
+    m = job.model
+    tokens = job.training.global_batch_size * m.seq_length
+    extra = {
+        Recompute.NONE: 0.0,
+        Recompute.SELECTIVE: 4.0 * m.seq_length * m.hidden_size,
+        Recompute.FULL: layer_forward_flops_per_token(m),
+    }[job.training.recompute]
+    if job.training.recompute is Recompute.SELECTIVE and job.training.flash_attention:
+        extra = 0.0  # flash attention recomputes inside its own kernel; nothing extra re-runs
+    return model_flops_per_iteration(job) + tokens * m.num_layers * extra
+
+
+def utilization(flops: float, iteration_time_s: float, job: Job) -> float:
+    peak = job.hardware.peak_flops(job.training.precision) * job.cluster.num_gpus
+    return flops / (iteration_time_s * peak)
+
+
+def cost_usd(seconds: float, job: Job) -> float:
+    return seconds * job.cluster.num_gpus * job.price_per_gpu_hour_usd / 3600.0

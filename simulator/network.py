@@ -1,0 +1,64 @@
+"""Collective (kind, bytes, placement) -> seconds.
+
+Analytic model: NCCL's ring all-reduce moves 2(n-1)/n of the buffer through every rank's link
+(all-gather and reduce-scatter half of that), plus a per-step latency. When the group spans nodes
+the ring's NVLink and network legs run concurrently and the slower bounds the time: the node's
+network links (inter-node bandwidth per node) are shared by every GPU of the node that
+communicates in the same phase. Point-to-point sends move the buffer once. Where measured
+nccl-tests all-reduce tables exist for the hardware (intra-node, 2-8 GPUs), they replace the
+analytic intra-node all-reduce (and all-gather / reduce-scatter as half of it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.enums import CollectiveKind
+from simulator.nccl import NcclTable
+from simulator.specs import HardwareSpec
+from simulator.topology import Placement
+
+# Fraction of an all-reduce's ring traffic each kind moves.
+TRAFFIC = {
+    CollectiveKind.ALL_REDUCE: 1.0,
+    CollectiveKind.ALL_GATHER: 0.5,
+    CollectiveKind.REDUCE_SCATTER: 0.5,
+}
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    hardware: HardwareSpec
+    intra_bandwidth_Bps: float  # per GPU, per direction (NVLink)
+    inter_bandwidth_Bps: float  # per node
+    table: NcclTable | None = None
+
+    def time(self, kind: CollectiveKind, nbytes: float, where: Placement) -> float:
+        if nbytes <= 0 or where.size <= 1:
+            return 0.0
+        if kind is CollectiveKind.SEND_RECV:
+            return self._p2p(nbytes, where)
+        share = TRAFFIC[kind]
+        if not where.crosses_nodes and self.table is not None and self.table.covers(where.size):
+            return share * self.table.all_reduce_s(where.size, nbytes)
+        return share * self._ring_all_reduce(nbytes, where)
+
+    def _ring_all_reduce(self, nbytes: float, where: Placement) -> float:
+        eff = self.hardware.efficiency
+        n = where.size
+        volume = 2 * (n - 1) / n * nbytes
+        intra = volume / (self.intra_bandwidth_Bps * eff.intra_bus_efficiency)
+        if not where.crosses_nodes:
+            return intra + 2 * (n - 1) * eff.intra_latency_s
+        groups_per_node = where.sharing / where.ranks_per_node
+        inter = groups_per_node * volume / (self.inter_bandwidth_Bps * eff.inter_bus_efficiency)
+        return max(intra, inter) + 2 * (n - 1) * eff.inter_latency_s
+
+    def _p2p(self, nbytes: float, where: Placement) -> float:
+        eff = self.hardware.efficiency
+        if where.crosses_nodes:
+            bw = self.inter_bandwidth_Bps / where.sharing
+            latency = eff.inter_latency_s
+        else:
+            bw, latency = self.intra_bandwidth_Bps, eff.intra_latency_s
+        return nbytes / (bw * eff.p2p_efficiency) + latency

@@ -1,0 +1,74 @@
+"""The vocabulary of the execution graph: compute ops and communication ops.
+
+An op carries what any cost model needs (kind, shapes, dtype, FLOPs, bytes moved) and what the
+memory model needs (activation bytes saved for the backward pass). `profile_key` identifies an op
+for the profiler: two ops with the same key cost the same on a device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from simulator.enums import CollectiveKind
+
+
+class OpKind(StrEnum):
+    GEMM = "gemm"  # shape (batch, M, N, K)
+    BMM = "bmm"  # attention batched matmul, shape (batch, M, N, K)
+    FLASH_ATTENTION = "flash_attention"  # shape (batch*heads, seq, seq, head_dim)
+    SOFTMAX = "softmax"  # fused scale-mask-softmax, shape (numel,)
+    DROPOUT = "dropout"
+    NORM = "norm"  # variant layernorm / rmsnorm
+    ACTIVATION = "activation"  # variant gelu / swiglu
+    ELEMENTWISE = "elementwise"  # residual add, bias add, rope
+    EMBEDDING = "embedding"
+    CROSS_ENTROPY = "cross_entropy"
+    OPTIMIZER = "optimizer"  # Adam step over the local parameter shard
+
+
+class Phase(StrEnum):
+    FORWARD = "fwd"
+    BACKWARD_DATA = "bwd_data"
+    BACKWARD_WEIGHT = "bwd_weight"
+    BACKWARD = "bwd"  # non-GEMM backward kernels
+    STEP = "step"
+
+
+MATMUL_KINDS = frozenset({OpKind.GEMM, OpKind.BMM, OpKind.FLASH_ATTENTION})
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One GPU kernel (or fused kernel group) of one micro-batch on one GPU."""
+
+    name: str
+    kind: OpKind
+    phase: Phase
+    shape: tuple[int, ...]
+    dtype_bytes: int
+    flops: float
+    bytes: float  # HBM traffic
+    saved_bytes: float = 0.0  # activations kept for backward (forward ops only)
+    variant: str = ""
+
+    @property
+    def profile_key(self) -> tuple[str, str, str, tuple[int, ...], int]:
+        return (self.kind.value, self.variant, self.phase.value, self.shape, self.dtype_bytes)
+
+
+class CommGroup(StrEnum):
+    TP = "tp"
+    DP = "dp"
+    PP = "pp"
+    EMBEDDING = "embedding"  # first and last pipeline stage
+
+
+@dataclass(frozen=True, slots=True)
+class CommOp:
+    """A collective or point-to-point transfer; `bytes` is the buffer size per GPU."""
+
+    name: str
+    kind: CollectiveKind
+    bytes: float
+    group: CommGroup

@@ -1,0 +1,110 @@
+"""Pipeline schedules: the order in which each stage runs forward/backward micro-batch chunks.
+
+Orders follow Megatron-LM (`schedules.py`): GPipe (all forwards, then all backwards), 1F1B
+(PipeDream-Flush: p-s-1 warm-up forwards, then alternate), and interleaved 1F1B with v model
+chunks per stage (Narayanan et al. 2021, Sec. 2.2.2). Ops are integers:
+``((direction * v + chunk) * p + stage) * m + microbatch`` with direction 0 = forward, 1 = backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.enums import Schedule
+
+
+@dataclass(frozen=True)
+class OpIndex:
+    p: int
+    v: int
+    m: int
+
+    @property
+    def count(self) -> int:
+        return 2 * self.v * self.p * self.m
+
+    def of(self, backward: int, chunk: int, stage: int, mb: int) -> int:
+        return ((backward * self.v + chunk) * self.p + stage) * self.m + mb
+
+    def decode(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(backward, chunk, stage, microbatch) arrays for every op id."""
+        ids = np.arange(self.count)
+        mb = ids % self.m
+        stage = ids // self.m % self.p
+        chunk = ids // (self.m * self.p) % self.v
+        backward = ids // (self.m * self.p * self.v)
+        return backward, chunk, stage, mb
+
+
+def stage_orders(schedule: Schedule, p: int, m: int, v: int) -> np.ndarray:
+    """Array (p, 2*v*m) of op ids: the execution order on each stage."""
+    idx = OpIndex(p, v, m)
+    orders = [_ORDERS[schedule](idx, s) for s in range(p)]
+    return np.asarray(orders, dtype=np.int64)
+
+
+def _gpipe(idx: OpIndex, s: int) -> list[int]:
+    return [idx.of(0, 0, s, j) for j in range(idx.m)] + [idx.of(1, 0, s, j) for j in range(idx.m)]
+
+
+def _one_f_one_b(idx: OpIndex, s: int) -> list[int]:
+    m = idx.m
+    warm = min(idx.p - s - 1, m)
+    order = [idx.of(0, 0, s, j) for j in range(warm)]
+    for i in range(m - warm):
+        order += [idx.of(0, 0, s, warm + i), idx.of(1, 0, s, i)]
+    return order + [idx.of(1, 0, s, j) for j in range(m - warm, m)]
+
+
+def _interleaved(idx: OpIndex, s: int) -> list[int]:
+    p, v, m = idx.p, idx.v, idx.m
+    total = m * v
+
+    def fwd(k: int) -> int:
+        return idx.of(0, (k // p) % v, s, (k // (p * v)) * p + k % p)
+
+    def bwd(k: int) -> int:
+        return idx.of(1, v - 1 - (k // p) % v, s, (k // (p * v)) * p + k % p)
+
+    warm = min((p - s - 1) * 2 + (v - 1) * p, total)
+    order = [fwd(k) for k in range(warm)]
+    for i in range(total - warm):
+        order += [fwd(warm + i), bwd(i)]
+    return order + [bwd(k) for k in range(total - warm, total)]
+
+
+_ORDERS = {
+    Schedule.GPIPE: _gpipe,
+    Schedule.ONE_F_ONE_B: _one_f_one_b,
+    Schedule.INTERLEAVED_1F1B: _interleaved,
+}
+
+
+def dependencies(p: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+    """For every op: the op it waits for on another stage (-1: none) and the pipeline boundary
+    its input crosses (-1: none; b < p-1: between stages b and b+1; p-1: last -> first stage)."""
+    idx = OpIndex(p, v, m)
+    backward, chunk, stage, mb = idx.decode()
+    dep = np.full(idx.count, -1, dtype=np.int64)
+    edge = np.full(idx.count, -1, dtype=np.int64)
+    f, b = backward == 0, backward == 1
+    # forward: previous stage of the same chunk, or the last stage of the previous chunk
+    inner = f & (stage > 0)
+    dep[inner] = idx.of(0, 0, 0, 0) + ((chunk[inner] * p + stage[inner] - 1) * m + mb[inner])
+    edge[inner] = stage[inner] - 1
+    wrap = f & (stage == 0) & (chunk > 0)
+    dep[wrap] = ((chunk[wrap] - 1) * p + p - 1) * m + mb[wrap]
+    edge[wrap] = p - 1
+    # backward: next stage of the same chunk, or the first stage of the next chunk, or (last
+    # chunk on the last stage) its own forward
+    inner = b & (stage < p - 1)
+    dep[inner] = ((v + chunk[inner]) * p + stage[inner] + 1) * m + mb[inner]
+    edge[inner] = stage[inner]
+    wrap = b & (stage == p - 1) & (chunk < v - 1)
+    dep[wrap] = ((v + chunk[wrap] + 1) * p + 0) * m + mb[wrap]
+    edge[wrap] = p - 1
+    turn = b & (stage == p - 1) & (chunk == v - 1)
+    dep[turn] = ((v - 1) * p + p - 1) * m + mb[turn]
+    return dep, edge

@@ -1,0 +1,156 @@
+"""Job -> SimulationResult: graph, lowering to timed tasks, pipeline engine, tail, metrics."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from simulator.catalog import data_dir
+from simulator.costs import AnalyticKernelModel, CostSource, KernelModel
+from simulator.engine import Timeline, round_plan, run_pipeline
+from simulator.enums import CollectiveKind
+from simulator.graph import JobGraph, build_graph
+from simulator.lowering import StageCosts, lower
+from simulator.memory import stage_memory, stage_param_counts
+from simulator.metrics import cost_usd, hardware_flops_per_iteration, model_flops_per_iteration, utilization
+from simulator.nccl import load_nccl_table
+from simulator.network import NetworkModel
+from simulator.params import total_params
+from simulator.result import SimulationResult, StageReport
+from simulator.specs import Job
+from simulator.tail import Tail, compute_tail
+from simulator.topology import pp_placement, stage_boundary_crosses_nodes
+
+
+def default_network(job: Job) -> NetworkModel:
+    hw = job.hardware
+    table = load_nccl_table(str(data_dir() / hw.nccl_tables)) if hw.nccl_tables else None
+    return NetworkModel(hw, job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps, table)
+
+
+def default_kernels(job: Job) -> KernelModel:
+    return AnalyticKernelModel(job.hardware, job.training.precision)
+
+
+def simulate(job: Job, kernels: KernelModel | None = None,
+             network: NetworkModel | None = None) -> SimulationResult:
+    """Simulate one training iteration of `job` (validated) and return its frozen result."""
+    kernels = kernels or default_kernels(job)
+    network = network or default_network(job)
+    graph = build_graph(job)
+    costs = lower(job, graph, kernels, network)
+    p, v, m = job.parallel.pp, job.parallel.virtual_stages, job.num_microbatches
+    plan = round_plan(job.parallel.schedule, p, m, v)
+    timeline = run_pipeline(plan, costs.forward_s, costs.backward_s, _edge_delays(job, graph, network))
+    params = stage_param_counts(job)
+    tail = compute_tail(job, timeline, params, kernels, network)
+    stage_total = timeline.stage_end + tail.dp_exposed_s + tail.embedding_sync_s + tail.optimizer_s
+    iteration = float(stage_total.max())
+    critical = int(stage_total.argmax())
+    idle = np.bincount(plan.stage, weights=timeline.idle, minlength=p)
+    p2p = np.bincount(plan.stage, weights=timeline.p2p_exposed, minlength=p)
+    memory = stage_memory(job, graph, plan)
+    stages = tuple(
+        StageReport(s, float(stage_total[s] - idle[s]), float(iteration - stage_total[s] + idle[s]),
+                    memory[s])
+        for s in range(p)
+    )
+    peak = float(max(s.memory.total_bytes for s in stages))
+    model_flops = model_flops_per_iteration(job)
+    hw_flops = hardware_flops_per_iteration(job)
+    tokens_per_s = job.training.global_batch_size * job.model.seq_length / iteration
+    train_tokens = job.training.train_tokens
+    time_to_train = train_tokens / tokens_per_s if train_tokens else None
+    return SimulationResult(
+        job=job_summary(job),
+        iteration_time_s=iteration,
+        breakdown=_breakdown(costs, tail, m, critical, idle, p2p, iteration - stage_total[critical]),
+        critical_stage=critical,
+        stages=stages,
+        num_microbatches=m,
+        tokens_per_s=tokens_per_s,
+        model_flops_per_iteration=model_flops,
+        hardware_flops_per_iteration=hw_flops,
+        mfu=utilization(model_flops, iteration, job),
+        hfu=utilization(hw_flops, iteration, job),
+        peak_memory_bytes=peak,
+        memory_capacity_bytes=job.hardware.memory_bytes,
+        fits_in_memory=bool(peak <= job.hardware.memory_bytes),
+        cost_per_iteration_usd=cost_usd(iteration, job),
+        train_tokens=train_tokens,
+        time_to_train_s=time_to_train,
+        cost_to_train_usd=cost_usd(time_to_train, job) if time_to_train else None,
+        profile_coverage=_coverage(costs, job, graph),
+        timeline=timeline,
+        dp_comm_s=tuple(float(x) for x in tail.dp_comm_s),
+    )
+
+
+def _edge_delays(job: Job, graph: JobGraph, network: NetworkModel) -> np.ndarray:
+    """p2p seconds per pipeline boundary; index p-1 is the last -> first stage (interleaving)."""
+    p = job.parallel.pp
+    delays = np.zeros(p)
+    cache: dict[bool, float] = {}
+    for b in range(p):
+        crosses = stage_boundary_crosses_nodes(job, b) if b < p - 1 else p > 1 and _wrap_crosses(job)
+        if crosses not in cache:
+            where = pp_placement(job, b if b < p - 1 else 0)
+            where = type(where)(2, 1 if crosses else 2, 2 if crosses else 1, where.sharing)
+            cache[crosses] = network.time(CollectiveKind.SEND_RECV, graph.p2p_bytes, where)
+        delays[b] = cache[crosses] if p > 1 else 0.0
+    return delays
+
+
+def _wrap_crosses(job: Job) -> bool:
+    stride, gpn = job.parallel.tp * job.dp, min(job.gpus_per_node, job.cluster.num_gpus)
+    return ((job.parallel.pp - 1) * stride) // gpn != 0
+
+
+def _breakdown(costs: StageCosts, tail: Tail, m: int, c: int, idle: np.ndarray, p2p: np.ndarray,
+               wait: float) -> dict[str, float]:
+    parts = {name: float(m * grid[c].sum()) for name, grid in costs.parts.items()}
+    return {
+        **parts,
+        "pp_comm": float(p2p[c]),
+        "dp_comm_exposed": float(tail.dp_exposed_s[c]),
+        "embedding_sync": float(tail.embedding_sync_s[c]),
+        "pipeline_bubble": float(idle[c] - p2p[c] + wait),
+        "optimizer": float(tail.optimizer_s[c]),
+    }
+
+
+def _coverage(costs: StageCosts, job: Job, graph: JobGraph) -> dict[str, float]:
+    weights = {"layer": job.model.num_layers, "embedding": 1, "head": 1}
+    totals: dict[str, float] = defaultdict(float)
+    for name, block in (("layer", costs.layer), ("embedding", costs.embedding), ("head", costs.head)):
+        for source, seconds in block.by_source.items():
+            totals[source.value] += weights[name] * seconds
+    grand = sum(totals.values()) or 1.0
+    return {s.value: totals.get(s.value, 0.0) / grand for s in CostSource}
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    t, p, c = job.training, job.parallel, job.cluster
+    return {
+        "model": job.model.name,
+        "parameters": total_params(job.model),
+        "gpu": job.hardware.name,
+        "num_gpus": c.num_gpus,
+        "gpus_per_node": job.gpus_per_node,
+        "tp": p.tp, "pp": p.pp, "dp": job.dp, "virtual_stages": p.virtual_stages,
+        "schedule": p.schedule.value,
+        "sequence_parallel": p.sequence_parallel,
+        "distributed_optimizer": p.distributed_optimizer,
+        "overlap_grad_reduce": p.overlap_grad_reduce,
+        "global_batch_size": t.global_batch_size,
+        "micro_batch_size": t.micro_batch_size,
+        "seq_length": job.model.seq_length,
+        "precision": t.precision.value,
+        "recompute": t.recompute.value,
+        "flash_attention": t.flash_attention,
+    }
+
+
+__all__ = ["Timeline", "default_kernels", "default_network", "simulate"]

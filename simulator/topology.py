@@ -1,0 +1,67 @@
+"""Rank placement (Megatron order: tp fastest, then dp, then pp) and what each group spans.
+
+A group's placement decides whether its collective runs on NVLink only or also crosses the
+inter-node network, exactly as on a real cluster with `gpus_per_node` GPUs per node.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.specs import Job
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How one communication group lies on the nodes.
+
+    size: ranks in the group; ranks_per_node: members on one node; nodes: nodes it spans;
+    sharing: GPUs of a node that drive the node's network links at the same time in this phase
+    (every group of this kind runs its collective concurrently).
+    """
+
+    size: int
+    ranks_per_node: int
+    nodes: int
+    sharing: int
+
+    @property
+    def crosses_nodes(self) -> bool:
+        return self.nodes > 1
+
+
+def _node_size(job: Job) -> int:
+    return min(job.gpus_per_node, job.cluster.num_gpus)
+
+
+def tp_placement(job: Job) -> Placement:
+    tp, gpn = job.parallel.tp, _node_size(job)
+    per_node = min(tp, gpn)
+    nodes = math.ceil(tp / per_node)
+    return Placement(tp, per_node, nodes, gpn if nodes > 1 else per_node)
+
+
+def dp_placement(job: Job) -> Placement:
+    tp, dp, gpn = job.parallel.tp, job.dp, _node_size(job)
+    per_node = max(1, min(dp, gpn // tp)) if tp < gpn else 1
+    nodes = math.ceil(dp / per_node)
+    return Placement(dp, per_node, nodes, gpn)
+
+
+def stage_boundary_crosses_nodes(job: Job, stage: int) -> bool:
+    """Whether the p2p transfer between `stage` and `stage + 1` leaves the node."""
+    stride, gpn = job.parallel.tp * job.dp, _node_size(job)
+    return (stage * stride) // gpn != ((stage + 1) * stride) // gpn
+
+
+def pp_placement(job: Job, stage: int) -> Placement:
+    crosses = stage_boundary_crosses_nodes(job, stage)
+    return Placement(2, 1 if crosses else 2, 2 if crosses else 1, _node_size(job))
+
+
+def embedding_placement(job: Job) -> Placement:
+    """The first and last stage, which share the tied word embedding."""
+    stride, gpn, last = job.parallel.tp * job.dp, _node_size(job), job.parallel.pp - 1
+    crosses = 0 // gpn != (last * stride) // gpn
+    return Placement(2, 1 if crosses else 2, 2 if crosses else 1, _node_size(job))

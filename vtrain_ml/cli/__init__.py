@@ -1,0 +1,1 @@
+"""Command-line entry points; `python -m vtrain_ml.<name>` shims call `main` here."""
