@@ -80,3 +80,15 @@ def resolve_hardware(name_or_file: str) -> HardwareSpec:
     if not path.exists():
         raise _unknown("GPU type", name_or_file, hardware_names() + sorted(aliases))
     return _hardware_file(str(path))
+
+
+def hardware_fingerprint(hardware: HardwareSpec) -> str:
+    """Content hash of a hardware description (every field, efficiencies included).
+
+    Saved models record it so that a model trained under one hardware model is never silently
+    used with another.
+    """
+    import hashlib
+
+    canonical = hardware.model_dump_json(exclude={"description", "source", "calibration"})
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -14,7 +14,7 @@ from simulator.specs import Job
 def job_problems(job: Job) -> list[str]:
     """Every cross-field problem of `job`, as user-facing sentences (empty when valid)."""
     m, t, p, c = job.model, job.training, job.parallel, job.cluster
-    tp, pp, _v = p.tp, p.pp, p.virtual_stages
+    tp, pp = p.tp, p.pp
     problems: list[str] = []
     if m.hidden_size % m.num_attention_heads:
         problems.append(
