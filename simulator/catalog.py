@@ -26,6 +26,8 @@ def read_yaml(path: Path) -> Any:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file; a job is a YAML or JSON file") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
