@@ -1,0 +1,57 @@
+"""Fixtures of the simulator tests: golden-file regeneration flag, free communication, no tail."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pytest
+
+from simulator.costs import CostSource, KernelModel, OpCost
+from simulator.enums import CollectiveKind
+from simulator.network import NetworkModel
+from simulator.ops import Op, OpKind
+from simulator.simulate import default_kernels, default_network
+from simulator.specs import Job
+from simulator.topology import Placement
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--regen-golden", action="store_true", default=False,
+                     help="rewrite tests/simulator_tests/golden/*.json from the current simulator")
+
+
+@pytest.fixture
+def regen_golden(request: pytest.FixtureRequest) -> bool:
+    """True when golden results should be rewritten (--regen-golden or VTRAIN_REGEN_GOLDEN=1)."""
+    return bool(request.config.getoption("--regen-golden")) or os.environ.get("VTRAIN_REGEN_GOLDEN") == "1"
+
+
+class FreeNetwork(NetworkModel):
+    """Every collective and transfer takes zero seconds."""
+
+    def time(self, kind: CollectiveKind, nbytes: float, where: Placement) -> float:
+        return 0.0
+
+
+def free_network(job: Job) -> FreeNetwork:
+    net = default_network(job)
+    return FreeNetwork(net.hardware, net.intra_bandwidth_Bps, net.inter_bandwidth_Bps)
+
+
+@dataclass(frozen=True)
+class WithoutOptimizerStep:
+    """The job's kernel model, except that the optimizer step is free (no tail after the pipeline)."""
+
+    inner: KernelModel
+
+    def cost(self, op: Op) -> OpCost:
+        if op.kind is OpKind.OPTIMIZER:
+            return OpCost(0.0, CostSource.ANALYTIC)
+        return self.inner.cost(op)
+
+
+def pipeline_only(job: Job) -> dict[str, object]:
+    """simulate() keyword arguments that leave only the pipeline phase: free communication and a
+    free optimizer step, so the iteration is forward/backward compute plus bubble."""
+    return {"kernels": WithoutOptimizerStep(default_kernels(job)), "network": free_network(job)}
