@@ -1,0 +1,147 @@
+"""Bad input through `python -m vtrain_ml.simulate`: one clear line on stderr naming the field,
+exit code 2, no traceback (unless --debug). A job that does not fit is not an error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from simulator import ConfigError
+from tests.conftest import job_dict
+from vtrain_ml.cli.simulate import main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+# name -> (job dict, substrings the message must contain)
+BAD_JOBS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    "tp_not_dividing_heads": (
+        job_dict(parallel={"tp": 3, "pp": 1, "dp": 1}, cluster={"num_gpus": 3}),
+        ("tensor_parallel_size=3", "num_attention_heads=16")),
+    "tp_not_dividing_query_groups": (
+        job_dict(model={"num_query_groups": 2}, parallel={"tp": 4, "pp": 1, "dp": 2}),
+        ("tensor_parallel_size=4", "num_query_groups=2")),
+    "layers_not_divisible_by_pp": (
+        job_dict(model={"num_layers": 9}), ("num_layers=9", "pipeline_parallel_size=2")),
+    "layers_not_divisible_by_pp_times_v": (
+        job_dict(parallel={"schedule": "interleaved_1f1b", "virtual_stages": 3}),
+        ("num_layers=8", "virtual_stages", "6")),
+    "batch_not_divisible_by_dp_times_micro_batch": (
+        job_dict(training={"global_batch_size": 18, "micro_batch_size": 4}),
+        ("global_batch_size=18", "micro_batch_size", "multiple of 8")),
+    "gpu_count_not_tp_pp_dp": (
+        job_dict(parallel={"dp": 4}), ("tp*pp*dp", "16", "num_gpus=8")),
+    "unknown_gpu": (
+        job_dict(cluster={"gpu": "a100-90gb"}), ("a100-90gb", "a100-80gb", "h100-sxm-80gb")),
+    "unknown_preset": (
+        {**job_dict(), "model": "gpt3-176b"}, ("gpt3-176b", "gpt3-175b", "llama-3-70b")),
+    "unknown_key": (
+        job_dict(training={"global_batch_sise": 16}),
+        ("training.global_batch_sise", "did you mean 'global_batch_size'")),
+    "unknown_section": (
+        {**{k: v for k, v in job_dict().items() if k != "training"}, "trainig": {}},
+        ("trainig", "did you mean 'training'")),
+    "zero_micro_batch": (
+        job_dict(training={"micro_batch_size": 0}), ("training.micro_batch_size", "greater than 0")),
+    "negative_layers": (
+        job_dict(model={"num_layers": -8}), ("model.num_layers", "greater than 0")),
+    "negative_bandwidth": (
+        job_dict(cluster={"inter_node_bandwidth_Gbps": -100.0}),
+        ("cluster.inter_node_bandwidth_Gbps", "greater than 0")),
+    "negative_price": (
+        job_dict(cluster={"price_per_gpu_hour_usd": -1.0}), ("cluster.price_per_gpu_hour_usd",)),
+    "unknown_schedule": (
+        job_dict(parallel={"schedule": "zero_bubble"}), ("parallel.schedule", "zero_bubble")),
+    "missing_section": (
+        {k: v for k, v in job_dict().items() if k != "cluster"}, ("cluster",)),
+}
+
+BAD_VTRAIN: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    "vtrain_unknown_key": ({"tensor_paralel_size": 2}, ("tensor_paralel_size", "tensor_parallel_size")),
+    "vtrain_unknown_gpu": ({"gpu_name": "A300"}, ("A300", "A100")),
+}
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, err: str, *expected: str) -> None:
+    assert code == 2
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert "Traceback" not in err
+    for text in expected:
+        assert text in err, f"{text!r} not in {err!r}"
+
+
+@pytest.mark.parametrize("name", BAD_JOBS)
+def test_invalid_job_is_one_line_naming_the_field(name, tmp_path, capsys):
+    data, expected = BAD_JOBS[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code, out, err = run_cli(capsys, str(path))
+    assert out == ""
+    assert_one_line_error(code, err, *expected)
+
+
+@pytest.mark.parametrize("name", BAD_VTRAIN)
+def test_invalid_vtrain_config_is_one_line_naming_the_key(name, tmp_path, capsys):
+    base = json.loads((EXAMPLES / "vtrain_gpt_8gpu.json").read_text())
+    change, expected = BAD_VTRAIN[name]
+    if "tensor_paralel_size" in change:
+        base.pop("tensor_parallel_size")
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({**base, **change}))
+    assert_one_line_error(*run_cli(capsys, str(path))[::2], *expected)
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (b"model: [1, 2\n  x: {", "not valid YAML/JSON"),
+    (b'{"model": "gpt3-175b",', "not valid YAML/JSON"),
+    (b"\x00\x01\x02\xff\xfe\xfd", "not a text file"),
+    (b"- 1\n- 2\n", "must hold a mapping"),
+    (b"just a sentence", "must hold a mapping"),
+])
+def test_file_that_is_not_a_job_is_one_line(content, expected, tmp_path, capsys):
+    path = tmp_path / "job.json"
+    path.write_bytes(content)
+    assert_one_line_error(*run_cli(capsys, str(path))[::2], str(path), expected)
+
+
+def test_missing_file_is_one_line(tmp_path, capsys):
+    path = tmp_path / "nope.yaml"
+    assert_one_line_error(*run_cli(capsys, str(path))[::2], str(path), "does not exist")
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job_dict(model={"num_layers": 9})))
+    with pytest.raises(ConfigError, match="num_layers=9"):
+        main([str(path), "--debug"])
+
+
+def test_every_problem_is_reported_at_once(tmp_path, capsys):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job_dict(model={"num_layers": 9},
+                                            training={"global_batch_size": 15})))
+    assert_one_line_error(*run_cli(capsys, str(path))[::2], "num_layers=9", "global_batch_size=15")
+
+
+def test_job_that_does_not_fit_is_not_an_error(tmp_path, capsys):
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(job_dict(
+        model={"num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64},
+        parallel={"tp": 8, "pp": 1, "dp": 1})))
+    code, out, err = run_cli(capsys, str(path), "--json")
+    assert code == 0 and err == ""
+    result = json.loads(out)
+    assert result["fits_in_memory"] is False
+    assert result["memory_overflow_bytes"] > 0
+    code, out, _ = run_cli(capsys, str(path))
+    assert code == 0 and "DOES NOT FIT: over by" in out
