@@ -18,6 +18,11 @@ _BASE: dict[str, dict[str, Any]] = {
 }
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--regen-golden", action="store_true", default=False,
+                     help="rewrite golden result files (tests/*/golden/*.json) from the current code")
+
+
 def job_dict(**sections: dict[str, Any]) -> dict[str, Any]:
     """The native job dict of `make_job` (e.g. to write a job file); same overrides."""
     base = copy.deepcopy(_BASE)

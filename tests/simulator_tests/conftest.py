@@ -16,14 +16,10 @@ from simulator.specs import Job
 from simulator.topology import Placement
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--regen-golden", action="store_true", default=False,
-                     help="rewrite tests/simulator_tests/golden/*.json from the current simulator")
-
-
 @pytest.fixture
 def regen_golden(request: pytest.FixtureRequest) -> bool:
-    """True when golden results should be rewritten (--regen-golden or VTRAIN_REGEN_GOLDEN=1)."""
+    """True when golden results should be rewritten (--regen-golden or VTRAIN_REGEN_GOLDEN=1).
+    The option is declared in tests/conftest.py so that a plain `pytest --regen-golden` sees it."""
     return bool(request.config.getoption("--regen-golden")) or os.environ.get("VTRAIN_REGEN_GOLDEN") == "1"
 
 
