@@ -57,6 +57,24 @@ BAD_JOBS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         job_dict(parallel={"schedule": "zero_bubble"}), ("parallel.schedule", "zero_bubble")),
     "missing_section": (
         {k: v for k, v in job_dict().items() if k != "cluster"}, ("cluster",)),
+    "fractional_layers": (
+        job_dict(model={"num_layers": 8.5}), ("model.num_layers", "integer")),
+    "text_for_a_number": (
+        job_dict(model={"num_layers": "eight"}), ("model.num_layers", "eight")),
+    "unknown_recompute": (
+        job_dict(training={"recompute": "partial"}), ("training.recompute", "selective")),
+    "interleaved_microbatches_not_multiple_of_pp": (
+        job_dict(parallel={"schedule": "interleaved_1f1b", "virtual_stages": 2},
+                 training={"global_batch_size": 6}),
+        ("interleaved_1f1b", "micro-batches (3)", "pipeline_parallel_size=2")),
+    "precision_not_on_gpu": (
+        job_dict(cluster={"gpu": "v100-32gb"}, training={"precision": "bf16"}),
+        ("precision=bf16", "v100-32gb", "fp16")),
+    "flash_attention_not_on_gpu": (
+        job_dict(cluster={"gpu": "v100-32gb"}, training={"flash_attention": True}),
+        ("flash_attention", "v100-32gb")),
+    "partial_node": (
+        job_dict(cluster={"gpus_per_node": 3}), ("num_gpus=8", "gpus_per_node=3")),
 }
 
 BAD_VTRAIN: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
