@@ -1,0 +1,59 @@
+"""Rank placement as Megatron does it (tp fastest, then dp, then pp): which groups leave a node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator import load_job
+from simulator.topology import (
+    dp_placement,
+    embedding_placement,
+    stage_boundary_crosses_nodes,
+    tp_placement,
+)
+from tests.conftest import make_job
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_mtnlg_tp_stays_in_node_dp_and_pp_cross_nodes():
+    job = load_job(EXAMPLES / "mtnlg_530b.yaml")  # (tp, dp, pp) = (8, 12, 35), 8 GPUs per node
+    tp, dp = tp_placement(job), dp_placement(job)
+    assert (tp.size, tp.nodes, tp.crosses_nodes) == (8, 1, False)
+    assert (dp.size, dp.ranks_per_node, dp.nodes) == (12, 1, 12)
+    assert dp.sharing == 8  # every GPU of a node reduces its own dp group at the same time
+    assert all(stage_boundary_crosses_nodes(job, s) for s in range(34))
+    assert embedding_placement(job).crosses_nodes
+
+
+@pytest.mark.parametrize(("tp", "dp", "gpn", "ranks_per_node", "nodes"), [
+    (2, 4, 8, 4, 1),  # tp*dp = 8: the dp group fills one node
+    (4, 4, 8, 2, 2),  # two dp ranks per node, two nodes
+    (1, 8, 4, 4, 2),
+    (8, 2, 8, 1, 2),  # tp fills the node: every dp peer is on another node
+])
+def test_dp_group_lies_where_megatron_puts_it(tp, dp, gpn, ranks_per_node, nodes):
+    job = make_job(parallel={"tp": tp, "pp": 1, "dp": dp},
+                   cluster={"num_gpus": tp * dp, "gpus_per_node": gpn},
+                   training={"global_batch_size": 8 * dp})
+    where = dp_placement(job)
+    assert (where.size, where.ranks_per_node, where.nodes) == (dp, ranks_per_node, nodes)
+
+
+@pytest.mark.parametrize(("tp", "dp", "pp", "gpn", "crossing"), [
+    (2, 2, 2, 8, []),  # 8 GPUs, one node
+    (2, 2, 4, 4, [0, 1, 2]),  # each stage fills one node
+    (1, 2, 4, 4, [1]),  # two stages per node
+])
+def test_pipeline_boundaries_cross_nodes_every_node_of_stages(tp, dp, pp, gpn, crossing):
+    job = make_job(parallel={"tp": tp, "pp": pp, "dp": dp},
+                   cluster={"num_gpus": tp * dp * pp, "gpus_per_node": gpn})
+    assert [s for s in range(pp - 1) if stage_boundary_crosses_nodes(job, s)] == crossing
+
+
+def test_tp_group_larger_than_a_node_crosses_nodes():
+    job = make_job(parallel={"tp": 8, "pp": 1, "dp": 1}, cluster={"gpus_per_node": 4})
+    where = tp_placement(job)
+    assert (where.ranks_per_node, where.nodes, where.crosses_nodes) == (4, 2, True)
