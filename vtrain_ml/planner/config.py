@@ -1,0 +1,152 @@
+"""The search, described once: a frozen `SearchConfig` validated at the edge (CLI or YAML recipe).
+
+Unknown keys are rejected with the closest known key. The choice lists of `LayoutSpace` and
+`ArchitectureSpace` are the Optuna distributions of every trial (the same list in every trial);
+combinations that break a rule of the simulator are pruned per trial with their reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, PositiveFloat, PositiveInt
+
+from simulator.catalog import read_yaml
+from simulator.enums import Precision, Recompute, Schedule
+from simulator.errors import ConfigError
+from simulator.specs import Frozen, parse
+
+
+class Objective(StrEnum):
+    """What the search optimizes (closed choice, dispatched in `planner.objective`)."""
+
+    TIME = "time"  # minimize iteration time (equivalently time to train a token budget)
+    COST = "cost"  # minimize dollars (to train the token budget, else per iteration)
+    PARETO = "pareto"  # time versus cost, NSGA-II
+    LARGEST_MODEL = "largest_model"  # maximize parameters trained within a wall-clock budget
+
+
+class LayoutSpace(Frozen):
+    """Choice lists of the layout knobs. `None` derives the list from the model and batch:
+    pp = divisors of the layer count, dp = divisors of the global batch up to `max_dp`."""
+
+    tp: tuple[PositiveInt, ...] = (1, 2, 4, 8)
+    pp: tuple[PositiveInt, ...] | None = None
+    dp: tuple[PositiveInt, ...] | None = None
+    max_dp: PositiveInt | None = None
+    use_all_gpus: bool = False  # dp = max_gpus / (tp * pp): not a knob
+    micro_batch_size: tuple[PositiveInt, ...] = (1, 2, 4)
+    recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    schedule: tuple[Schedule, ...] = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B)
+    virtual_stages: tuple[PositiveInt, ...] = (2,)  # used by interleaved_1f1b only
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    distributed_optimizer: tuple[bool, ...] = (False, True)
+    overlap_grad_reduce: tuple[bool, ...] = (False, True)
+    flash_attention: tuple[bool, ...] = (True,)
+
+
+class ArchitectureSpace(Frozen):
+    """Dense GPT architectures searched together with the layout (case study 3).
+
+    Heads are derived as hidden_size / head_dim so that every (hidden, head_dim) pair is a valid
+    attention shape by construction; the FFN is 4 * hidden (GPT convention).
+    """
+
+    num_layers: tuple[PositiveInt, ...]
+    hidden_size: tuple[PositiveInt, ...]
+    head_dim: tuple[PositiveInt, ...] = (128,)
+    vocab_size: PositiveInt = 50257
+
+
+class SearchConfig(Frozen):
+    """Everything a search needs; CLI flags and `--config` files both land here."""
+
+    model: str | dict[str, Any] | None = None  # preset name, {preset: .., overrides} or a spec
+    architecture: ArchitectureSpace | None = None
+    hardware: str = "a100-80gb"
+    max_gpus: PositiveInt
+    gpus_per_node: PositiveInt | None = None
+    inter_node_bandwidth_Gbps: PositiveFloat | None = None
+    price_per_gpu_hour_usd: float | None = Field(default=None, ge=0)
+    global_batch: PositiveInt
+    seq: PositiveInt | None = None
+    precision: Precision = Precision.FP16
+    train_tokens: PositiveFloat | None = None
+    tokens_per_parameter: PositiveFloat | None = None  # Chinchilla: 20
+    time_budget_days: PositiveFloat | None = None
+    objective: Objective = Objective.TIME
+    space: LayoutSpace = LayoutSpace()
+    trials: PositiveInt = 3000
+    verify_every: PositiveInt = 100
+    verify_top: PositiveInt = 5
+    initial_samples: PositiveInt = 24  # exact samples for a focused surrogate
+    surrogate: str | None = None
+    storage: str | None = None  # default: sqlite:///runs/search.db
+    study: str | None = None  # default: derived from the config's content hash
+    seed: int = 0
+    n_jobs: PositiveInt = 1
+    max_exhaustive: PositiveInt = 200_000
+    baseline: dict[str, Any] | None = None  # a hand-picked plan (knob values) to compare against
+    top: PositiveInt = 10  # rows of the report table
+
+    @property
+    def time_budget_s(self) -> float | None:
+        return self.time_budget_days * 86400.0 if self.time_budget_days else None
+
+    def space_hash(self) -> str:
+        """Content hash of what defines the study's trials (not run-length or output options)."""
+        keep = self.model_dump(mode="json", exclude={"trials", "verify_every", "verify_top", "storage",
+                                                     "study", "n_jobs", "max_exhaustive", "surrogate",
+                                                     "baseline", "top"})
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:10]
+
+    def study_name(self) -> str:
+        if self.study:
+            return self.study
+        model = self.model if isinstance(self.model, str) else "arch" if self.architecture else "custom"
+        return f"{model}-{self.hardware}-{self.max_gpus}-{self.objective.value}-{self.space_hash()}"
+
+    def storage_url(self) -> str:
+        return self.storage or "sqlite:///runs/search.db"
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SearchConfig:
+    """A recipe file, with command-line values (not None) taking precedence."""
+    data = read_yaml(Path(path)) if Path(path).exists() else None
+    if data is None and not Path(path).exists():
+        raise ConfigError(f"search config {path} does not exist")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of search settings")
+    return config_from_dict({**data, **(overrides or {})}, where=str(path))
+
+
+def config_from_dict(data: dict[str, Any], where: str = "search") -> SearchConfig:
+    """Validate field types (pydantic), then the cross-field rules (`config_problems`)."""
+    config = parse(SearchConfig, data, where)
+    problems = config_problems(config)
+    if problems:
+        raise ConfigError(f"{where}: " + "; ".join(problems))
+    return config
+
+
+def config_problems(config: SearchConfig) -> list[str]:
+    """Every cross-field problem of a search config, as user-facing sentences."""
+    problems: list[str] = []
+    if (config.model is None) == (config.architecture is None):
+        problems.append("give exactly one of 'model' (a preset or spec) and 'architecture' "
+                        "(choice lists of layers and hidden sizes)")
+    if config.objective is Objective.LARGEST_MODEL and not config.time_budget_days:
+        problems.append("objective=largest_model needs time_budget_days (the wall-clock budget)")
+    if config.objective is Objective.LARGEST_MODEL and not config.tokens_per_parameter:
+        problems.append("objective=largest_model needs tokens_per_parameter (e.g. 20, Chinchilla)")
+    if config.train_tokens and config.tokens_per_parameter:
+        problems.append("give train_tokens or tokens_per_parameter, not both")
+    for name in LayoutSpace.model_fields:
+        value = getattr(config.space, name)
+        if isinstance(value, tuple) and not value:
+            problems.append(f"space.{name} is an empty choice list; give at least one value")
+    return problems

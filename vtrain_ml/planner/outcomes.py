@@ -1,0 +1,66 @@
+"""Study trials and exact evaluations -> the `SearchReport` (shared by search and exhaustive)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+from simulator.errors import ConfigError
+from vtrain_ml.planner.evaluation import Evaluation, evaluate_exact
+from vtrain_ml.planner.report import PlanOutcome, SearchReport, plan_dict, summarize, surrogate_error
+from vtrain_ml.planner.space import Candidate, SearchSpace
+from vtrain_ml.planner.study import exact_trials, trial_exact
+
+
+def outcome(space: SearchSpace, candidate: Candidate, exact: Evaluation,
+            predicted: Evaluation | None = None) -> PlanOutcome:
+    assert candidate.job is not None
+    return PlanOutcome(plan_dict(candidate.job, space.config.architecture is not None), exact, predicted)
+
+
+def outcomes_from_trials(space: SearchSpace, trials: Sequence[FrozenTrial]) -> list[PlanOutcome]:
+    """One outcome per exactly evaluated plan (the first trial of a plan if several processes
+    verified it)."""
+    seen: dict[str, PlanOutcome] = {}
+    for t in exact_trials(list(trials)):
+        key = t.user_attrs["key"]
+        if key in seen:
+            continue
+        pred = t.user_attrs.get("predicted")
+        seen[key] = outcome(space, space.build(t.params), trial_exact(t),
+                            Evaluation.from_dict(pred) if pred else None)
+    return list(seen.values())
+
+
+def baseline_outcome(space: SearchSpace) -> PlanOutcome | None:
+    """The config's hand-picked plan, simulated exactly (not counted as a search evaluation)."""
+    params = space.config.baseline
+    if params is None:
+        return None
+    names = {k.name for k in space.knobs}
+    unknown = sorted(set(params) - names)
+    if unknown:
+        raise ConfigError(f"baseline has unknown knob(s) {', '.join(unknown)}; "
+                          f"knobs: {', '.join(sorted(names))}")
+    merged = {k.name: params.get(k.name, k.choices[0]) for k in space.knobs}
+    candidate = space.build(merged)
+    if not candidate.valid or candidate.job is None:
+        raise ConfigError(f"baseline {params} is not a valid plan: {'; '.join(candidate.reasons)}")
+    return outcome(space, candidate, evaluate_exact(candidate.job))
+
+
+def make_report(space: SearchSpace, mode: str, outcomes: Sequence[PlanOutcome], exact_evaluations: int,
+                trials: int, wall_s: float, surrogate: dict[str, Any] | None = None,
+                study: str | None = None, storage: str | None = None) -> SearchReport:
+    config = space.config
+    best, top, pareto = summarize(config, space.hardware.memory_bytes, outcomes, config.top)
+    info = dict(surrogate or {})
+    if mode == "search":
+        info["error"] = surrogate_error(outcomes)
+    return SearchReport(
+        objective=config.objective, mode=mode, best=best, top=top, pareto=pareto,
+        evaluated=tuple(outcomes), exact_evaluations=exact_evaluations, trials=trials, wall_s=wall_s,
+        space_size=space.size, baseline=baseline_outcome(space), surrogate=info, study=study,
+        storage=storage, pruned_values=space.pruned_values)

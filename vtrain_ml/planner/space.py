@@ -1,0 +1,287 @@
+"""The search space: fixed choice lists per knob, and params -> a checked candidate job.
+
+Two kinds of pruning, both with reasons a user can read:
+- *constructive*, once: knob values that can never be valid (a tp that does not divide the head
+  count, a dp that does not divide the global batch) are left out of the choice lists
+  (`SearchSpace.pruned_values`);
+- *per candidate*: combinations that break a cross-field rule of the simulator
+  (`simulator.validation.job_problems`), exceed the GPU budget, or whose model states alone
+  cannot fit in GPU memory (`static_memory_bytes`, an exact lower bound of the simulator's peak
+  memory) are infeasible with their reasons, reported to Optuna through constraints.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from simulator.catalog import load_model, resolve_hardware
+from simulator.enums import Recompute, Schedule
+from simulator.errors import InfeasibleConfigError
+from simulator.memory import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
+from simulator.params import total_params
+from simulator.specs import ClusterSpec, GiB, HardwareSpec, Job, ModelSpec, ParallelPlan, TrainingSpec, parse
+from simulator.validation import job_problems
+from vtrain_ml.planner.config import SearchConfig
+
+Choice = bool | int | float | str
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One Optuna categorical parameter: the same `choices` in every trial."""
+
+    name: str
+    choices: tuple[Choice, ...]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A point of the space: its params, the job (when buildable) and why it is infeasible."""
+
+    params: dict[str, Choice]
+    job: Job | None
+    problems: tuple[str, ...] = ()  # breaks a rule: never simulated
+    memory_problems: tuple[str, ...] = ()  # valid, but the model states alone overflow memory
+
+    @property
+    def valid(self) -> bool:
+        return self.job is not None and not self.problems
+
+    @property
+    def feasible(self) -> bool:
+        return self.valid and not self.memory_problems
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return self.problems + self.memory_problems
+
+    @property
+    def key(self) -> str:
+        return params_key(self.params)
+
+
+def params_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+def static_memory_bytes(job: Job) -> float:
+    """Weights, gradients and optimizer states of the fullest stage, plus the reserved memory.
+
+    The simulator's peak memory adds activations to exactly these terms (simulator.memory), so
+    this is a lower bound: a job above capacity here can never fit, and needs no simulation.
+    """
+    n = float(stage_param_counts(job).max())
+    shard = job.dp if job.parallel.distributed_optimizer else 1
+    per_param = 2.0 + grad_bytes_per_param(job.training.precision) + OPTIMIZER_BYTES_PER_PARAM / shard
+    return n * per_param + job.hardware.reserved_memory_GiB * GiB
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+PIPELINE_SEP = "x"  # "interleaved_1f1b x2": schedule and virtual stages as one choice
+
+
+def pipeline_choices(schedules: tuple[Schedule, ...], virtual: tuple[int, ...]) -> list[str]:
+    out: list[str] = []
+    for schedule in schedules:
+        if schedule is Schedule.INTERLEAVED_1F1B:
+            out += [f"{schedule.value} {PIPELINE_SEP}{v}" for v in virtual if v >= 2]
+        else:
+            out.append(schedule.value)
+    return out
+
+
+def parse_pipeline(choice: str) -> tuple[Schedule, int]:
+    name, _, v = choice.partition(f" {PIPELINE_SEP}")
+    return Schedule(name), int(v) if v else 1
+
+
+class SearchSpace:
+    """Knobs and candidate construction for one `SearchConfig` (pure; no simulation)."""
+
+    def __init__(self, config: SearchConfig, hardware: HardwareSpec | None = None) -> None:
+        self.config = config
+        self.hardware = hardware or resolve_hardware(config.hardware)
+        self.base_model = _fixed_model(config)
+        self.pruned_values: dict[str, dict[str, str]] = {}
+        self.knobs = self._knobs()
+        self._models: dict[tuple[int, int, int], ModelSpec] = {}
+
+    # -- choice lists -------------------------------------------------------------------------
+    def _knobs(self) -> tuple[Knob, ...]:
+        c, s = self.config, self.config.space
+        gbs = c.global_batch
+        knobs: list[tuple[str, list[Choice]]] = []
+        if c.architecture:
+            a = c.architecture
+            knobs += [("num_layers", list(a.num_layers)), ("hidden_size", list(a.hidden_size)),
+                      ("head_dim", list(a.head_dim))]
+        m = self.base_model
+        tp = self._keep("tp", s.tp, lambda t: None if m is None or (m.num_attention_heads % t == 0 and
+                        m.query_groups % t == 0) else f"does not divide the {m.num_attention_heads} heads")
+        pp_default = _divisors(m.num_layers, c.max_gpus) if m else [1, 2, 4, 8, 16]
+        pp = self._keep("pp", s.pp or pp_default, lambda p: None if m is None or m.num_layers % p == 0
+                        else f"does not divide the {m.num_layers} layers")
+        knobs += [("tp", tp), ("pp", pp)]
+        if not s.use_all_gpus:
+            dp_default = _divisors(gbs, s.max_dp or c.max_gpus)
+            dp = self._keep("dp", s.dp or dp_default, lambda d: None if gbs % d == 0
+                            else f"does not divide global_batch={gbs}")
+            knobs.append(("dp", dp))
+        mb = self._keep("micro_batch_size", s.micro_batch_size,
+                        lambda b: None if gbs % b == 0 else f"does not divide global_batch={gbs}")
+        flash = self._keep("flash_attention", s.flash_attention, lambda f: None if not f or
+                           self.hardware.supports_flash_attention else f"unsupported on {self.hardware.name}")
+        knobs += [("micro_batch_size", mb), ("recompute", list[Choice](r.value for r in s.recompute)),
+                  ("pipeline", list[Choice](pipeline_choices(s.schedule, s.virtual_stages))),
+                  ("sequence_parallel", list(s.sequence_parallel)),
+                  ("distributed_optimizer", list(s.distributed_optimizer)),
+                  ("overlap_grad_reduce", list(s.overlap_grad_reduce)), ("flash_attention", flash)]
+        for name, values in knobs:
+            if not values:
+                why = "; ".join(f"{v}: {r}" for v, r in self.pruned_values.get(name, {}).items())
+                raise InfeasibleConfigError(f"no valid value for {name} ({why or 'empty choice list'})")
+        return tuple(Knob(name, tuple(dict.fromkeys(values))) for name, values in knobs)
+
+    def _keep(self, name: str, values: Any, why: Any) -> list[Any]:
+        kept = []
+        for value in values:
+            reason = why(value)
+            if reason:
+                self.pruned_values.setdefault(name, {})[str(value)] = reason
+            else:
+                kept.append(value)
+        return kept
+
+    @property
+    def searched(self) -> tuple[Knob, ...]:
+        """Knobs with more than one choice: the Optuna parameters."""
+        return tuple(k for k in self.knobs if len(k.choices) > 1)
+
+    @property
+    def fixed(self) -> dict[str, Choice]:
+        return {k.name: k.choices[0] for k in self.knobs if len(k.choices) == 1}
+
+    @cached_property
+    def size(self) -> int:
+        return math.prod(len(k.choices) for k in self.knobs)
+
+    # -- candidates ---------------------------------------------------------------------------
+    def complete(self, params: dict[str, Any]) -> dict[str, Choice]:
+        """Searched params plus the fixed knobs, in knob order."""
+        merged = {**self.fixed, **params}
+        return {k.name: merged[k.name] for k in self.knobs}
+
+    def build(self, params: dict[str, Any]) -> Candidate:
+        """The candidate job of `params` (searched knobs; fixed ones are added), with its reasons."""
+        p = self.complete(params)
+        model, model_problem = self._model(p)
+        if model is None:
+            return Candidate(p, None, (model_problem,))
+        c = self.config
+        tp, pp = int(p["tp"]), int(p["pp"])
+        dp = int(p["dp"]) if "dp" in p else max(1, c.max_gpus // (tp * pp))
+        schedule, virtual = parse_pipeline(str(p["pipeline"]))
+        job = Job(
+            model=model,
+            training=TrainingSpec(global_batch_size=c.global_batch,
+                                  micro_batch_size=int(p["micro_batch_size"]),
+                                  precision=c.precision, recompute=Recompute(str(p["recompute"])),
+                                  flash_attention=bool(p["flash_attention"]),
+                                  train_tokens=self.train_tokens(model)),
+            parallel=ParallelPlan(tp=tp, pp=pp, dp=dp, virtual_stages=virtual, schedule=schedule,
+                                  sequence_parallel=bool(p["sequence_parallel"]),
+                                  distributed_optimizer=bool(p["distributed_optimizer"]),
+                                  overlap_grad_reduce=bool(p["overlap_grad_reduce"])),
+            cluster=ClusterSpec(gpu=c.hardware, num_gpus=tp * pp * dp, gpus_per_node=c.gpus_per_node,
+                                inter_node_bandwidth_Gbps=c.inter_node_bandwidth_Gbps,
+                                price_per_gpu_hour_usd=c.price_per_gpu_hour_usd),
+            hardware=self.hardware,
+        )
+        problems = job_problems(job)
+        if tp * pp * dp > c.max_gpus:
+            problems.append(f"tp*pp*dp = {tp}*{pp}*{dp} = {tp * pp * dp} GPUs exceeds max_gpus={c.max_gpus}")
+        if c.space.use_all_gpus and tp * pp * dp != c.max_gpus:
+            problems.append(f"tp*pp = {tp * pp} does not divide the {c.max_gpus} GPUs")
+        if problems:
+            return Candidate(p, job, tuple(problems))
+        static = static_memory_bytes(job)
+        capacity = self.hardware.memory_bytes
+        memory = () if static <= capacity else (
+            f"weights, gradients and optimizer states alone need {static / GiB:.1f} GiB per GPU "
+            f"> {capacity / GiB:.0f} GiB",)
+        return Candidate(p, job, (), memory)
+
+    def train_tokens(self, model: ModelSpec) -> float | None:
+        c = self.config
+        if c.tokens_per_parameter:
+            return c.tokens_per_parameter * total_params(model)
+        return c.train_tokens
+
+    def _model(self, p: dict[str, Choice]) -> tuple[ModelSpec | None, str]:
+        if self.base_model is not None:
+            return self.base_model, ""
+        layers, hidden, head_dim = int(p["num_layers"]), int(p["hidden_size"]), int(p["head_dim"])
+        if hidden % head_dim:
+            return None, f"hidden_size={hidden} is not a multiple of head_dim={head_dim}"
+        key = (layers, hidden, head_dim)
+        if key not in self._models:
+            arch = self.config.architecture
+            assert arch is not None
+            self._models[key] = ModelSpec(
+                name=f"gpt-{layers}l-{hidden}h", num_layers=layers, hidden_size=hidden,
+                num_attention_heads=hidden // head_dim, vocab_size=arch.vocab_size,
+                seq_length=self.config.seq or 2048)
+        return self._models[key], ""
+
+    def enumerate(self) -> Iterator[dict[str, Choice]]:
+        """Every combination of choices, in a fixed order."""
+        names = [k.name for k in self.knobs]
+        for values in itertools.product(*(k.choices for k in self.knobs)):
+            yield dict(zip(names, values, strict=True))
+
+    def sample(self, n: int, seed: int, feasible_only: bool = True,
+               exclude: set[str] | None = None, max_draws: int = 200_000) -> list[Candidate]:
+        """Up to `n` distinct random candidates (uniform over the choice lists, rejection of
+        infeasible ones). Deterministic for a seed."""
+        rng = np.random.default_rng(seed)
+        seen = set(exclude or ())
+        out: list[Candidate] = []
+        for _ in range(max_draws):
+            if len(out) >= n:
+                break
+            params = {k.name: k.choices[int(rng.integers(len(k.choices)))] for k in self.knobs}
+            key = params_key(params)
+            if key in seen:
+                continue
+            seen.add(key)
+            candidate = self.build(params)
+            if candidate.feasible or (not feasible_only and candidate.valid):
+                out.append(candidate)
+        return out
+
+
+def _fixed_model(config: SearchConfig) -> ModelSpec | None:
+    spec = config.model
+    seq = {"seq_length": config.seq} if config.seq else {}
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        return load_model(spec, seq or None)
+    if "preset" in spec:
+        rest = {k: v for k, v in spec.items() if k != "preset"}
+        return load_model(str(spec["preset"]), {**rest, **seq})
+    return parse(ModelSpec, {**spec, **seq}, "model")
+
+
+__all__ = ["Candidate", "Knob", "SearchSpace", "field", "params_key", "static_memory_bytes"]

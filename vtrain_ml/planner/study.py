@@ -1,0 +1,119 @@
+"""The Optuna study of a search: storage, create/resume, samplers, and the exact trials in it.
+
+The study is the durable record of a search. Surrogate-scored trials come from
+`study.optimize`; every exact simulation (the focused sample, each verified candidate) is added
+as a trial of its own (`source` = "sample" or "exact", exact values, exact constraints), so the
+sampler learns from exact values, a resumed or concurrent search sees every exact result, and
+no finished trial is lost when a process is killed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from simulator.errors import ConfigError
+from vtrain_ml.planner.config import Objective, SearchConfig
+from vtrain_ml.planner.evaluation import Evaluation
+from vtrain_ml.planner.objective import DIRECTIONS, constraint_values, objective_values
+from vtrain_ml.planner.space import Candidate, SearchSpace
+
+EXACT_SOURCES = ("sample", "exact")
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """An Optuna storage from a URL: any SQLAlchemy URL (SQLite, PostgreSQL, MySQL) or a
+    journal file (``journal:///path/to/file.log``). Failures become one `ConfigError` line."""
+    try:
+        if url.startswith("journal:///"):
+            path = Path(url.removeprefix("journal:///"))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            from optuna.storages.journal import JournalFileBackend
+
+            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        kwargs: dict[str, Any] = {}
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            # several local processes share one file: wait for the write lock instead of failing
+            kwargs = {"connect_args": {"timeout": 60}}
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    except Exception as exc:  # SQLAlchemy/driver errors of every kind: one line for the user
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"cannot open storage {url}: {first}") from None
+
+
+def sampler_for(config: SearchConfig) -> optuna.samplers.BaseSampler:
+    """TPE for one objective, NSGA-II for time versus cost; seeded. Both read the constraint
+    values the objective sets on each trial."""
+    if config.objective is Objective.PARETO:
+        population = min(50, max(8, config.trials // 10))
+        return optuna.samplers.NSGAIISampler(seed=config.seed, population_size=population)
+    return optuna.samplers.TPESampler(seed=config.seed, multivariate=True, n_startup_trials=10)
+
+
+def open_study(config: SearchConfig, resume: bool) -> optuna.Study:
+    """Create the study, or load it with `resume` (it must exist and match this search)."""
+    storage = open_storage(config.storage_url())
+    name = config.study_name()
+    sampler = sampler_for(config)
+    if resume:
+        try:
+            study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        except KeyError:
+            raise ConfigError(f"no study '{name}' in {config.storage_url()} to resume; "
+                              f"run without --resume to start it") from None
+        stored = study.user_attrs.get("space_hash")
+        if stored != config.space_hash():
+            raise ConfigError(f"study '{name}' was created by a different search (space hash {stored}, "
+                              f"this one {config.space_hash()}); use another --study name")
+        return study
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+                                    directions=list(DIRECTIONS[config.objective]))
+    except optuna.exceptions.DuplicatedStudyError:
+        raise ConfigError(f"study '{name}' already exists in {config.storage_url()}; pass --resume to "
+                          f"continue it, or --study NAME to start another") from None
+    study.set_user_attr("space_hash", config.space_hash())
+    study.set_user_attr("config", json.loads(config.model_dump_json()))
+    return study
+
+
+def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
+    return {k.name: CategoricalDistribution(k.choices) for k in space.searched}
+
+
+def record_exact(study: optuna.Study, space: SearchSpace, candidate: Candidate, exact: Evaluation,
+                 source: str, predicted: Evaluation | None = None) -> None:
+    """Add one exact simulation to the study as a finished trial with exact values."""
+    config = space.config
+    constraints = constraint_values(config, space.hardware.memory_bytes, exact)
+    searched = {k.name: candidate.params[k.name] for k in space.searched}
+    attrs: dict[str, Any] = {"source": source, "key": candidate.key, "exact": exact.to_dict(),
+                             "constraints": list(constraints)}
+    if predicted is not None:
+        attrs["predicted"] = predicted.to_dict()
+    study.add_trial(optuna.trial.create_trial(
+        params=searched, distributions=distributions(space),
+        values=list(objective_values(config.objective, exact)), user_attrs=attrs,
+        constraints={str(i): c for i, c in enumerate(constraints)}))
+
+
+def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+
+def exact_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    return [t for t in trials if t.user_attrs.get("source") in EXACT_SOURCES]
+
+
+def surrogate_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    return [t for t in trials if t.user_attrs.get("source") == "surrogate"]
+
+
+def trial_exact(trial: FrozenTrial) -> Evaluation:
+    return Evaluation.from_dict(trial.user_attrs["exact"])

@@ -1,0 +1,140 @@
+"""Periodic exact verification: the step that keeps a surrogate-driven search honest.
+
+Every `every` trials, the `top` best candidates the study has seen -- ranked by the *current*
+surrogate, not by the possibly stale values stored with old trials -- that are not yet verified
+are simulated exactly. Their exact results are added to the study as trials of their own (the
+sampler learns from them), become training rows of the surrogate, and the surrogate is refit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from vtrain_ml.planner.config import Objective
+from vtrain_ml.planner.evaluation import Evaluation, evaluate_exact_many
+from vtrain_ml.planner.objective import DIRECTIONS, MAXIMIZE, constraint_values, objective_values
+from vtrain_ml.planner.scorer import Scorer
+from vtrain_ml.planner.space import Candidate, SearchSpace
+from vtrain_ml.planner.study import complete_trials, exact_trials, record_exact, surrogate_trials
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class VerifyEvent:
+    """What one verification round did (for progress display)."""
+
+    round: int
+    trials: int
+    verified: int
+    exact_evaluations: int
+    best_exact: Evaluation | None
+
+
+def rank(objective: Objective, evaluations: Sequence[Evaluation],
+         constraints: Sequence[Sequence[float]]) -> list[int]:
+    """Indices best-first: feasible before infeasible (by violation), then by objective
+    (non-dominated fronts for Pareto, ties by the first objective)."""
+    signs = [-1.0 if d is MAXIMIZE else 1.0 for d in DIRECTIONS[objective]]
+    values = [tuple(s * v for s, v in zip(signs, objective_values(objective, e), strict=True))
+              for e in evaluations]
+    violation = [max(0.0, *c) for c in constraints]
+    front = _fronts(values) if len(signs) > 1 else [0] * len(values)
+    return sorted(range(len(values)), key=lambda i: (violation[i] > 0, violation[i], front[i], values[i]))
+
+
+def _fronts(values: Sequence[tuple[float, ...]]) -> list[int]:
+    """Non-dominated sorting (front 0 = Pareto optimal); O(n^2) per front, fine for thousands."""
+    remaining = set(range(len(values)))
+    front_of = [0] * len(values)
+    level = 0
+    while remaining:
+        current = {i for i in remaining if not any(_dominates(values[j], values[i]) for j in remaining)}
+        for i in current:
+            front_of[i] = level
+        remaining -= current
+        level += 1
+    return front_of
+
+
+def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
+
+
+class ExactVerifier:
+    """Optuna callback (`study.optimize(..., callbacks=[verifier])`); `verify` also runs alone."""
+
+    def __init__(self, space: SearchSpace, scorer: Scorer, every: int, top: int, n_jobs: int = 1,
+                 on_verify: Callable[[VerifyEvent], None] | None = None, target_trials: int | None = None):
+        self.space = space
+        self.scorer = scorer
+        self.every = every
+        self.top = top
+        self.n_jobs = n_jobs
+        self.on_verify = on_verify
+        self.target_trials = target_trials
+        self.rounds_ = 0
+        self._finished = 0
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._finished += 1
+        if self._finished % self.every:
+            return
+        trials = self.verify(study)
+        # several processes share the trial budget: stop once the study holds enough trials
+        if self.target_trials is not None and len(surrogate_trials(trials)) >= self.target_trials:
+            study.stop()
+
+    def verify(self, study: optuna.Study) -> list[FrozenTrial]:
+        """One round; returns the study's complete trials as read before the round."""
+        trials = complete_trials(study)
+        picked = self.pick(trials)
+        exact = evaluate_exact_many([c.job for c, _ in picked if c.job is not None], self.n_jobs)
+        for (candidate, predicted), result in zip(picked, exact, strict=True):
+            record_exact(study, self.space, candidate, result, "exact", predicted)
+        self.scorer.add([c for c, _ in picked], exact)
+        if picked:
+            self.scorer.refit()
+        self.rounds_ += 1
+        if self.on_verify:
+            done = exact_trials(trials)
+            self.on_verify(VerifyEvent(self.rounds_, len(surrogate_trials(trials)), len(picked),
+                                       len(done) + len(picked), _best(self.space, done, exact)))
+        return trials
+
+    def pick(self, trials: list[FrozenTrial]) -> list[tuple[Candidate, Evaluation]]:
+        """The `top` best unverified candidates seen by the study, by the current surrogate."""
+        verified = {t.user_attrs.get("key") for t in exact_trials(trials)}
+        seen: dict[str, Candidate] = {}
+        for t in surrogate_trials(trials):
+            key = t.user_attrs.get("key")
+            if key in verified or key in seen or "infeasible" in t.user_attrs:
+                continue
+            candidate = self.space.build(t.params)
+            if candidate.feasible:
+                seen[candidate.key] = candidate
+        candidates = list(seen.values())
+        if not candidates:
+            return []
+        predicted = self.scorer.predict(candidates)
+        config, capacity = self.space.config, self.space.hardware.memory_bytes
+        constraints = [constraint_values(config, capacity, p) for p in predicted]
+        order = rank(config.objective, predicted, constraints)[: self.top]
+        return [(candidates[i], predicted[i]) for i in order]
+
+
+def _best(space: SearchSpace, done: list[FrozenTrial], new: list[Evaluation]) -> Evaluation | None:
+    from vtrain_ml.planner.study import trial_exact
+
+    evaluations = [trial_exact(t) for t in done] + list(new)
+    if not evaluations:
+        return None
+    config, capacity = space.config, space.hardware.memory_bytes
+    constraints = [constraint_values(config, capacity, e) for e in evaluations]
+    best = rank(config.objective, evaluations, constraints)[0]
+    return evaluations[best] if all(c <= 0 for c in constraints[best]) else None
