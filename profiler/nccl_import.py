@@ -31,7 +31,7 @@ _KIND_PATTERNS = (
     (re.compile(r"send_?recv", re.I), CollectiveKind.SEND_RECV),
 )
 _RANK = re.compile(r"^#\s+Rank\s+\d+.*?device\s+\d+\s+\[[^\]]*\]\s+(.*)$")
-_ITERS = re.compile(r"iters:\s*(\d+)")
+_ITERS = re.compile(r"(?<!warmup )(?<!agg )iters:\s*(\d+)")
 _LUT = re.compile(r"AR_GPU(\d+)_.*\.csv$", re.I)
 
 

@@ -60,13 +60,9 @@ def row_key(row: dict[str, Any]) -> tuple[str, ...]:
 def op_row(op: Op, stats: Stats) -> dict[str, Any]:
     return {"kind": op.kind.value, "variant": op.variant, "phase": op.phase.value,
             "shape": shape_to_str(op.shape), "dtype_bytes": op.dtype_bytes, "flops": op.flops,
-            "bytes": op.bytes, "median_s": _sig(stats.median_s), "p10_s": _sig(stats.p10_s),
-            "p90_s": _sig(stats.p90_s), "repeats": stats.repeats, "example": op.name}
+            "bytes": op.bytes, "median_s": stats.median_s, "p10_s": stats.p10_s,
+            "p90_s": stats.p90_s, "repeats": stats.repeats, "example": op.name}
 
-
-def _sig(seconds: float) -> float:
-    """Six significant digits: far below the run-to-run noise, and tables stay readable."""
-    return float(f"{seconds:.6g}")
 
 
 def measure_op(op: Op, row: int, device: torch.device, dtype: torch.dtype, seed: int,

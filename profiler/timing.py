@@ -34,8 +34,13 @@ class Stats:
     @classmethod
     def of(cls, samples: list[float]) -> Stats:
         arr = np.asarray(samples, float)
-        p10, med, p90 = np.percentile(arr, [10, 50, 90])
-        return cls(float(med), float(p10), float(p90), int(arr.size))
+        p10, med, p90 = (_sig(float(x)) for x in np.percentile(arr, [10, 50, 90]))
+        return cls(med, p10, p90, int(arr.size))
+
+
+def _sig(seconds: float) -> float:
+    """Six significant digits: far below run-to-run noise, and the tables stay readable."""
+    return float(f"{seconds:.6g}")
 
 
 def time_cpu(fn: Callable[[], Any], cfg: TimingConfig) -> Stats:

@@ -1,0 +1,94 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profiler.nccl_import import import_files, parse_nccl_tests_text
+from simulator.errors import DataError
+from simulator.profile_format import read_profile
+from simulator.profiled import nccl_table_from_profile
+from vtrain_ml.cli.profile import main as profile_main
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "nccl" / "a100"
+
+NCCL_TEXT = """\
+# nThread 1 nGpus 4 minBytes 1024 maxBytes 4194304 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid  11 on    node1 device  0 [0x18] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid  11 on    node1 device  1 [0x2a] NVIDIA H100 80GB HBM3
+#  Rank  2 Group  0 Pid  11 on    node1 device  2 [0x3a] NVIDIA H100 80GB HBM3
+#  Rank  3 Group  0 Pid  11 on    node1 device  3 [0x5d] NVIDIA H100 80GB HBM3
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+        1024           256     float     sum      -1    10.50    0.10    0.15      0    10.20    0.10    0.15      0
+        4096          1024     float     sum      -1    11.00    0.37    0.56      0    10.90    0.38    0.56      0
+       16384          4096     float     sum      -1    12.00    1.37    2.05      0    11.90    1.38    2.06      0
+     4194304       1048576     float     sum      -1    40.00  104.86  157.29      0    39.00  107.55  161.32      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 40.0
+"""
+
+
+def write_nccl_text(folder: Path) -> Path:
+    path = folder / "all_reduce_4gpu.txt"
+    path.write_text(NCCL_TEXT)
+    return path
+
+
+def test_nccl_tests_text_rows_are_out_of_place_seconds(tmp_path):
+    imported = parse_nccl_tests_text(write_nccl_text(tmp_path))
+    assert imported.device_name == "NVIDIA H100 80GB HBM3"
+    assert [r["bytes"] for r in imported.rows] == [1024, 4096, 16384, 4194304]
+    assert imported.rows[0]["median_s"] == pytest.approx(10.5e-6)
+    assert {r["group_size"] for r in imported.rows} == {4}
+    assert {r["kind"] for r in imported.rows} == {"all_reduce"}
+    assert imported.rows[0]["repeats"] == 20
+
+
+def test_collective_is_recognised_from_the_file_name(tmp_path):
+    path = tmp_path / "reduce_scatter.log"
+    path.write_text(NCCL_TEXT)
+    assert parse_nccl_tests_text(path).rows[0]["kind"] == "reduce_scatter"
+    anonymous = tmp_path / "run1.txt"
+    anonymous.write_text(NCCL_TEXT)
+    with pytest.raises(DataError, match="which collective"):
+        parse_nccl_tests_text(anonymous)
+
+
+def test_vtrain_lut_tables_import_every_group_size():
+    imported = import_files(sorted(DATA.glob("AR_GPU*.csv")))
+    assert {r["group_size"] for r in imported.rows} == set(range(2, 9))
+    first = next(r for r in imported.rows if r["group_size"] == 2)
+    assert first["bytes"] == 1048576 and first["median_s"] == pytest.approx(44210e-9)
+
+
+def test_imported_all_reduce_becomes_the_network_table(tmp_path, capsys):
+    out = tmp_path / "h100"
+    assert profile_main(["import-nccl-tests", str(write_nccl_text(tmp_path)), "--out", str(out)]) == 0
+    assert "imported 4 rows" in capsys.readouterr().out
+    profile = read_profile(out)
+    assert profile.meta.hardware == "h100-sxm-80gb"
+    table = nccl_table_from_profile(profile)
+    assert table is not None and table.covers(4)
+    assert table.all_reduce_s(4, 16384) == pytest.approx(12e-6)
+    assert np.isclose(table.all_reduce_s(4, 8192), np.exp(np.interp(np.log(8192), np.log([4096, 16384]),
+                                                                   np.log([11e-6, 12e-6]))))
+
+
+def test_import_into_a_profile_of_another_device_is_refused(tmp_path, capsys):
+    out = tmp_path / "mixed"
+    assert profile_main(["import-nccl-tests", str(write_nccl_text(tmp_path)), "--out", str(out)]) == 0
+    other = tmp_path / "all_reduce_a100.txt"
+    other.write_text(NCCL_TEXT.replace("H100 80GB HBM3", "A100-SXM4-80GB"))
+    assert profile_main(["import-nccl-tests", str(other), "--out", str(out)]) == 2
+    assert "another --out" in capsys.readouterr().err
+
+
+def test_non_nccl_file_is_a_data_error(tmp_path, capsys):
+    junk = tmp_path / "all_reduce.txt"
+    junk.write_text("hello\n")
+    assert profile_main(["import-nccl-tests", str(junk), "--out", str(tmp_path / "o")]) == 2
+    assert "column header" in capsys.readouterr().err
