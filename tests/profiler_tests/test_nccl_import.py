@@ -11,25 +11,8 @@ from vtrain_ml.cli.profile import main as profile_main
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "nccl" / "a100"
 
-NCCL_TEXT = """\
-# nThread 1 nGpus 4 minBytes 1024 maxBytes 4194304 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
-#
-# Using devices
-#  Rank  0 Group  0 Pid  11 on    node1 device  0 [0x18] NVIDIA H100 80GB HBM3
-#  Rank  1 Group  0 Pid  11 on    node1 device  1 [0x2a] NVIDIA H100 80GB HBM3
-#  Rank  2 Group  0 Pid  11 on    node1 device  2 [0x3a] NVIDIA H100 80GB HBM3
-#  Rank  3 Group  0 Pid  11 on    node1 device  3 [0x5d] NVIDIA H100 80GB HBM3
-#
-#                                                              out-of-place                       in-place
-#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
-#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
-        1024           256     float     sum      -1    10.50    0.10    0.15      0    10.20    0.10    0.15      0
-        4096          1024     float     sum      -1    11.00    0.37    0.56      0    10.90    0.38    0.56      0
-       16384          4096     float     sum      -1    12.00    1.37    2.05      0    11.90    1.38    2.06      0
-     4194304       1048576     float     sum      -1    40.00  104.86  157.29      0    39.00  107.55  161.32      0
-# Out of bounds values : 0 OK
-# Avg bus bandwidth    : 40.0
-"""
+# nccl-tests all_reduce_perf output of 4 H100s (format of github.com/NVIDIA/nccl-tests)
+NCCL_TEXT = (Path(__file__).parent / "all_reduce_4gpu.txt").read_text()
 
 
 def write_nccl_text(folder: Path) -> Path:
