@@ -1,0 +1,100 @@
+"""Job columns -> the model's feature matrix, and the trained space's bounds (out-of-space check).
+
+Features are the raw fields (categoricals as fixed codes, booleans as 0/1; the GPU enters only
+through its hardware numbers, so a model can be retrained on a new profile of the same name)
+plus the physics features of `surrogate.physics`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from simulator.errors import DataError
+from simulator.specs import HardwareSpec
+from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS
+from surrogate.physics import PRECISIONS, RECOMPUTE, SCHEDULES, physics_columns
+
+CODES: dict[str, tuple[str, ...]] = {"precision": PRECISIONS, "recompute": RECOMPUTE,
+                                     "schedule": SCHEDULES}
+RAW_FEATURES = tuple(c for c in JOB_COLUMNS if c != "gpu")
+NUMERIC_COLUMNS = tuple(c for c in JOB_COLUMNS if c not in CATEGORICAL_COLUMNS + BOOLEAN_COLUMNS)
+
+
+class OutOfSpaceWarning(UserWarning):
+    """A predicted job lies outside the space the model was trained on."""
+
+
+def check_columns(columns: Mapping[str, Any] | set[str], where: str) -> None:
+    missing = [c for c in JOB_COLUMNS if c not in columns]
+    if missing:
+        raise DataError(f"{where} lacks column(s) {', '.join(missing)}; expected {', '.join(JOB_COLUMNS)}")
+
+
+def _code(values: np.ndarray, column: str) -> np.ndarray:
+    choices = CODES[column]
+    out = np.full(len(values), np.nan)
+    for i, c in enumerate(choices):
+        out[values == c] = i
+    if np.isnan(out).any():
+        bad = sorted({str(v) for v in values[np.isnan(out)]})
+        raise DataError(f"column {column} has unknown value(s) {', '.join(bad)}; use {', '.join(choices)}")
+    return out
+
+
+def feature_matrix(columns: Mapping[str, np.ndarray],
+                   hardware: Mapping[str, HardwareSpec] | None) -> tuple[list[str], np.ndarray]:
+    """(feature names, float32 matrix rows x features) of arrays of `JOB_COLUMNS` values."""
+    physics = physics_columns(columns, hardware)
+    names = [*RAW_FEATURES, *physics]
+    n = len(columns["num_layers"])
+    matrix = np.empty((n, len(names)), dtype=np.float32)
+    for j, c in enumerate(RAW_FEATURES):
+        matrix[:, j] = _code(np.asarray(columns[c]), c) if c in CODES else np.asarray(columns[c], dtype=float)
+    for j, values in enumerate(physics.values(), start=len(RAW_FEATURES)):
+        matrix[:, j] = values
+    return names, matrix
+
+
+def space_bounds(columns: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Per column: [min, max] of numbers, or the set of values seen (categoricals, booleans)."""
+    bounds: dict[str, Any] = {}
+    for c in JOB_COLUMNS:
+        values = np.asarray(columns[c])
+        if c in NUMERIC_COLUMNS:
+            bounds[c] = [float(values.min()), float(values.max())]
+        else:
+            bounds[c] = sorted({v.item() if hasattr(v, "item") else v for v in values}, key=str)
+    return bounds
+
+
+def out_of_space(columns: Mapping[str, np.ndarray], bounds: Mapping[str, Any]) -> dict[str, str]:
+    """Column -> description of the rows outside the trained space (empty when all inside)."""
+    problems: dict[str, str] = {}
+    for c, bound in bounds.items():
+        values = np.asarray(columns[c])
+        if c in NUMERIC_COLUMNS:
+            lo, hi = bound
+            v = values.astype(float)
+            bad = (v < lo) | (v > hi)
+            if bad.any():
+                problems[c] = f"{int(bad.sum())} row(s) outside the trained range [{lo:g}, {hi:g}] " \
+                              f"(e.g. {v[bad][0]:g})"
+        else:
+            seen = set(bound)
+            bad_values = {x.item() if hasattr(x, "item") else x for x in set(values.tolist())} - seen
+            if bad_values:
+                problems[c] = f"value(s) {', '.join(map(str, sorted(bad_values, key=str)))} never seen " \
+                              f"in training (trained on {', '.join(map(str, bound))})"
+    return problems
+
+
+def warn_out_of_space(columns: Mapping[str, np.ndarray], bounds: Mapping[str, Any]) -> None:
+    problems = out_of_space(columns, bounds)
+    if problems:
+        detail = "; ".join(f"{c}: {d}" for c, d in problems.items())
+        warnings.warn(f"outside the surrogate's trained space, predictions extrapolate -- {detail}",
+                      OutOfSpaceWarning, stacklevel=3)

@@ -1,0 +1,122 @@
+"""The surrogate's view of a job: one flat record of raw fields, plus closed-form physics features.
+
+A record holds exactly `JOB_COLUMNS`, one scalar each, so that a table of jobs is a plain
+DataFrame (Parquet, MLflow pyfunc input, the search's candidate batches). Fields a record does
+not carry follow the model *family* convention of the presets: ``gated_mlp=True`` is a Llama-style
+model (RMSNorm, no biases, untied embeddings, RoPE), ``gated_mlp=False`` a GPT/Megatron one
+(LayerNorm, biases, tied embeddings, learned positions). `job_to_record` warns when a job breaks
+that convention, because the surrogate then predicts the convention's model, not the job's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+import pandas as pd
+
+from simulator.catalog import resolve_hardware
+from simulator.enums import Norm, PositionEmbedding
+from simulator.specs import ClusterSpec, HardwareSpec, Job, ModelSpec, ParallelPlan, TrainingSpec, parse
+from simulator.validation import validate_job
+from surrogate.physics import physics_columns
+
+log = logging.getLogger(__name__)
+
+MODEL_COLUMNS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
+                 "ffn_hidden_size", "gated_mlp", "vocab_size", "seq_length")
+TRAINING_COLUMNS = ("global_batch_size", "micro_batch_size", "precision", "recompute",
+                    "flash_attention")
+PLAN_COLUMNS = ("num_gpus", "tp", "pp", "dp", "virtual_stages", "schedule", "sequence_parallel",
+                "distributed_optimizer", "overlap_grad_reduce")
+CLUSTER_COLUMNS = ("gpu", "gpus_per_node", "intra_node_bandwidth_GBps", "inter_node_bandwidth_Gbps")
+JOB_COLUMNS: tuple[str, ...] = MODEL_COLUMNS + TRAINING_COLUMNS + PLAN_COLUMNS + CLUSTER_COLUMNS
+
+CATEGORICAL_COLUMNS = ("precision", "recompute", "schedule", "gpu")
+BOOLEAN_COLUMNS = ("gated_mlp", "flash_attention", "sequence_parallel", "distributed_optimizer",
+                   "overlap_grad_reduce")
+INTEGER_COLUMNS = tuple(c for c in JOB_COLUMNS if c not in CATEGORICAL_COLUMNS + BOOLEAN_COLUMNS
+                        and not c.endswith(("_GBps", "_Gbps")))
+
+# The family convention for the ModelSpec fields a record does not carry (see module docstring).
+_FAMILY: dict[bool, dict[str, Any]] = {
+    True: {"norm": Norm.RMSNORM, "use_bias": False, "tied_embeddings": False,
+           "position_embedding": PositionEmbedding.ROPE},
+    False: {"norm": Norm.LAYERNORM, "use_bias": True, "tied_embeddings": True,
+            "position_embedding": PositionEmbedding.LEARNED},
+}
+
+
+def job_to_record(job: Job) -> dict[str, object]:
+    """The `JOB_COLUMNS` values of `job` (defaults resolved: dp, ffn, query groups, bandwidths)."""
+    m, t, p, c = job.model, job.training, job.parallel, job.cluster
+    family = _FAMILY[m.gated_mlp]
+    off = [k for k, v in family.items() if getattr(m, k) != v]
+    if off:
+        log.warning("model %s breaks the %s family convention in %s; the surrogate predicts it as "
+                    "if %s", m.name, "gated (Llama)" if m.gated_mlp else "GPT", ", ".join(off),
+                    ", ".join(f"{k}={getattr(v, 'value', v)}" for k, v in family.items() if k in off))
+    return {
+        "num_layers": m.num_layers, "hidden_size": m.hidden_size,
+        "num_attention_heads": m.num_attention_heads, "num_query_groups": m.query_groups,
+        "ffn_hidden_size": m.ffn, "gated_mlp": m.gated_mlp, "vocab_size": m.vocab_size,
+        "seq_length": m.seq_length,
+        "global_batch_size": t.global_batch_size, "micro_batch_size": t.micro_batch_size,
+        "precision": t.precision.value, "recompute": t.recompute.value,
+        "flash_attention": t.flash_attention,
+        "num_gpus": c.num_gpus, "tp": p.tp, "pp": p.pp, "dp": job.dp,
+        "virtual_stages": p.virtual_stages, "schedule": p.schedule.value,
+        "sequence_parallel": p.sequence_parallel, "distributed_optimizer": p.distributed_optimizer,
+        "overlap_grad_reduce": p.overlap_grad_reduce,
+        "gpu": job.hardware.name, "gpus_per_node": job.gpus_per_node,
+        "intra_node_bandwidth_GBps": job.intra_node_bandwidth_Bps / 1e9,
+        "inter_node_bandwidth_Gbps": job.inter_node_bandwidth_Bps * 8 / 1e9,
+    }
+
+
+@lru_cache(maxsize=32)
+def catalog_hardware(name: str) -> HardwareSpec:
+    """`resolve_hardware`, memoized: it re-reads the alias file on every call (~5 ms)."""
+    return resolve_hardware(name)
+
+
+def _scalar(value: object) -> object:
+    """numpy / pandas scalars -> Python scalars (pydantic's strict ints reject numpy.int64)."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
+
+
+def record_to_job(record: Mapping[str, object],
+                  hardware: Mapping[str, HardwareSpec] | None = None) -> Job:
+    """A validated `Job` from one record; raises `ConfigError` naming the bad field.
+
+    `hardware` maps gpu names to specs (e.g. a calibrated file under the catalog's name); names
+    it lacks are resolved from the catalog.
+    """
+    from simulator.errors import ConfigError
+
+    missing = [c for c in JOB_COLUMNS if c not in record]
+    if missing:
+        raise ConfigError(f"record lacks column(s) {', '.join(missing)}; "
+                          f"a record has {', '.join(JOB_COLUMNS)}")
+    r = {k: _scalar(record[k]) for k in JOB_COLUMNS}
+    gpu = str(r["gpu"])
+    spec = hardware[gpu] if hardware and gpu in hardware else catalog_hardware(gpu)
+    gated = bool(r["gated_mlp"])
+    model = parse(ModelSpec, {"name": "surrogate-record", **{k: r[k] for k in MODEL_COLUMNS},
+                              **_FAMILY[gated]}, "record")
+    training = parse(TrainingSpec, {k: r[k] for k in TRAINING_COLUMNS}, "record")
+    parallel = parse(ParallelPlan, {k: r[k] for k in PLAN_COLUMNS if k != "num_gpus"}, "record")
+    cluster = parse(ClusterSpec, {"gpu": spec.name, "num_gpus": r["num_gpus"],
+                                  **{k: r[k] for k in CLUSTER_COLUMNS if k != "gpu"}}, "record")
+    job = Job(model=model, training=training, parallel=parallel, cluster=cluster, hardware=spec)
+    return validate_job(job)
+
+
+def physics_features(df: pd.DataFrame,
+                     hardware: Mapping[str, HardwareSpec] | None = None) -> pd.DataFrame:
+    """Closed-form features of each row of a `JOB_COLUMNS` table (see `surrogate.physics`)."""
+    columns = {c: df[c].to_numpy() for c in JOB_COLUMNS}
+    return pd.DataFrame(physics_columns(columns, hardware), index=df.index)

@@ -1,0 +1,170 @@
+"""Generation: draw a space, run the exact simulator over it in parallel, write Parquet chunks.
+
+Work is cut into fixed-size chunks handed to joblib (local processes through loky by default).
+Each finished chunk is written atomically by the parent, so a killed run loses at most the
+chunks in flight, and `resume=True` simulates only the missing ones. Sampling is deterministic
+(space, hardware, seed, method), so a resumed folder is identical to an uninterrupted one.
+
+Scale-out: `Backend.DASK` and `Backend.RAY` hand the same chunks to a cluster through joblib's
+backend mechanism. Install the extra (``pip install 'vtrain-ml[dask]'`` or ``'vtrain-ml[ray]'``)
+and point at the cluster with ``DASK_SCHEDULER_ADDRESS=tcp://host:8786`` or
+``RAY_ADDRESS=host:6379`` (without one, a local cluster is started). Workers need vtrain-ml
+installed; results come back to this process, which alone writes the folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from simulator.catalog import hardware_fingerprint
+from simulator.errors import ConfigError
+from simulator.fileio import write_json_atomic
+from simulator.specs import HardwareSpec
+from surrogate.dataset import (
+    MANIFEST,
+    SCHEMA_VERSION,
+    chunk_path,
+    plan_key,
+    read_manifest,
+    simulate_records,
+    simulator_version,
+    write_parquet_atomic,
+)
+from surrogate.sampling import draw
+from surrogate.space import Method, Space
+
+
+class Backend(StrEnum):
+    LOKY = "loky"
+    DASK = "dask"
+    RAY = "ray"
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    space: Space
+    hardware: Mapping[str, HardwareSpec]  # name -> spec (catalog or a calibrated file)
+    n: int
+    seed: int = 0
+    method: Method = Method.SOBOL
+    chunk_size: int = 500
+    jobs: int = -1
+    backend: Backend = Backend.LOKY
+    sources: Mapping[str, str] = field(default_factory=dict)  # name -> catalog id or file given
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ConfigError(f"--n={self.n}: generate at least one sample")
+        if self.chunk_size < 1:
+            raise ConfigError(f"--chunk-size={self.chunk_size}: must be at least 1")
+
+
+@dataclass(frozen=True)
+class GenerateReport:
+    out: Path
+    n: int
+    simulated: int  # in this run (less than n when resuming)
+    seconds: float
+    rejections: dict[str, Any]
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.simulated / self.seconds if self.seconds > 0 else 0.0
+
+
+def manifest_for(config: GenerateConfig, rejections: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "n": config.n, "seed": config.seed, "method": config.method.value,
+        "chunk_size": config.chunk_size,
+        "space": config.space.to_dict(), "space_hash": config.space.content_hash(),
+        "hardware": {name: {"hash": hardware_fingerprint(spec), "source": config.sources.get(name, name),
+                            "spec": spec.model_dump(mode="json")}
+                     for name, spec in config.hardware.items()},
+        "simulator_version": simulator_version(),
+        "sampling": rejections,
+    }
+
+
+_IDENTITY = ("n", "seed", "method", "chunk_size", "space_hash", "hardware", "simulator_version")
+
+
+def _check_resume(out: Path, manifest: dict[str, Any], resume: bool) -> None:
+    if not (out / MANIFEST).is_file():
+        if out.exists() and any(out.glob("chunk-*.parquet")):
+            raise ConfigError(f"{out} holds chunks but no {MANIFEST}; choose another --out")
+        return
+    if not resume:
+        raise ConfigError(f"{out} already holds samples; add --resume to continue it or choose another --out")
+    old = read_manifest(out)
+    for key in _IDENTITY:
+        if old.get(key) != manifest[key]:
+            what = "hardware profile" if key == "hardware" else key
+            raise ConfigError(f"--resume: {what} differs from the run in {out} "
+                              f"(was {str(old.get(key))[:80]}); use the same arguments or another --out")
+
+
+@contextlib.contextmanager
+def backend_context(backend: Backend) -> Iterator[None]:
+    """joblib's backend for `backend`; dask/ray connect to the cluster named by the usual variables."""
+    import joblib
+
+    if backend is Backend.LOKY:
+        yield
+        return
+    if backend is Backend.DASK:
+        try:
+            from dask.distributed import Client
+        except ImportError:
+            raise ConfigError("--backend dask needs dask.distributed: pip install 'vtrain-ml[dask]' "
+                              "(then set DASK_SCHEDULER_ADDRESS to use an existing cluster)") from None
+        with Client(os.environ.get("DASK_SCHEDULER_ADDRESS")), joblib.parallel_config(backend="dask"):
+            yield
+        return
+    try:
+        import ray
+        from ray.util.joblib import register_ray
+    except ImportError:
+        raise ConfigError("--backend ray needs ray: pip install 'vtrain-ml[ray]' "
+                          "(then set RAY_ADDRESS to use an existing cluster)") from None
+    ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True)
+    register_ray()
+    with joblib.parallel_config(backend="ray"):
+        yield
+
+
+def generate(config: GenerateConfig, out: str | Path, resume: bool = False,
+             progress: bool = True) -> GenerateReport:
+    """Sample `config.space`, simulate every sample, write the folder `out` (see module doc)."""
+    import joblib
+    from tqdm import tqdm
+
+    out = Path(out)
+    sample = draw(config.space, config.hardware, config.n, config.seed, config.method)
+    manifest = manifest_for(config, sample.summary())
+    _check_resume(out, manifest, resume)
+    write_json_atomic(out / MANIFEST, manifest)
+    # chunks follow pipeline-plan order, so each worker builds every schedule plan about once
+    order = sorted(range(config.n), key=lambda i: plan_key(sample.records[i]))
+    chunks = [order[s:s + config.chunk_size] for s in range(0, config.n, config.chunk_size)]
+    pending = [(i, c) for i, c in enumerate(chunks) if not chunk_path(out, i).is_file()]
+    todo = sum(len(c) for _, c in pending)
+    hardware = dict(config.hardware)
+    began = time.perf_counter()
+    with backend_context(config.backend), tqdm(total=config.n, initial=config.n - todo, unit="sample",
+                                                 disable=not progress, smoothing=0.1) as bar:
+        tasks = (joblib.delayed(simulate_records)([sample.records[i] for i in c], hardware)
+                 for _, c in pending)
+        results = joblib.Parallel(n_jobs=config.jobs, return_as="generator")(tasks)
+        for (index, members), df in zip(pending, results, strict=True):
+            df.insert(0, "sample_index", members)
+            write_parquet_atomic(df, chunk_path(out, index))
+            bar.update(len(df))
+    return GenerateReport(out, config.n, todo, time.perf_counter() - began, sample.summary())

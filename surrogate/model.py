@@ -1,0 +1,181 @@
+"""`Surrogate`: two gradient-boosted models of the exact simulator (iteration time, peak memory).
+
+Targets are residuals in log space against the closed-form baselines of `surrogate.physics`:
+log(simulated time / estimated time) and log(simulated memory / estimated memory), so errors are
+relative and the trees only learn what the roofline misses. Early stopping uses a validation
+split by *model shape* (all layouts of one model on the same side), so the stopping point
+reflects unseen models. Fits-in-memory is predicted memory <= the GPU's capacity.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.catalog import hardware_fingerprint
+from simulator.errors import DataError, ProfileError
+from simulator.specs import HardwareSpec, Job
+from surrogate.encoding import check_columns, feature_matrix, space_bounds, warn_out_of_space
+from surrogate.features import JOB_COLUMNS, job_to_record
+from surrogate.splits import group_split
+
+log = logging.getLogger(__name__)
+
+OUTPUTS = ("iteration_time_s", "peak_memory_bytes", "fits_in_memory")
+DEFAULT_PARAMS: dict[str, Any] = {
+    "max_depth": 8, "learning_rate": 0.1, "subsample": 0.8, "colsample_bytree": 0.8,
+    "min_child_weight": 1.0, "reg_lambda": 1.0, "tree_method": "hist", "max_bin": 128,
+}
+
+
+def _columns(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    check_columns(set(df.columns), "table")
+    return {c: df[c].to_numpy() for c in JOB_COLUMNS}
+
+
+class Surrogate:
+    """Predicts iteration time, peak memory and fits-in-memory of jobs (scikit-learn style).
+
+    Parameters are XGBoost's (`xgb_params` override `DEFAULT_PARAMS`); `n_estimators` is the
+    most boosting rounds, `early_stopping_rounds` stops on the validation split.
+    """
+
+    def __init__(self, seed: int = 0, n_estimators: int = 1500, early_stopping_rounds: int = 50,
+                 validation_fraction: float = 0.15, n_jobs: int = -1, **xgb_params: Any) -> None:
+        self.seed = seed
+        self.n_estimators = n_estimators
+        self.early_stopping_rounds = early_stopping_rounds
+        self.validation_fraction = validation_fraction
+        self.n_jobs = n_jobs
+        self.xgb_params = xgb_params
+        self.allow_stale = False
+        self.metadata_: dict[str, Any] = {}
+
+    # -- fitting ---------------------------------------------------------------------------
+    def _params(self) -> dict[str, Any]:
+        import os
+
+        threads = len(os.sched_getaffinity(0)) if self.n_jobs == -1 else self.n_jobs
+        return {**DEFAULT_PARAMS, **self.xgb_params, "seed": self.seed, "nthread": threads,
+                "objective": "reg:squarederror"}
+
+    def fit(self, df: pd.DataFrame, hardware: Mapping[str, HardwareSpec] | None = None) -> Surrogate:
+        """Fit on `JOB_COLUMNS` + ``iteration_time_s`` and ``peak_memory_bytes`` (a samples table)."""
+        import xgboost as xgb
+
+        for column in ("iteration_time_s", "peak_memory_bytes"):
+            if column not in df.columns:
+                raise DataError(f"training table lacks target column {column}; use a samples folder "
+                                f"from generate")
+        columns = _columns(df)
+        self.hardware_ = self._hardware_for(columns, hardware)
+        self.hardware_hashes_ = {n: hardware_fingerprint(s) for n, s in self.hardware_.items()}
+        self.hardware_sources_ = {n: n for n in self.hardware_}
+        names, x = feature_matrix(columns, self.hardware_)
+        self.feature_names_ = names
+        self.bounds_ = space_bounds(columns)
+        train, valid = group_split(df, self.validation_fraction, self.seed)
+        self.boosters_: dict[str, Any] = {}
+        self.best_iterations_: dict[str, int] = {}
+        for key, target, base in self._targets(df, x, names):
+            residual = target - base
+            dtrain = xgb.DMatrix(x[train], label=residual[train], feature_names=names)
+            dvalid = xgb.DMatrix(x[valid], label=residual[valid], feature_names=names)
+            booster = xgb.train(self._params(), dtrain, num_boost_round=self.n_estimators,
+                                evals=[(dvalid, "valid")], early_stopping_rounds=self.early_stopping_rounds,
+                                verbose_eval=False)
+            self.best_iterations_[key] = int(booster.best_iteration)
+            self.boosters_[key] = booster[: booster.best_iteration + 1]
+        self.n_train_ = len(df)
+        return self
+
+    @staticmethod
+    def _targets(df: pd.DataFrame, x: np.ndarray,
+                 names: list[str]) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        time = np.log(df["iteration_time_s"].to_numpy(dtype=float))
+        memory = np.log(df["peak_memory_bytes"].to_numpy(dtype=float))
+        return [("time", time, x[:, names.index("est_log_time_s")].astype(float)),
+                ("memory", memory, x[:, names.index("est_log_memory_bytes")].astype(float))]
+
+    @staticmethod
+    def _hardware_for(columns: Mapping[str, np.ndarray],
+                      hardware: Mapping[str, HardwareSpec] | None) -> dict[str, HardwareSpec]:
+        from surrogate.features import catalog_hardware
+
+        names = sorted({str(g) for g in columns["gpu"]})
+        return {n: hardware[n] if hardware and n in hardware else catalog_hardware(n) for n in names}
+
+    # -- prediction ------------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "boosters_"):
+            raise DataError("this Surrogate is not fitted; call fit() or Surrogate.load(path)")
+
+    def _job_columns(self, jobs: Sequence[Job]) -> dict[str, np.ndarray]:
+        for job in jobs:
+            name = job.hardware.name
+            if name not in self.hardware_hashes_:
+                raise ProfileError(f"the surrogate was trained for GPU(s) {', '.join(self.hardware_)}, "
+                                   f"not {name}; retrain it with --hardware {name}")
+            got = hardware_fingerprint(job.hardware)
+            if got != self.hardware_hashes_[name] and not self.allow_stale:
+                raise ProfileError(
+                    f"hardware profile {name} of the job (hash {got}) differs from the one the "
+                    f"surrogate was trained on (hash {self.hardware_hashes_[name]}); retrain it "
+                    f"(python -m vtrain_ml.surrogate retrain) or pass --allow-stale / allow_stale=True")
+        records = [job_to_record(j) for j in jobs]
+        return {c: np.array([r[c] for r in records]) for c in JOB_COLUMNS}
+
+    def _frame_columns(self, df: pd.DataFrame) -> dict[str, np.ndarray]:
+        columns = _columns(df)
+        unknown = sorted({str(g) for g in columns["gpu"]} - set(self.hardware_))
+        if unknown:
+            raise ProfileError(f"column gpu has {', '.join(unknown)}, but the surrogate was trained for "
+                               f"{', '.join(self.hardware_)}; retrain it with --hardware")
+        return columns
+
+    def predict(self, jobs_or_df: pd.DataFrame | Sequence[Job] | Job) -> pd.DataFrame:
+        """Columns `OUTPUTS`, one row per job (index kept for a DataFrame)."""
+        self._check_fitted()
+        if isinstance(jobs_or_df, Job):
+            jobs_or_df = [jobs_or_df]
+        if isinstance(jobs_or_df, pd.DataFrame):
+            columns, index = self._frame_columns(jobs_or_df), jobs_or_df.index
+        else:
+            columns, index = self._job_columns(list(jobs_or_df)), pd.RangeIndex(len(jobs_or_df))
+        seconds, memory, capacity = self.predict_arrays(columns)
+        return pd.DataFrame({"iteration_time_s": seconds, "peak_memory_bytes": memory,
+                             "fits_in_memory": memory <= capacity}, index=index)
+
+    def predict_arrays(self, columns: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(iteration time s, peak memory bytes, GPU memory bytes) of arrays of `JOB_COLUMNS`."""
+        warn_out_of_space(columns, self.bounds_)
+        names, x = feature_matrix(columns, self.hardware_)
+        if names != self.feature_names_:
+            raise DataError("the saved model was trained on other features than this vtrain-ml "
+                            "computes; retrain it")
+        time = self.boosters_["time"].inplace_predict(x, validate_features=False)
+        memory = self.boosters_["memory"].inplace_predict(x, validate_features=False)
+        est_time = x[:, names.index("est_log_time_s")].astype(float)
+        est_memory = x[:, names.index("est_log_memory_bytes")].astype(float)
+        capacity = x[:, names.index("memory_capacity_bytes")].astype(float)
+        return np.exp(est_time + time), np.exp(est_memory + memory), capacity
+
+    # -- persistence -----------------------------------------------------------------------
+    def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
+        """Write XGBoost UBJ files and metadata.json into the folder `path`."""
+        from surrogate.artifact import save_surrogate
+
+        self._check_fitted()
+        return save_surrogate(self, Path(path), extra or {})
+
+    @classmethod
+    def load(cls, path: str | Path, allow_stale: bool = False) -> Surrogate:
+        """Load a saved model; refuses a changed hardware profile unless `allow_stale`."""
+        from surrogate.artifact import load_surrogate
+
+        return load_surrogate(cls, Path(path), allow_stale)

@@ -1,0 +1,272 @@
+"""Closed-form physics of a table of jobs, vectorized over rows (numpy, no Python loop per row).
+
+The same formulas as the exact simulator, collapsed to what a row's fields determine without
+building a graph: parameter counts (simulator.params), FLOPs (Narayanan et al. 2021, as in
+simulator.metrics), per-stage memory with saved activations per micro-batch from Korthikanti et al.
+2022 (as simulator.graph) times the micro-batches a schedule keeps in flight, and a roofline
+estimate of the iteration (simulator.costs / network / tail, see `surrogate.timing`). The model
+learns only the residual log(simulated / estimated), which is why it generalizes to model
+shapes it never saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.specs import GiB, HardwareSpec
+
+OPTIMIZER_BYTES_PER_PARAM = 12.0  # simulator.memory: fp32 master weights, momentum, variance
+SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("fp16", "bf16")
+
+
+def _f(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The job fields of n rows as float arrays (booleans as 0/1), plus each row's hardware."""
+
+    L: np.ndarray
+    h: np.ndarray
+    a: np.ndarray
+    g: np.ndarray
+    f: np.ndarray
+    gated: np.ndarray
+    V: np.ndarray
+    s: np.ndarray
+    B: np.ndarray
+    b: np.ndarray
+    bf16: np.ndarray
+    recompute: np.ndarray  # index into RECOMPUTE
+    flash: np.ndarray
+    N: np.ndarray
+    t: np.ndarray
+    p: np.ndarray
+    d: np.ndarray
+    v: np.ndarray
+    schedule: np.ndarray  # index into SCHEDULES
+    sp: np.ndarray  # effective: sequence parallel with tp > 1
+    dopt: np.ndarray
+    overlap: np.ndarray
+    gpn: np.ndarray  # GPUs of a node that a group can use: min(gpus_per_node, num_gpus)
+    intra_Bps: np.ndarray
+    inter_Bps: np.ndarray
+    hw: dict[str, np.ndarray]
+
+    @property
+    def m(self) -> np.ndarray:
+        return self.B / (self.d * self.b)
+
+
+def _codes(values: np.ndarray, choices: tuple[str, ...]) -> np.ndarray:
+    out = np.zeros(len(values))
+    for i, c in enumerate(choices):
+        out[values == c] = i
+    return out
+
+
+HW_FIELDS = ("peak_fp16", "peak_bf16", "hbm_Bps", "memory_bytes", "num_sms", "gemm_max", "k_half",
+             "launch_s", "host_s", "intra_eff", "inter_eff", "intra_lat_s", "inter_lat_s",
+             "p2p_eff", "reserved_bytes")
+
+
+def hardware_vector(spec: HardwareSpec) -> dict[str, float]:
+    e = spec.efficiency
+    peak = {p.value: v * 1e12 for p, v in spec.peak_tflops.items()}
+    return {"peak_fp16": peak.get("fp16", peak.get("bf16", 0.0)),
+            "peak_bf16": peak.get("bf16", peak.get("fp16", 0.0)),
+            "hbm_Bps": spec.hbm_bandwidth_GBps * 1e9 * e.memory_efficiency,
+            "memory_bytes": spec.memory_bytes, "num_sms": float(spec.num_sms),
+            "gemm_max": e.gemm_max_efficiency, "k_half": e.gemm_k_half,
+            "launch_s": e.kernel_launch_s, "host_s": e.host_overhead_s,
+            "intra_eff": e.intra_bus_efficiency, "inter_eff": e.inter_bus_efficiency,
+            "intra_lat_s": e.intra_latency_s, "inter_lat_s": e.inter_latency_s,
+            "p2p_eff": e.p2p_efficiency, "reserved_bytes": spec.reserved_memory_GiB * GiB}
+
+
+def _hardware_arrays(gpu: np.ndarray, hardware: Mapping[str, HardwareSpec] | None) -> dict[str, np.ndarray]:
+    from surrogate.features import catalog_hardware
+
+    names = np.unique(gpu)
+    vectors = {n: hardware_vector(hardware[n] if hardware and n in hardware else catalog_hardware(str(n)))
+               for n in names}
+    if len(names) == 1:
+        vec = vectors[names[0]]
+        return {k: np.full(len(gpu), vec[k]) for k in HW_FIELDS}
+    index = np.searchsorted(names, gpu)
+    return {k: np.array([vectors[n][k] for n in names])[index] for k in HW_FIELDS}
+
+
+def rows_from_columns(c: Mapping[str, np.ndarray], hardware: Mapping[str, HardwareSpec] | None) -> Rows:
+    t = _f(c["tp"])
+    return Rows(
+        L=_f(c["num_layers"]), h=_f(c["hidden_size"]), a=_f(c["num_attention_heads"]),
+        g=_f(c["num_query_groups"]), f=_f(c["ffn_hidden_size"]), gated=_f(c["gated_mlp"]),
+        V=_f(c["vocab_size"]), s=_f(c["seq_length"]), B=_f(c["global_batch_size"]),
+        b=_f(c["micro_batch_size"]), bf16=(np.asarray(c["precision"]) == "bf16").astype(float),
+        recompute=_codes(np.asarray(c["recompute"]), RECOMPUTE), flash=_f(c["flash_attention"]),
+        N=_f(c["num_gpus"]), t=t, p=_f(c["pp"]), d=_f(c["dp"]), v=_f(c["virtual_stages"]),
+        schedule=_codes(np.asarray(c["schedule"]), SCHEDULES),
+        sp=_f(c["sequence_parallel"]) * (t > 1), dopt=_f(c["distributed_optimizer"]),
+        overlap=_f(c["overlap_grad_reduce"]),
+        gpn=np.minimum(_f(c["gpus_per_node"]), _f(c["num_gpus"])),
+        intra_Bps=_f(c["intra_node_bandwidth_GBps"]) * 1e9,
+        inter_Bps=_f(c["inter_node_bandwidth_Gbps"]) * 1e9 / 8,
+        hw=_hardware_arrays(np.asarray(c["gpu"]).astype(str), hardware),
+    )
+
+
+def stage_params(r: Rows) -> dict[str, np.ndarray]:
+    """Parameters per GPU of the first and last pipeline stage, and of the whole model."""
+    hd = r.h / r.a
+    bias, untied = 1 - r.gated, r.gated
+    norm = r.h * (2 - r.gated)  # LayerNorm has a bias, RMSNorm not
+    qkv_out = r.h + 2 * r.g * hd
+    up_out = r.f * (1 + r.gated)
+    weights = r.h * qkv_out + r.h * r.h + r.h * up_out + r.f * r.h
+    sharded = weights + bias * (qkv_out + up_out)
+    replicated = bias * 2 * r.h + 2 * norm
+    vocab_p = np.ceil(r.V / (128 * r.t)) * 128 * r.t
+    pos = bias * r.s * r.h  # learned positions (GPT family)
+    layers = r.L / r.p * (sharded / r.t + replicated)
+    one = r.p == 1  # the single stage holds both the embedding and the head
+    embedding = (vocab_p * r.h + pos) / r.t
+    head = (norm + untied * vocab_p * r.h) / r.t
+    first = layers + embedding + one * head
+    last = layers + head + one * embedding + (r.p > 1) * (1 - untied) * vocab_p * r.h / r.t
+    total = r.L * (sharded + replicated) + r.V * r.h * (1 + untied) + pos + norm
+    return {"first": first, "last": last, "total": total, "vocab_p": vocab_p}
+
+
+def layer_flops_per_token(r: Rows) -> np.ndarray:
+    hd = r.h / r.a
+    return 2.0 * (r.h * (r.h + 2 * r.g * hd) + r.h * r.h + r.h * r.f * (1 + r.gated) + r.f * r.h
+                  + 2 * r.s * r.h)
+
+
+def flops(r: Rows) -> dict[str, np.ndarray]:
+    """Model and hardware FLOPs per iteration (simulator.metrics, vectorized)."""
+    lf = layer_flops_per_token(r)
+    tokens = r.B * r.s
+    model = 3.0 * tokens * (r.L * lf + 2.0 * r.h * r.V)
+    selective = 4.0 * r.s * r.h * (1 - r.flash)
+    extra = np.select([r.recompute == 1, r.recompute == 2], [selective, lf], 0.0)
+    return {"model": model, "hardware": model + tokens * r.L * extra}
+
+
+def layer_activations(r: Rows) -> dict[str, np.ndarray]:
+    """Saved and transient bytes of one layer for one micro-batch (Korthikanti et al. 2022)."""
+    T, hd = r.b * r.s, r.h / r.a
+    heads, groups = r.a / r.t, r.g / r.t
+    sp_tokens = np.where(r.sp > 0, T / r.t, T)
+    shard = np.where(r.sp > 0, 1 / r.t, 1.0)
+    scores = r.b * heads * r.s * r.s
+    qk = 2 * T * heads * hd + 2 * T * groups * hd
+    core = qk + 3 * scores + 2 * scores + 2 * T * groups * hd
+    flash = 2 * T * heads * hd + 4 * T * groups * hd + 4 * r.b * heads * r.s
+    up = r.f / r.t * (1 + r.gated)
+    rest = (4 * sp_tokens * r.h + 2 * 2 * T * r.h * shard + 2 * T * heads * hd + 2 * sp_tokens * r.h
+            + 2 * T * up + 2 * T * r.f / r.t)
+    full = rest + np.where(r.flash > 0, flash, core)
+    selective = (r.recompute == 1) & (r.flash == 0)
+    saved = np.select([r.recompute == 2, selective],
+                      [2 * sp_tokens * r.h, full - core + qk + 2 * T * groups * hd], full)
+    working = np.select([r.recompute == 2, selective], [full, core], 0.0)
+    return {"saved": saved, "working": working, "full": full, "sp_tokens": sp_tokens}
+
+
+def in_flight(r: Rows) -> dict[str, np.ndarray]:
+    """Chunk-micro-batches whose activations the first and last stage hold at their peak."""
+    m = r.m
+    k = np.minimum((r.p - 1) * 2 + (r.v - 1) * r.p + 1, m * r.v)
+    first = np.select([r.schedule == 0, r.schedule == 1], [m, np.minimum(r.p, m)], k)
+    last = np.select([r.schedule == 0, r.schedule == 1], [m, 1.0],
+                     np.minimum((r.v - 1) * r.p + 1, m * r.v))
+    emb_first = np.select([r.schedule == 2], [np.minimum(k, r.p) + np.maximum(0, k - r.v * r.p)], first)
+    head_last = np.where(r.schedule == 0, m, 1.0)  # GPipe keeps every micro-batch's logits
+    return {"first": first, "last": last, "emb_first": emb_first, "head_last": head_last}
+
+
+def memory(r: Rows, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Peak bytes per GPU of the first and last stage (simulator.memory, in closed form)."""
+    act = layer_activations(r)
+    flight = in_flight(r)
+    lpc = r.L / (r.p * r.v)
+    T = r.b * r.s
+    emb_saved = act["sp_tokens"] * r.h
+    head_saved = 2 * act["sp_tokens"] * r.h + 2 * T * r.h + 4 * T * params["vocab_p"] / r.t
+    grad = np.where(r.bf16 > 0, 4.0, 2.0)
+    shard = np.where(r.dopt > 0, r.d, 1.0)
+    per_param = 2.0 + grad + OPTIMIZER_BYTES_PER_PARAM / shard
+    fixed = act["working"] + r.hw["reserved_bytes"]
+    one = r.p == 1
+    first_act = flight["first"] * lpc * act["saved"] + flight["emb_first"] * emb_saved + one * head_saved
+    last_act = (flight["last"] * lpc * act["saved"] + flight["head_last"] * head_saved
+                + one * emb_saved * flight["emb_first"])
+    first_act = first_act + one * (flight["head_last"] - 1) * head_saved
+    first = per_param * params["first"] + first_act + fixed
+    last = per_param * params["last"] + last_act + fixed
+    peak = np.maximum(first, last)
+    return {"peak": peak, "first": first, "last": last, "activations": np.maximum(first_act, last_act),
+            "weights_states": per_param * np.maximum(params["first"], params["last"]),
+            "layer_saved": act["saved"], "layer_working": act["working"]}
+
+
+def _log(x: np.ndarray) -> np.ndarray:
+    return np.log(np.maximum(x, 1e-30))
+
+
+def physics_columns(columns: Mapping[str, np.ndarray],
+                    hardware: Mapping[str, HardwareSpec] | None = None) -> dict[str, np.ndarray]:
+    """Physics features of n rows (arrays of `JOB_COLUMNS` values), as name -> array.
+
+    ``est_log_time_s`` and ``est_log_memory_bytes`` are the closed-form baselines the model's
+    residual targets are taken against (see surrogate.model).
+    """
+    from surrogate.timing import gemm_efficiency, iteration
+
+    r = rows_from_columns(columns, hardware)
+    params = stage_params(r)
+    fl = flops(r)
+    mem = memory(r, params)
+    stage = np.maximum(params["first"], params["last"])
+    it = iteration(r, stage, params["vocab_p"])
+    T = r.b * r.s
+    main_k = r.h
+    intensity = 2 * T * r.f / r.t * main_k / ((T * main_k + main_k * r.f / r.t + T * r.f / r.t) * 2)
+    peak = np.where(r.bf16 > 0, r.hw["peak_bf16"], r.hw["peak_fp16"])
+    out = {
+        "est_log_time_s": _log(it["total"]), "est_log_memory_bytes": _log(mem["peak"]),
+        "log_params": _log(params["total"]), "log_stage_params": _log(stage),
+        "log_model_flops": _log(fl["model"]), "log_flops_per_gpu": _log(fl["hardware"] / r.N),
+        "log_compute_bound_s": _log(fl["hardware"] / r.N / peak),
+        "microbatches": r.m, "log_microbatches": _log(r.m), "layers_per_stage": r.L / r.p,
+        "layers_per_chunk": r.L / (r.p * r.v), "tokens_per_microbatch": T,
+        "bubble_fraction": it["bubble"], "arithmetic_intensity": intensity,
+        "gemm_efficiency": gemm_efficiency(r, np.ones_like(T), T, r.f / r.t, r.h),
+        "head_dim": r.h / r.a, "schedule_code": r.schedule, "recompute_code": r.recompute,
+        "memory_ratio": mem["peak"] / r.hw["memory_bytes"],
+        "memory_capacity_bytes": r.hw["memory_bytes"],
+        "log_activation_bytes": _log(mem["activations"]),
+        "log_weight_state_bytes": _log(mem["weights_states"]),
+        "log_layer_saved_bytes": _log(mem["layer_saved"]),
+        "log_layer_working_bytes": _log(mem["layer_working"] + 1),
+        "log_mem_first": _log(mem["first"]), "log_mem_last": _log(mem["last"]),
+        "log_tp_bytes": _log(T * r.h * 2.0 * (r.t > 1) + 1),
+        "log_dp_bytes": _log(stage * np.where(r.bf16 > 0, 4.0, 2.0) * (r.d > 1) + 1),
+        "log_p2p_bytes": _log(T * r.h * 2.0 / r.t * (r.p > 1) + 1),
+    }
+    for name in ("pipeline", "stage_mb", "layer", "layer_compute", "tp_comm", "recompute",
+                 "attention", "p2p", "pp_comm", "dp_comm", "dp_exposed", "embedding_sync",
+                 "optimizer"):
+        out[f"log_{name}_s"] = _log(it[name] + 1e-9)
+        out[f"share_{name}"] = it[name] / it["total"]
+    for key in ("peak_bf16", "hbm_Bps", "num_sms", "host_s"):
+        out[f"hw_{key}"] = r.hw[key]
+    return out
