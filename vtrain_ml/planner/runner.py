@@ -48,9 +48,9 @@ class Hooks:
 
 def default_factory(seed: int) -> Callable[[], SurrogateModel]:
     def make() -> SurrogateModel:
-        from surrogate.model import Surrogate
+        from vtrain_ml.planner.focused import FocusedSurrogate
 
-        return Surrogate(seed=seed)
+        return FocusedSurrogate(seed=seed)
 
     return make
 

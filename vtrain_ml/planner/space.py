@@ -244,6 +244,15 @@ class SearchSpace:
                 seq_length=self.config.seq or 2048)
         return self._models[key], ""
 
+    def neighbours(self, candidate: Candidate) -> list[Candidate]:
+        """Every candidate that differs from `candidate` in one searched knob."""
+        out = []
+        for knob in self.searched:
+            for value in knob.choices:
+                if value != candidate.params[knob.name]:
+                    out.append(self.build({**candidate.params, knob.name: value}))
+        return out
+
     def enumerate(self) -> Iterator[dict[str, Choice]]:
         """Every combination of choices, in a fixed order."""
         names = [k.name for k in self.knobs]

@@ -1,9 +1,12 @@
 """Periodic exact verification: the step that keeps a surrogate-driven search honest.
 
-Every `every` trials, the `top` best candidates the study has seen -- ranked by the *current*
-surrogate, not by the possibly stale values stored with old trials -- that are not yet verified
-are simulated exactly. Their exact results are added to the study as trials of their own (the
-sampler learns from them), become training rows of the surrogate, and the surrogate is refit.
+Every `every` trials, the `top` best candidates that are not yet verified are simulated exactly.
+They are ranked by the *current* surrogate (not by the possibly stale values stored with old
+trials), from a pool of every candidate the study has seen plus the one-knob neighbours of the
+best of them: a cheap local refinement by the surrogate, which keeps a sampler that keeps
+re-proposing one region from hiding a better plan one step away. Their exact results are added
+to the study as trials of their own (the sampler learns from them), become training rows of the
+surrogate, and the surrogate is refit.
 """
 
 from __future__ import annotations
@@ -121,11 +124,21 @@ class ExactVerifier:
         candidates = list(seen.values())
         if not candidates:
             return []
+        order = self._ranked(candidates)
+        for i in order[: 2 * self.top]:
+            for n in self.space.neighbours(candidates[i]):
+                if n.feasible and n.key not in verified and n.key not in seen:
+                    seen[n.key] = n
+                    candidates.append(n)
+        order = self._ranked(candidates)[: self.top]
+        predicted = self.scorer.predict([candidates[i] for i in order])
+        return list(zip([candidates[i] for i in order], predicted, strict=True))
+
+    def _ranked(self, candidates: list[Candidate]) -> list[int]:
         predicted = self.scorer.predict(candidates)
         config, capacity = self.space.config, self.space.hardware.memory_bytes
         constraints = [constraint_values(config, capacity, p) for p in predicted]
-        order = rank(config.objective, predicted, constraints)[: self.top]
-        return [(candidates[i], predicted[i]) for i in order]
+        return rank(config.objective, predicted, constraints)
 
 
 def _best(space: SearchSpace, done: list[FrozenTrial], new: list[Evaluation]) -> Evaluation | None:
