@@ -1,0 +1,124 @@
+"""The search end to end with stand-in surrogates: exact answers, verification, durability."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+
+from simulator import ConfigError
+from tests.search_tests.conftest import tiny_config
+from tests.search_tests.standins import Constant, NoisyOracle
+from vtrain_ml.planner.config import Objective
+from vtrain_ml.planner.evaluation import evaluate_exact
+from vtrain_ml.planner.exhaustive import run_exhaustive
+from vtrain_ml.planner.report import render_table
+from vtrain_ml.planner.runner import run_search
+from vtrain_ml.planner.space import SearchSpace
+from vtrain_ml.planner.study import complete_trials, surrogate_trials
+from vtrain_ml.planner.verify import rank
+
+
+def test_search_finds_the_exhaustive_optimum_with_fewer_exact_evaluations(db: str) -> None:
+    config = tiny_config(db)
+    reference = run_exhaustive(config)
+    found = run_search(config, factory=lambda: NoisyOracle(0.05))
+    assert found.best is not None and reference.best is not None
+    assert found.best.exact.iteration_time_s <= 1.01 * reference.best.exact.iteration_time_s
+    assert found.exact_evaluations < reference.exact_evaluations / 2
+
+
+def test_the_answer_is_the_exact_simulators(db: str) -> None:
+    config = tiny_config(db)
+    report = run_search(config, factory=lambda: NoisyOracle(0.2))
+    assert report.best is not None
+    space = SearchSpace(config)
+    knobs = {k.name for k in space.searched}
+    best = next(o for o in report.evaluated if o is report.best)
+    params = {k: v for k, v in best.plan.items() if k in knobs}
+    job = space.build(params).job
+    assert job is not None
+    assert report.best.exact.iteration_time_s == evaluate_exact(job).iteration_time_s
+
+
+def test_a_useless_surrogate_never_makes_an_out_of_memory_plan_best(db: str) -> None:
+    # Constant says everything fits and is equally fast: only verification can rank plans.
+    config = tiny_config(db, model={"name": "wide", "num_layers": 8, "hidden_size": 8192,
+                                    "num_attention_heads": 64, "vocab_size": 50257, "seq_length": 4096})
+    report = run_search(config, factory=Constant)
+    assert report.exact_evaluations > 0
+    assert all(o.exact.fits_in_memory for o in report.top)
+    out_of_memory = [o for o in report.evaluated if not o.exact.fits_in_memory]
+    assert out_of_memory, "the space should hold plans that do not fit, or this test proves nothing"
+
+
+def test_verification_records_exact_trials_and_refits_on_a_growing_set(db: str) -> None:
+    oracle = NoisyOracle(0.05)
+    config = tiny_config(db)
+    report = run_search(config, factory=lambda: oracle)
+    assert oracle.fit_rows_ == sorted(oracle.fit_rows_) and len(set(oracle.fit_rows_)) >= 3
+    assert oracle.fit_rows_[0] == config.initial_samples
+    study = optuna.load_study(study_name=config.study_name(), storage=db)
+    sources = [t.user_attrs["source"] for t in complete_trials(study)]
+    assert sources.count("sample") == config.initial_samples
+    assert sources.count("exact") == report.exact_evaluations - config.initial_samples
+    assert report.surrogate["error"]["verified_points"] == sources.count("exact")
+
+
+def test_same_seed_same_answer(tmp_path) -> None:
+    a = run_search(tiny_config(tmp_path / "a.db", trials=20), factory=lambda: NoisyOracle(0.1))
+    b = run_search(tiny_config(tmp_path / "b.db", trials=20), factory=lambda: NoisyOracle(0.1))
+    assert [o.plan for o in a.evaluated] == [o.plan for o in b.evaluated]
+
+
+def test_pareto_front_is_non_dominated_and_sorted(db: str) -> None:
+    report = run_search(tiny_config(db, objective="pareto", trials=48, verify_every=16),
+                        factory=lambda: NoisyOracle(0.05))
+    front = report.pareto
+    assert len(front) >= 2
+    times = [o.exact.iteration_time_s for o in front]
+    costs = [o.exact.cost_usd for o in front]
+    assert times == sorted(times) and costs == sorted(costs, reverse=True)
+    assert report.to_dict()["pareto"][0]["plan"]["num_gpus"] >= 1
+
+
+def test_rank_puts_feasible_first_and_maximizes_parameters() -> None:
+    from vtrain_ml.planner.evaluation import Evaluation
+
+    def ev(params: int, time: float) -> Evaluation:
+        return Evaluation(time, 1.0, True, 1.0, 0.5, params, 8, None, None)
+
+    evs = [ev(10, 1.0), ev(30, 1.0), ev(20, 1.0)]
+    assert rank(Objective.LARGEST_MODEL, evs, [(0.0,), (0.5,), (-0.1,)]) == [2, 0, 1]
+    assert rank(Objective.TIME, [ev(1, 3.0), ev(1, 2.0)], [(0.0,), (0.0,)]) == [1, 0]
+
+
+def test_resume_continues_without_losing_finished_trials(db: str) -> None:
+    first = run_search(tiny_config(db, trials=20), factory=lambda: NoisyOracle(0.05))
+    study = optuna.load_study(study_name=tiny_config().study_name(), storage=db)
+    before = {t.number: t.values for t in complete_trials(study)}
+    second = run_search(tiny_config(db, trials=40), resume=True, factory=lambda: NoisyOracle(0.05))
+    after = {t.number: t.values for t in complete_trials(study)}
+    assert all(after[n] == v for n, v in before.items())
+    assert second.trials == 40 and first.trials == 20
+    assert second.exact_evaluations > first.exact_evaluations
+
+
+def test_resume_of_a_missing_study_and_restart_of_an_existing_one_are_clear_errors(db: str) -> None:
+    with pytest.raises(ConfigError, match=r"no study .* to resume"):
+        run_search(tiny_config(db), resume=True, factory=Constant)
+    run_search(tiny_config(db, trials=5, verify_every=5), factory=Constant)
+    with pytest.raises(ConfigError, match=r"already exists .* --resume"):
+        run_search(tiny_config(db, trials=5), factory=Constant)
+
+
+def test_report_json_has_the_documented_keys(db: str) -> None:
+    report = run_search(tiny_config(db, trials=20), factory=lambda: NoisyOracle(0.05))
+    data = report.to_dict()
+    assert {"best", "pareto", "exact_evaluations", "trials", "wall_s"} <= set(data)
+    assert {"plan", "iteration_time_s", "cost_usd"} <= set(data["best"])
+    assert data["trials"] == len(surrogate_trials(complete_trials(optuna.load_study(
+        study_name=tiny_config().study_name(), storage=db))))
+    assert math.isfinite(data["wall_s"])
+    assert "exact evaluations" in render_table(report)
