@@ -1,7 +1,8 @@
 """Op -> seconds. The `KernelModel` interface and the analytic (roofline) kernel model.
 
-The analytic model: time = max(GPU time, host dispatch floor), GPU time = max(FLOPs / achievable
-FLOP/s, bytes / achievable bandwidth) + launch gap. GEMM efficiency depends on the shape: tile
+The analytic model gives GPU time: max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth)
++ launch gap (host dispatch time is accounted per window of kernels in `lowering`). GEMM
+efficiency depends on the shape: tile
 quantization (partial output tiles), wave quantization on the GPU's SMs, and reduction depth
 (short K cannot amortize the tile's prologue/epilogue). A profiled model (from measured kernels)
 implements the same interface and reports where each cost came from.
@@ -59,7 +60,7 @@ def gemm_efficiency(batch: int, m: int, n: int, k: int, num_sms: int, max_eff: f
 
 @dataclass(frozen=True)
 class AnalyticKernelModel:
-    """Roofline with shape-dependent GEMM efficiency and a per-op host dispatch floor."""
+    """Roofline with shape-dependent GEMM efficiency."""
 
     hardware: HardwareSpec
     precision: Precision
@@ -85,4 +86,4 @@ class AnalyticKernelModel:
             gpu = mem_time
         else:
             gpu = max(mem_time, op.flops / (hw.peak_flops(self.precision) / 16))  # CUDA cores
-        return max(gpu + eff.kernel_launch_s, eff.host_overhead_s)
+        return gpu + eff.kernel_launch_s

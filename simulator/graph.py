@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.enums import CollectiveKind, Norm, PositionEmbedding, Recompute
+from simulator.enums import CollectiveKind, Norm, PositionEmbedding, Precision, Recompute
 from simulator.ops import CommGroup, CommOp, Op, OpKind, Phase
 from simulator.params import padded_vocab
 from simulator.specs import Job
@@ -189,8 +189,42 @@ def build_layer(job: Job) -> Block:
     add(_dropout_add(c, "mlp.dropout_add"))
     fwd_comm = tuple(x for x in (ag1, rs1, ag2, rs2) if x is not None)
     bwd_comm = tuple(x for x in map(_mirror, (ag1, rs1, ag2, rs2)) if x is not None)
+    linears = {"qkv": (m.hidden_size, qkv_out), "attn.proj": (heads * d, m.hidden_size),
+               "mlp.up": (m.hidden_size, up), "mlp.down": (f, m.hidden_size)}
+    bwd += _parameter_gradient_ops(job, c, linears)
     return _with_recompute(job, tuple(fwd), tuple(reversed(bwd)), fwd_comm, bwd_comm,
                            tuple(attn_core), c)
+
+
+def _parameter_gradient_ops(job: Job, c: _Ctx, linears: dict[str, tuple[int, int]]) -> list[Op]:
+    """Kernels that produce and accumulate parameter gradients besides the weight-gradient GEMMs.
+
+    Bias gradients are column sums of the output gradient and norm weights' gradients reductions
+    over tokens (separate kernels in Megatron). Gradient accumulation adds each parameter tensor's
+    micro-batch gradient into its accumulated gradient: one memory-bound kernel per tensor (as in
+    PyTorch autograd / DeepSpeed without gradient-accumulation fusion).
+    """
+    m = job.model
+    grad_bytes = 4 if job.training.precision is Precision.BF16 else 2
+    ops: list[Op] = []
+    tensors: list[int] = []
+    for name, (k, n) in linears.items():
+        tensors.append(k * n)
+        if m.use_bias:
+            numel = c.tokens * n
+            ops.append(Op(f"{name}.bias_grad", OpKind.ELEMENTWISE, Phase.BACKWARD_WEIGHT, (numel,),
+                          c.dt, numel, numel * c.dt, 0.0, "bias_grad"))
+            tensors.append(n)
+    norm_tensors = 2 if m.norm is Norm.LAYERNORM else 1
+    for name in ("input_norm", "post_attn_norm"):
+        numel = int(c.sp_tokens * c.h)
+        ops.append(Op(f"{name}.wgrad", OpKind.NORM, Phase.BACKWARD_WEIGHT, (numel,), c.dt,
+                      2 * numel, 2 * numel * c.dt, 0.0, f"{m.norm.value}_wgrad"))
+        tensors += [c.h] * norm_tensors
+    for i, numel in enumerate(tensors):
+        ops.append(Op(f"grad_accum.{i}", OpKind.ELEMENTWISE, Phase.BACKWARD_WEIGHT, (numel,),
+                      grad_bytes, numel, 3 * numel * grad_bytes, 0.0, "grad_accum"))
+    return ops
 
 
 def _with_recompute(job: Job, fwd: tuple[Op, ...], bwd: tuple[Op, ...],

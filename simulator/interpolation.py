@@ -45,9 +45,18 @@ class RatioInterpolator:
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         q = (np.atleast_2d(np.asarray(features, float)) - self.center_) / self.scale_
+        chunk = max(1, 2**22 // max(1, len(self.values_)))  # bound the distance matrix's memory
+        return np.concatenate([self._predict(q[i:i + chunk]) for i in range(0, len(q), chunk)])
+
+    def _predict(self, q: np.ndarray) -> np.ndarray:
         dist = np.sqrt(((q[:, None, :] - self.points_[None, :, :]) ** 2).sum(axis=2))
         k = min(self.n_neighbors, len(self.values_))
-        nearest = np.argsort(dist, axis=1, kind="stable")[:, :k]
+        if k < dist.shape[1]:
+            part = np.argpartition(dist, k - 1, axis=1)[:, :k]
+        else:
+            part = np.broadcast_to(np.arange(k), dist.shape).copy()
+        order = np.argsort(np.take_along_axis(dist, part, axis=1), axis=1, kind="stable")
+        nearest = np.take_along_axis(part, order, axis=1)
         d = np.take_along_axis(dist, nearest, axis=1)
         exact = d[:, 0] < 1e-12
         weights = 1.0 / np.maximum(d, 1e-12) ** self.power

@@ -2,7 +2,9 @@
 
 Identical layers are costed once; a chunk's forward is `layers * layer forward` plus the
 embedding on the first model chunk and the head on the last. Tensor-parallel collectives block
-the compute stream and are kept separately for the breakdown.
+the compute stream and are kept separately for the breakdown. Framework overheads are explicit:
+host dispatch beyond the GPU's work (per kernel and per collective call) and a fixed cost per
+micro-batch step (pipeline-engine bookkeeping, data loading) -- on small models they dominate.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from simulator.costs import CostSource, KernelModel
 from simulator.graph import Block, JobGraph
 from simulator.network import NetworkModel
 from simulator.ops import CommOp, Op
-from simulator.specs import Job
+from simulator.specs import Efficiency, Job
 from simulator.topology import tp_placement
 
 
 @dataclass(frozen=True)
 class BlockCost:
-    """Seconds of one block for one micro-batch, split into compute and blocking tp comm."""
+    """Seconds of one block for one micro-batch: GPU compute, blocking tp comm, and the time the
+    host needs beyond that to dispatch the kernels (zero when the GPU is the bottleneck)."""
 
     forward: float
     forward_comm: float
@@ -30,18 +33,29 @@ class BlockCost:
     backward_comm: float
     recompute: float
     recompute_comm: float
+    forward_host_excess: float
+    backward_host_excess: float  # window of recompute + backward
     by_source: dict[CostSource, float]  # compute seconds by where the cost came from
 
     @property
     def forward_total(self) -> float:
-        return self.forward + self.forward_comm
+        return self.forward + self.forward_comm + self.forward_host_excess
 
     @property
     def backward_total(self) -> float:
-        return self.backward + self.backward_comm + self.recompute + self.recompute_comm
+        return (self.backward + self.backward_comm + self.recompute + self.recompute_comm
+                + self.backward_host_excess)
+
+    @property
+    def host_excess(self) -> float:
+        return self.forward_host_excess + self.backward_host_excess
 
 
-def cost_block(block: Block, kernels: KernelModel, comm_time: CommTimer) -> BlockCost:
+def cost_block(block: Block, kernels: KernelModel, comm_time: CommTimer,
+               efficiency: Efficiency) -> BlockCost:
+    """Cost a block. The host launches kernels asynchronously and runs ahead of the GPU, so a
+    window of kernels takes max(GPU time, host dispatch time), not a per-kernel maximum; host
+    dispatch is `host_overhead_s` per kernel plus `collective_overhead_s` per collective call."""
     by_source: dict[CostSource, float] = defaultdict(float)
 
     def compute(ops: tuple[Op, ...]) -> float:
@@ -55,9 +69,16 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTimer) -> Bloc
     def comm(ops: tuple[CommOp, ...]) -> float:
         return sum(comm_time(op) for op in ops)
 
-    return BlockCost(compute(block.forward), comm(block.forward_comm), compute(block.backward),
-                     comm(block.backward_comm), compute(block.recompute),
-                     comm(block.recompute_comm), dict(by_source))
+    def host(ops: tuple[Op, ...], comms: tuple[CommOp, ...]) -> float:
+        return len(ops) * efficiency.host_overhead_s + len(comms) * efficiency.collective_overhead_s
+
+    fwd, fwd_c = compute(block.forward), comm(block.forward_comm)
+    bwd, bwd_c = compute(block.backward), comm(block.backward_comm)
+    rec, rec_c = compute(block.recompute), comm(block.recompute_comm)
+    fwd_host = host(block.forward, block.forward_comm)
+    bwd_host = host(block.backward, block.backward_comm) + host(block.recompute, block.recompute_comm)
+    return BlockCost(fwd, fwd_c, bwd, bwd_c, rec, rec_c, max(0.0, fwd_host - fwd - fwd_c),
+                     max(0.0, bwd_host - bwd - bwd_c - rec - rec_c), dict(by_source))
 
 
 class CommTimer:
@@ -85,9 +106,10 @@ class StageCosts:
 
 def lower(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel) -> StageCosts:
     timer = CommTimer(job, network)
-    layer = cost_block(graph.layer, kernels, timer)
-    emb = cost_block(graph.embedding, kernels, timer)
-    head = cost_block(graph.head, kernels, timer)
+    eff = job.hardware.efficiency
+    layer = cost_block(graph.layer, kernels, timer, eff)
+    emb = cost_block(graph.embedding, kernels, timer, eff)
+    head = cost_block(graph.head, kernels, timer, eff)
     p, v, n = job.parallel.pp, job.parallel.virtual_stages, graph.layers_per_chunk
 
     def grid(attr: str) -> np.ndarray:
@@ -96,10 +118,13 @@ def lower(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel
         g[p - 1, v - 1] += getattr(head, attr)
         return g
 
+    per_microbatch = np.full((p, v), eff.microbatch_overhead_s)
     parts = {
+        "overhead": 2 * per_microbatch + grid("host_excess"),
         "forward": grid("forward"),
         "backward": grid("backward"),
         "recompute": grid("recompute"),
         "tp_comm": grid("forward_comm") + grid("backward_comm") + grid("recompute_comm"),
     }
-    return StageCosts(grid("forward_total"), grid("backward_total"), parts, layer, emb, head)
+    return StageCosts(grid("forward_total") + per_microbatch, grid("backward_total") + per_microbatch,
+                      parts, layer, emb, head)

@@ -8,8 +8,8 @@ from typing import Any
 from simulator.engine import Timeline
 from simulator.memory import StageMemory
 
-BREAKDOWN_KEYS = ("forward", "backward", "recompute", "tp_comm", "pp_comm", "dp_comm_exposed",
-                  "embedding_sync", "pipeline_bubble", "optimizer")
+BREAKDOWN_KEYS = ("forward", "backward", "recompute", "tp_comm", "overhead", "pp_comm",
+                  "dp_comm_exposed", "embedding_sync", "pipeline_bubble", "optimizer")
 
 
 @dataclass(frozen=True)

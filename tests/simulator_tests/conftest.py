@@ -51,3 +51,11 @@ def pipeline_only(job: Job) -> dict[str, object]:
     """simulate() keyword arguments that leave only the pipeline phase: free communication and a
     free optimizer step, so the iteration is forward/backward compute plus bubble."""
     return {"kernels": WithoutOptimizerStep(default_kernels(job)), "network": free_network(job)}
+
+
+def without_framework_overheads(job: Job) -> Job:
+    """The job on hardware whose host dispatch, collective-call and micro-batch overheads are
+    zero, so that the pipeline's timing is only the GPU work (for schedule-formula tests)."""
+    eff = job.hardware.efficiency.model_copy(
+        update={"host_overhead_s": 0.0, "collective_overhead_s": 0.0, "microbatch_overhead_s": 0.0})
+    return job.model_copy(update={"hardware": job.hardware.model_copy(update={"efficiency": eff})})

@@ -13,7 +13,7 @@ import pytest
 from simulator import job_from_dict, simulate
 from simulator.engine import round_plan, run_pipeline
 from simulator.enums import Schedule
-from tests.simulator_tests.conftest import pipeline_only
+from tests.simulator_tests.conftest import pipeline_only, without_framework_overheads
 
 LAYOUTS = [(2, 4), (4, 8), (4, 16), (8, 8), (3, 6), (8, 32)]  # (p, m)
 
@@ -80,7 +80,7 @@ def _wide_job(p: int, m: int, schedule: str = "1f1b", v: int = 1) -> dict:
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 @pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (4, 16), (8, 8)])
 def test_simulated_bubble_fraction_matches_formula_with_free_communication(schedule, p, m):
-    job = job_from_dict(_wide_job(p, m, schedule))
+    job = without_framework_overheads(job_from_dict(_wide_job(p, m, schedule)))
     result = simulate(job, **pipeline_only(job))
     fraction = result.breakdown["pipeline_bubble"] / result.iteration_time_s
     assert fraction == pytest.approx((p - 1) / (m + p - 1), rel=0.01)
@@ -89,8 +89,9 @@ def test_simulated_bubble_fraction_matches_formula_with_free_communication(sched
 @pytest.mark.parametrize("v", [2, 4])
 @pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (8, 8)])
 def test_simulated_interleaving_shrinks_bubble_by_v(v, p, m):
-    plain_job = job_from_dict(_wide_job(p, m))
-    interleaved_job = job_from_dict(_wide_job(p, m, "interleaved_1f1b", v))
+    plain_job = without_framework_overheads(job_from_dict(_wide_job(p, m)))
+    interleaved_job = without_framework_overheads(
+        job_from_dict(_wide_job(p, m, "interleaved_1f1b", v)))
     plain = simulate(plain_job, **pipeline_only(plain_job))
     interleaved = simulate(interleaved_job, **pipeline_only(interleaved_job))
     ratio = plain.breakdown["pipeline_bubble"] / interleaved.breakdown["pipeline_bubble"]
@@ -100,7 +101,7 @@ def test_simulated_interleaving_shrinks_bubble_by_v(v, p, m):
 
 
 def test_single_stage_has_no_bubble():
-    job = job_from_dict(_wide_job(1, 4))
+    job = without_framework_overheads(job_from_dict(_wide_job(1, 4)))
     result = simulate(job, **pipeline_only(job))
     assert result.breakdown["pipeline_bubble"] == pytest.approx(0.0, abs=1e-12)
     assert result.iteration_time_s == pytest.approx(

@@ -1,0 +1,1 @@
+"""Accuracy against measured training runs: read measurements, validate, calibrate."""

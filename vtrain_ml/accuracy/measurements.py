@@ -1,0 +1,119 @@
+"""Measured-iteration CSVs (vTrain's published layout) -> jobs under the runs' conditions.
+
+Two layouts, told apart by the header: the single-node file and the multi-node file, which adds a
+"Parameters (billion)" column. Conditions of every row (vTrain's Megatron-DeepSpeed runs): fp16,
+full activation recompute, fused softmax / bias-GeLU, no flash attention, no sequence parallelism,
+1F1B, data-parallel all-reduce after backward without bucketing, vocabulary 50257, learned position
+embeddings, 8 GPUs per node on NVLink (150 GB/s), 800 Gbps between nodes, Adam.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from simulator.errors import DataError
+from simulator.loaders import job_from_dict
+from simulator.specs import Job
+
+log = logging.getLogger(__name__)
+
+COLUMNS = {
+    "# GPUs": "num_gpus",
+    "global batch": "global_batch_size",
+    "micro batch": "micro_batch_size",
+    "hidden size": "hidden_size",
+    "attention heads": "num_attention_heads",
+    "# layers": "num_layers",
+    "sequence length": "seq_length",
+    "tensor parallelism": "tp",
+    "data parallelism": "dp",
+    "pipeline parallelism": "pp",
+    "iteration time (ms)": "measured_ms",
+}
+OPTIONAL = {"Parameters (billion)": "params_billion"}
+
+CONDITIONS = {
+    "vocab_size": 50257,
+    "gpus_per_node": 8,
+    "intra_node_bandwidth_GBps": 150.0,
+    "inter_node_bandwidth_Gbps": 800.0,
+}
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """Valid rows (one per configuration) and how many impossible rows were skipped."""
+
+    rows: pd.DataFrame  # internal column names + source, row (1-based line in its file)
+    skipped: int
+    content_hash: str
+
+
+def read_measurements(paths: list[str | Path]) -> Measurements:
+    frames, skipped, digest = [], 0, hashlib.sha256()
+    for path in paths:
+        frame, bad = _read_one(Path(path))
+        digest.update(Path(path).read_bytes())
+        frames.append(frame)
+        skipped += bad
+    rows = pd.concat(frames, ignore_index=True)
+    if rows.empty:
+        raise DataError("no valid measurement rows in " + ", ".join(map(str, paths)))
+    return Measurements(rows, skipped, digest.hexdigest()[:16])
+
+
+def _read_one(path: Path) -> tuple[pd.DataFrame, int]:
+    if not path.is_file():
+        raise DataError(f"measurement file {path} does not exist")
+    try:
+        raw = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not a readable CSV ({exc})") from None
+    header = [c.strip() for c in raw.columns]
+    raw.columns = header
+    missing = [c for c in COLUMNS if c not in header]
+    unknown = [c for c in header if c not in COLUMNS and c not in OPTIONAL]
+    if missing or unknown:
+        parts = ([f"missing column(s) {missing}"] if missing else []) + (
+            [f"unknown column(s) {unknown}"] if unknown else [])
+        raise DataError(f"{path}: {'; '.join(parts)}; expected the vTrain layout: {list(COLUMNS)}")
+    for column in header:
+        values = pd.to_numeric(raw[column], errors="coerce")
+        bad = values.isna()
+        if bad.any():
+            row = int(bad.to_numpy().nonzero()[0][0])
+            raise DataError(f"{path}: row {row + 2}, column '{column}': "
+                            f"{raw[column].iloc[row]!r} is not a number")
+        raw[column] = values
+    frame = raw.rename(columns={**COLUMNS, **OPTIONAL})
+    frame["source"] = path.name
+    frame["row"] = frame.index + 2  # line number in the file (header is line 1)
+    product = frame.tp * frame.dp * frame.pp
+    impossible = product != frame.num_gpus
+    for _, r in frame[impossible].iterrows():
+        log.warning("%s: row %d skipped: tp*dp*pp = %d != # GPUs = %d", path, r.row,
+                    r.tp * r.dp * r.pp, r.num_gpus)
+    return frame[~impossible].reset_index(drop=True), int(impossible.sum())
+
+
+def row_to_job(row: pd.Series, hardware: str) -> Job:
+    """A measured row as a job under the runs' conditions on `hardware` (name or file)."""
+    return job_from_dict({
+        "model": {"name": f"gpt-h{int(row.hidden_size)}-l{int(row.num_layers)}",
+                  "num_layers": int(row.num_layers), "hidden_size": int(row.hidden_size),
+                  "num_attention_heads": int(row.num_attention_heads),
+                  "vocab_size": CONDITIONS["vocab_size"], "seq_length": int(row.seq_length)},
+        "training": {"global_batch_size": int(row.global_batch_size),
+                     "micro_batch_size": int(row.micro_batch_size), "precision": "fp16",
+                     "recompute": "full", "flash_attention": False},
+        "parallel": {"tp": int(row.tp), "pp": int(row.pp), "dp": int(row.dp), "schedule": "1f1b"},
+        "cluster": {"gpu": hardware, "num_gpus": int(row.num_gpus),
+                    "gpus_per_node": CONDITIONS["gpus_per_node"],
+                    "intra_node_bandwidth_GBps": CONDITIONS["intra_node_bandwidth_GBps"],
+                    "inter_node_bandwidth_Gbps": CONDITIONS["inter_node_bandwidth_Gbps"]},
+    })
