@@ -26,6 +26,7 @@ from simulator.enums import CollectiveKind
 from simulator.errors import ProfileError
 from simulator.interpolation import RatioInterpolator, size_features
 from simulator.nccl import NcclTable
+from simulator.network import NetworkModel
 from simulator.ops import Op, OpKind, Phase
 from simulator.profile_format import OPS_TABLE, Profile, read_profile, shape_from_str
 from simulator.specs import Job
@@ -152,3 +153,12 @@ def nccl_table_from_profile(profile: Profile) -> NcclTable | None:
             sizes[int(n)] = nbytes[pick][order]
             times[int(n)] = seconds[pick][order]
     return NcclTable(sizes, times) if sizes else None
+
+
+def network_from_profile(path: str | Path, job: Job) -> NetworkModel | None:
+    """The job's network model with the profile's measured all-reduce table in place of the
+    hardware's nccl tables (None when the profile holds no all-reduce measurements)."""
+    table = nccl_table_from_profile(read_profile(path))
+    if table is None:
+        return None
+    return NetworkModel(job.hardware, job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps, table)

@@ -75,3 +75,23 @@ def test_non_nccl_file_is_a_data_error(tmp_path, capsys):
     junk.write_text("hello\n")
     assert profile_main(["import-nccl-tests", str(junk), "--out", str(tmp_path / "o")]) == 2
     assert "column header" in capsys.readouterr().err
+
+
+def test_profile_all_reduce_replaces_the_network_table(tmp_path, capsys):
+    from simulator import load_job, simulate
+    from simulator.enums import CollectiveKind
+    from simulator.profiled import network_from_profile
+    from simulator.topology import tp_placement
+    from tests.profiler_tests.conftest import TINY_LLAMA
+
+    out = tmp_path / "net"
+    slow = tmp_path / "all_reduce_2gpu.txt"
+    lines = [ln for ln in NCCL_TEXT.splitlines() if not ln.startswith(("#  Rank  2", "#  Rank  3"))]
+    slow.write_text("\n".join(ln.replace(ln.split()[5], f"{1000 * float(ln.split()[5]):.2f}", 1)
+                              if ln and not ln.startswith("#") else ln for ln in lines))
+    assert profile_main(["import-nccl-tests", str(slow), "--out", str(out)]) == 0
+    job = load_job(TINY_LLAMA)  # tp=2 inside one node
+    network = network_from_profile(out, job)
+    assert network is not None
+    assert network.time(CollectiveKind.ALL_REDUCE, 1024, tp_placement(job)) == pytest.approx(10.5e-3)
+    assert simulate(job, network=network).breakdown["tp_comm"] > 10 * simulate(job).breakdown["tp_comm"]
