@@ -65,9 +65,9 @@ def read_vidur_mlp(path: Path) -> list[tuple[Op, float]]:
     records: list[dict[str, object]] = frame.to_dict("records")  # type: ignore[assignment]
     for r in records:
         for op, column in row_ops(r):
-            value = r.get(f"time_stats.{column}.median")
-            if value is not None and pd.notna(value) and float(str(value)) > 0:
-                out.append((op, float(str(value)) * 1e-3))
+            ms = float(str(r.get(f"time_stats.{column}.median", "nan")))
+            if ms > 0:  # NaN (a column the row lacks) compares False
+                out.append((op, ms * 1e-3))
     return out
 
 
