@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.catalog import hardware_fingerprint, resolve_hardware
+from simulator.catalog import data_dir, hardware_fingerprint, read_yaml, resolve_hardware
 from simulator.errors import ConfigError, DataError, ProfileError
 from simulator.fileio import write_json_atomic
-from simulator.specs import HardwareSpec
+from simulator.specs import HardwareSpec, parse
 
 if TYPE_CHECKING:
     from surrogate.model import Surrogate
@@ -89,12 +89,23 @@ def read_metadata(folder: Path) -> dict[str, Any]:
     return dict(data)
 
 
+def current_hardware(source: str) -> HardwareSpec:
+    """The hardware `source` names, read from disk now (the catalog memoizes files by path, which
+    would hide an edit made since this process first read it)."""
+    path = Path(source)
+    if not path.is_file():
+        path = data_dir() / "hardware" / f"{resolve_hardware(source).name}.yaml"
+    if not path.is_file():
+        return resolve_hardware(source)
+    return parse(HardwareSpec, read_yaml(path), f"hardware file {path}")
+
+
 def stale_hardware(metadata: Mapping[str, Any]) -> list[str]:
     """Sentences for each trained hardware whose source now hashes differently."""
     problems = []
     for name, entry in metadata["hardware"].items():
         try:
-            current = hardware_fingerprint(resolve_hardware(entry["source"]))
+            current = hardware_fingerprint(current_hardware(entry["source"]))
         except ConfigError:
             continue  # a file that is gone cannot have changed; the stored spec is used
         if current != entry["hash"]:

@@ -43,7 +43,8 @@ def _add_train(sub: Any) -> None:
     t.add_argument("--out", required=True, help="model folder (e.g. runs/surrogates/NAME)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--tune-trials", type=int, default=0, help="Optuna trials for XGBoost hyperparameters")
-    t.add_argument("--n-estimators", type=int, default=2000, help="maximum boosting rounds")
+    t.add_argument("--n-estimators", type=int, default=1500, help="maximum boosting rounds")
+    t.add_argument("--jobs", type=int, default=-1, help="XGBoost threads (-1: all cores)")
     t.add_argument("--mlflow", action="store_true", help="log params, metrics, model and plots to MLflow")
     t.add_argument("--experiment", default="vtrain-surrogate", help="MLflow experiment name")
     t.add_argument("--json", action="store_true")
@@ -158,7 +159,8 @@ def _track(args: argparse.Namespace, result: Any) -> str:
 def _train(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from surrogate.workflow import TrainConfig, train
 
-    result = train(args.samples, args.out, TrainConfig(args.seed, args.tune_trials, args.n_estimators))
+    config = TrainConfig(args.seed, args.tune_trials, args.n_estimators, xgb_params={"n_jobs": args.jobs})
+    result = train(args.samples, args.out, config)
     r = result.report
     data = {k: v for k, v in r.items()}
     text = (f"trained on {r['n_fit']} samples ({r['n_test']} held out by model shape) in "

@@ -1,0 +1,47 @@
+"""`python -m vtrain_ml.surrogate`: commands, JSON output, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from vtrain_ml.cli.surrogate import main
+
+
+def test_generate_and_train_and_evaluate_from_the_command_line(tmp_path, tiny_space_file, capsys) -> None:
+    samples, model = tmp_path / "s", tmp_path / "m"
+    assert main(["generate", "--space", str(tiny_space_file), "--n", "120", "--out", str(samples),
+                 "--jobs", "1", "--chunk-size", "60", "--no-progress"]) == 0
+    assert "rejected" in capsys.readouterr().out
+    assert main(["train", "--samples", str(samples), "--out", str(model), "--n-estimators", "30",
+                 "--jobs", "1"]) == 0
+    assert "held-out test" in capsys.readouterr().out
+    assert main(["evaluate", "--model", str(model), "--samples", str(samples), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"n", "mape", "p95_ape", "spearman", "memory_mape", "batch_predictions_per_s"} <= set(data)
+    assert data["n"] == 120 and 0 <= data["mape"] < 1
+
+
+def test_predict_a_job_file(tmp_path, tiny_model, capsys) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({
+        "model": {"num_layers": 8, "hidden_size": 1024, "num_attention_heads": 16, "vocab_size": 51200,
+                  "seq_length": 1024},
+        "training": {"global_batch_size": 64, "micro_batch_size": 1, "precision": "bf16"},
+        "parallel": {"tp": 2, "pp": 2, "dp": 2}, "cluster": {"gpu": "a100-80gb", "num_gpus": 8}}))
+    assert main(["predict", "--model", str(tiny_model.path), str(job), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["iteration_time_s"] > 0 and isinstance(data["fits_in_memory"], bool)
+
+
+def test_bad_input_gives_one_line_and_exit_code_2(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("num_gpu: {min: 8, max: 16}\n")
+    assert main(["generate", "--space", str(bad), "--n", "5", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "num_gpus" in err
+    assert main(["evaluate", "--model", str(tmp_path), "--samples", str(tmp_path)]) == 2
+    assert "metadata.json" in capsys.readouterr().err
+    assert main(["generate", "--n", "5", "--out", str(tmp_path / "x"), "--hardware", "a100-90gb"]) == 2
+    assert "did you mean" in capsys.readouterr().err

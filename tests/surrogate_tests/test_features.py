@@ -1,0 +1,58 @@
+"""Records, and the closed-form physics the model learns residuals of."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator import simulate
+from simulator.errors import ConfigError
+from surrogate.dataset import read_samples, simulate_records
+from surrogate.features import JOB_COLUMNS, job_to_record, physics_features, record_to_job
+from tests.conftest import make_job
+
+
+def test_record_round_trip_keeps_the_job() -> None:
+    job = make_job()
+    record = job_to_record(job)
+    assert tuple(record) == JOB_COLUMNS
+    again = record_to_job(record)
+    assert job_to_record(again) == record
+    assert simulate(again).iteration_time_s == pytest.approx(simulate(job).iteration_time_s)
+
+
+def test_invalid_record_raises_config_error_naming_the_field() -> None:
+    record = job_to_record(make_job())
+    with pytest.raises(ConfigError, match="tp"):
+        record_to_job({**record, "tp": 3})
+    with pytest.raises(ConfigError, match="lacks column"):
+        record_to_job({k: v for k, v in record.items() if k != "schedule"})
+
+
+def test_simulate_records_returns_targets_in_input_order() -> None:
+    records = [job_to_record(make_job(training={"global_batch_size": gbs})) for gbs in (32, 16, 64)]
+    df = simulate_records(records)
+    assert list(df["global_batch_size"]) == [32, 16, 64]
+    assert df["iteration_time_s"].is_monotonic_increasing is False or len(df) == 3
+    assert df.loc[2, "iteration_time_s"] > df.loc[1, "iteration_time_s"]
+    for col in ("iteration_time_s", "peak_memory_bytes", "fits_in_memory", "cost_per_iteration_usd", "mfu"):
+        assert col in df.columns
+
+
+def test_memory_estimate_is_exact_for_1f1b_and_gpipe(tiny_samples) -> None:
+    df = read_samples(tiny_samples)
+    df = df[df["schedule"] != "interleaved_1f1b"]
+    est = np.exp(physics_features(df)["est_log_memory_bytes"])
+    np.testing.assert_allclose(est, df["peak_memory_bytes"], rtol=1e-6)
+
+
+def test_time_estimate_is_within_a_factor_of_the_simulator(tiny_samples) -> None:
+    df = read_samples(tiny_samples)
+    ratio = np.exp(physics_features(df)["est_log_time_s"]) / df["iteration_time_s"]
+    assert np.median(np.abs(np.log(ratio))) < 0.3
+    assert ratio.between(0.3, 3).all()
+
+
+def test_physics_features_are_finite(tiny_samples) -> None:
+    feats = physics_features(read_samples(tiny_samples))
+    assert np.isfinite(feats.to_numpy()).all()

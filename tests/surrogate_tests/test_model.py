@@ -1,0 +1,109 @@
+"""The surrogate model: accuracy on held-out model shapes, persistence, hash guard, space warning."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simulator.errors import ProfileError
+from surrogate.dataset import read_samples
+from surrogate.encoding import OutOfSpaceWarning
+from surrogate.features import JOB_COLUMNS, record_to_job
+from surrogate.model import Surrogate
+from surrogate.splits import model_groups, train_valid_test
+from tests.conftest import make_job
+
+
+def test_split_keeps_each_model_shape_on_one_side(tiny_samples) -> None:
+    fit, test = train_valid_test(read_samples(tiny_samples), 0.2, 0)
+    assert len(test) > 0
+    assert not set(model_groups(fit)) & set(model_groups(test))
+
+
+def test_model_beats_trivial_baseline_by_a_wide_margin_on_held_out_groups(tiny_model) -> None:
+    report = tiny_model.report
+    assert report["n_test"] > 20
+    assert report["test"]["mape"] < 0.1
+    assert report["test"]["mape"] < 0.1 * report["baseline"]["mape"]
+    assert report["test"]["spearman"] > 0.99
+    assert report["test"]["memory_mape"] < 0.02
+    assert report["test"]["fits_accuracy"] > 0.95
+
+
+def test_metadata_records_what_the_issue_asks(tiny_model) -> None:
+    meta = json.loads((tiny_model.path / "metadata.json").read_text())
+    for key in ("feature_names", "schema_version", "space", "hardware", "simulator_version",
+                "training_data_hash", "test_metrics"):
+        assert meta[key], key
+    assert meta["hardware"]["a100-80gb"]["hash"] == tiny_model.model.hardware_hashes_["a100-80gb"]
+    assert {"mape", "p95_ape", "spearman", "memory_mape"} <= set(meta["test_metrics"])
+    assert (tiny_model.path / "iteration_time.ubj").is_file()
+
+
+def test_save_load_round_trip_gives_identical_predictions(tiny_model, tiny_samples) -> None:
+    df = read_samples(tiny_samples)[list(JOB_COLUMNS)]
+    loaded = Surrogate.load(tiny_model.path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OutOfSpaceWarning)
+        pd.testing.assert_frame_equal(loaded.predict(df), tiny_model.model.predict(df))
+
+
+def test_predict_accepts_jobs_and_dataframes_alike(tiny_model, tiny_samples) -> None:
+    df = read_samples(tiny_samples)[list(JOB_COLUMNS)].head(5)
+    jobs = [record_to_job(r) for r in df.to_dict("records")]
+    by_job = tiny_model.model.predict(jobs)
+    by_frame = tiny_model.model.predict(df)
+    np.testing.assert_allclose(by_job["iteration_time_s"], by_frame["iteration_time_s"])
+    assert list(by_job.columns) == ["iteration_time_s", "peak_memory_bytes", "fits_in_memory"]
+
+
+def test_hash_guard_refuses_a_changed_hardware_profile(tiny_model) -> None:
+    job = make_job(model={"num_layers": 8, "hidden_size": 1024, "num_attention_heads": 16,
+                          "seq_length": 512}, training={"precision": "bf16"})
+    hw = job.hardware
+    slower = job.model_copy(update={"hardware": hw.model_copy(update={
+        "efficiency": hw.efficiency.model_copy(update={"gemm_max_efficiency": 0.5})})})
+    with pytest.raises(ProfileError, match="allow-stale"):
+        tiny_model.model.predict([slower])
+    stale = Surrogate.load(tiny_model.path, allow_stale=True)
+    assert stale.predict([slower])["iteration_time_s"].iloc[0] > 0
+
+
+def test_loading_refuses_a_model_whose_hardware_file_changed(tiny_samples, tmp_path) -> None:
+    import yaml
+
+    from simulator.catalog import data_dir
+    from surrogate.workflow import TrainConfig, train
+
+    hw_file = tmp_path / "a100-calibrated.yaml"
+    data = yaml.safe_load((data_dir() / "hardware" / "a100-80gb.yaml").read_text())
+    hw_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = train(tiny_samples, tmp_path / "m", TrainConfig(n_estimators=5, xgb_params={"n_jobs": 1}))
+    meta_path = result.path / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["hardware"]["a100-80gb"]["source"] = str(hw_file)
+    meta_path.write_text(json.dumps(meta))
+    Surrogate.load(result.path)  # unchanged file: fine
+    hw_file.write_text(yaml.safe_dump({**data, "hbm_bandwidth_GBps": 1000}, sort_keys=False))
+    with pytest.raises(ProfileError, match="stale surrogate"):
+        Surrogate.load(result.path)
+    assert Surrogate.load(result.path, allow_stale=True).hardware_hashes_
+
+
+def test_out_of_space_job_is_predicted_with_a_warning_naming_the_field(tiny_model) -> None:
+    job = make_job(cluster={"num_gpus": 1024}, parallel={"tp": 2, "pp": 2, "dp": 256},
+                   training={"global_batch_size": 512})
+    with pytest.warns(OutOfSpaceWarning, match="num_gpus"):
+        out = tiny_model.model.predict([job])
+    assert out["iteration_time_s"].iloc[0] > 0
+
+
+def test_unfitted_model_says_so() -> None:
+    from simulator.errors import DataError
+
+    with pytest.raises(DataError, match="not fitted"):
+        Surrogate().predict(pd.DataFrame())
