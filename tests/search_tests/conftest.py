@@ -24,9 +24,9 @@ def tiny_dict(**overrides: Any) -> dict[str, Any]:
     return {**base, **overrides}
 
 
-def tiny_config(storage: Path | str | None = None, **overrides: Any) -> SearchConfig:
-    if storage is not None:
-        overrides.setdefault("storage", storage if isinstance(storage, str) else f"sqlite:///{storage}")
+def tiny_config(storage: Path | str = "memory", **overrides: Any) -> SearchConfig:
+    """A tiny search; `storage` a URL or a SQLite file (default: in memory, for speed)."""
+    overrides.setdefault("storage", storage if isinstance(storage, str) else f"sqlite:///{storage}")
     return config_from_dict(tiny_dict(**overrides))
 
 

@@ -20,8 +20,8 @@ from vtrain_ml.planner.study import complete_trials, surrogate_trials
 from vtrain_ml.planner.verify import rank
 
 
-def test_search_finds_the_exhaustive_optimum_with_fewer_exact_evaluations(db: str) -> None:
-    config = tiny_config(db)
+def test_search_finds_the_exhaustive_optimum_with_fewer_exact_evaluations() -> None:
+    config = tiny_config()
     reference = run_exhaustive(config)
     found = run_search(config, factory=lambda: NoisyOracle(0.05))
     assert found.best is not None and reference.best is not None
@@ -29,8 +29,8 @@ def test_search_finds_the_exhaustive_optimum_with_fewer_exact_evaluations(db: st
     assert found.exact_evaluations < reference.exact_evaluations / 2
 
 
-def test_the_answer_is_the_exact_simulators(db: str) -> None:
-    config = tiny_config(db)
+def test_the_answer_is_the_exact_simulators() -> None:
+    config = tiny_config()
     report = run_search(config, factory=lambda: NoisyOracle(0.2))
     assert report.best is not None
     space = SearchSpace(config)
@@ -42,9 +42,9 @@ def test_the_answer_is_the_exact_simulators(db: str) -> None:
     assert report.best.exact.iteration_time_s == evaluate_exact(job).iteration_time_s
 
 
-def test_a_useless_surrogate_never_makes_an_out_of_memory_plan_best(db: str) -> None:
+def test_a_useless_surrogate_never_makes_an_out_of_memory_plan_best() -> None:
     # Constant says everything fits and is equally fast: only verification can rank plans.
-    config = tiny_config(db, model={"name": "wide", "num_layers": 8, "hidden_size": 8192,
+    config = tiny_config(model={"name": "wide", "num_layers": 8, "hidden_size": 8192,
                                     "num_attention_heads": 64, "vocab_size": 50257, "seq_length": 4096})
     report = run_search(config, factory=Constant)
     assert report.exact_evaluations > 0
@@ -66,14 +66,14 @@ def test_verification_records_exact_trials_and_refits_on_a_growing_set(db: str) 
     assert report.surrogate["error"]["verified_points"] == sources.count("exact")
 
 
-def test_same_seed_same_answer(tmp_path) -> None:
-    a = run_search(tiny_config(tmp_path / "a.db", trials=20), factory=lambda: NoisyOracle(0.1))
-    b = run_search(tiny_config(tmp_path / "b.db", trials=20), factory=lambda: NoisyOracle(0.1))
+def test_same_seed_same_answer() -> None:
+    a = run_search(tiny_config(trials=20), factory=lambda: NoisyOracle(0.1))
+    b = run_search(tiny_config(trials=20), factory=lambda: NoisyOracle(0.1))
     assert [o.plan for o in a.evaluated] == [o.plan for o in b.evaluated]
 
 
-def test_pareto_front_is_non_dominated_and_sorted(db: str) -> None:
-    report = run_search(tiny_config(db, objective="pareto", trials=48, verify_every=16),
+def test_pareto_front_is_non_dominated_and_sorted() -> None:
+    report = run_search(tiny_config(objective="pareto", trials=48, verify_every=16),
                         factory=lambda: NoisyOracle(0.05))
     front = report.pareto
     assert len(front) >= 2

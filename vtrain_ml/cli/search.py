@@ -39,7 +39,8 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "initial_samples": ("--initial-samples", int, "exact samples for a focused surrogate (default 24)"),
     "surrogate": ("--surrogate", str, "trained surrogate (surrogate.model.Surrogate.save) to use"),
     "storage": ("--storage", str, "Optuna storage URL (default sqlite:///runs/search.db; "
-                                  "journal:///file.log for a journal file)"),
+                                  "journal:///file.log for a journal file, memory for a "
+                                  "throwaway run)"),
     "study": ("--study", str, "study name (default: derived from the search's content hash)"),
     "seed": ("--seed", int, "sampler and sampling seed"),
     "n_jobs": ("--n-jobs", int, "processes for exact simulation batches"),

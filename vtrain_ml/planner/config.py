@@ -101,7 +101,7 @@ class SearchConfig(Frozen):
         """Content hash of what defines the study's trials (not run-length or output options)."""
         keep = self.model_dump(mode="json", exclude={"trials", "verify_every", "verify_top", "storage",
                                                      "study", "n_jobs", "max_exhaustive", "surrogate",
-                                                     "baseline", "top"})
+                                                     "baseline", "top", "seed"})
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:10]
 
     def study_name(self) -> str:

@@ -28,8 +28,11 @@ EXACT_SOURCES = ("sample", "exact")
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An Optuna storage from a URL: any SQLAlchemy URL (SQLite, PostgreSQL, MySQL) or a
-    journal file (``journal:///path/to/file.log``). Failures become one `ConfigError` line."""
+    """An Optuna storage from a URL: any SQLAlchemy URL (SQLite, PostgreSQL, MySQL), a journal
+    file (``journal:///path/to/file.log``), or ``memory`` (fast, gone when the process ends).
+    Failures become one `ConfigError` line."""
+    if url == "memory":
+        return optuna.storages.InMemoryStorage()
     try:
         if url.startswith("journal:///"):
             path = Path(url.removeprefix("journal:///"))

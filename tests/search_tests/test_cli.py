@@ -1,0 +1,82 @@
+"""python -m vtrain_ml.search: bad input is one clear line and exit code 2; outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.search_tests.conftest import tiny_dict
+from vtrain_ml.cli.search import main
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("error: ")
+    return err[0]
+
+
+def test_unknown_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code = main(["--model", "gpt-9", "--max-gpus", "8", "--global-batch", "8",
+                 "--storage", f"sqlite:///{tmp_path / 'x.db'}"])
+    assert code == 2
+    assert "unknown model preset 'gpt-9'" in _one_error_line(capsys)
+
+
+def test_no_valid_layout_for_the_gpu_count(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code = main(["--model", "mt-nlg-530b", "--max-gpus", "8", "--global-batch", "1920",
+                 "--storage", f"sqlite:///{tmp_path / 'x.db'}"])
+    assert code == 2
+    assert "no valid layout of 8" in _one_error_line(capsys)
+
+
+def test_storage_that_cannot_be_opened(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--model", "llama-2-7b", "--max-gpus", "8", "--global-batch", "64",
+                 "--storage", "nosuchdb://nowhere/x"])
+    assert code == 2
+    assert "cannot open storage nosuchdb://nowhere/x" in _one_error_line(capsys)
+
+
+def test_resume_of_a_study_that_does_not_exist(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code = main(["--model", "llama-2-7b", "--max-gpus", "8", "--global-batch", "64", "--resume",
+                 "--study", "nope", "--storage", f"sqlite:///{tmp_path / 'x.db'}"])
+    assert code == 2
+    assert "no study 'nope'" in _one_error_line(capsys)
+
+
+def test_missing_required_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--model", "llama-2-7b"]) == 2
+    assert "missing --max-gpus, --global-batch" in _one_error_line(capsys)
+
+
+def test_config_file_with_an_unknown_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump({**tiny_dict(), "objectiv": "time"}))
+    assert main(["--config", str(path)]) == 2
+    assert "did you mean 'objective'" in _one_error_line(capsys)
+
+
+def test_exhaustive_json_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump({**tiny_dict(), "baseline": {"tp": 2, "pp": 2, "dp": 4}}))
+    plot = tmp_path / "front.png"
+    assert main(["--config", str(path), "--exhaustive", "--json", "--plot", str(plot)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"best", "pareto", "exact_evaluations", "trials", "wall_s", "baseline"} <= set(data)
+    assert data["best"]["iteration_time_s"] <= data["baseline"]["iteration_time_s"]
+    assert plot.stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_search_cli_with_the_real_focused_surrogate(capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: Path) -> None:
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(tiny_dict(storage=f"sqlite:///{tmp_path / 's.db'}")))
+    assert main(["--config", str(path), "--trials", "30"]) == 0
+    captured = capsys.readouterr()
+    assert "training a focused surrogate on 8 exact samples" in captured.err
+    assert "verify round" in captured.err
+    assert "surrogate vs exact" in captured.out

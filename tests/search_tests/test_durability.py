@@ -1,0 +1,64 @@
+"""Several processes on one study, and a killed search resumed without losing a finished trial."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.search_tests.conftest import tiny_config
+from tests.search_tests.standins import Constant
+from vtrain_ml.planner.runner import run_search
+from vtrain_ml.planner.study import complete_trials, open_storage, surrogate_trials
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _worker(url: str, trials: int, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "tests.search_tests.worker", url, str(trials), *extra],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "journal"])
+def test_two_processes_work_on_one_study(tmp_path: Path, scheme: str) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}" if scheme == "sqlite" else f"journal:///{tmp_path / 's.log'}"
+    run_search(tiny_config(url, trials=2, verify_every=2), factory=Constant)  # creates the study
+    workers = [_worker(url, 40, "0", "--resume"), _worker(url, 40, "1", "--resume")]
+    for w in workers:
+        _, err = w.communicate(timeout=120)
+        assert w.returncode == 0, err.decode()[-2000:]
+    study = optuna.load_study(study_name=tiny_config().study_name(), storage=open_storage(url))
+    trials = study.get_trials(deepcopy=False)
+    assert not [t for t in trials if t.state is TrialState.FAIL]
+    assert len({t.number for t in trials}) == len(trials)
+    assert len(surrogate_trials(complete_trials(study))) >= 40
+
+
+def test_a_killed_search_resumes_without_losing_finished_trials(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    worker = _worker(url, 100_000)
+    name = tiny_config().study_name()
+    finished: dict[int, tuple[float, ...]] = {}
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and len(finished) < 25:
+        time.sleep(0.5)
+        try:
+            study = optuna.load_study(study_name=name, storage=url)
+            finished = {t.number: tuple(t.values) for t in complete_trials(study)}
+        except KeyError:
+            continue
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait()
+    assert len(finished) >= 25, "the worker made too little progress to test anything"
+    report = run_search(tiny_config(url, trials=60), resume=True, factory=Constant)
+    study = optuna.load_study(study_name=name, storage=url)
+    after = {t.number: tuple(t.values) for t in complete_trials(study)}
+    assert all(after.get(n) == v for n, v in finished.items())
+    assert report.trials >= 60
