@@ -73,7 +73,7 @@ def _codes(values: np.ndarray, choices: tuple[str, ...]) -> np.ndarray:
 
 HW_FIELDS = ("peak_fp16", "peak_bf16", "hbm_Bps", "memory_bytes", "num_sms", "gemm_max", "k_half",
              "launch_s", "host_s", "intra_eff", "inter_eff", "intra_lat_s", "inter_lat_s",
-             "p2p_eff", "reserved_bytes")
+             "p2p_eff", "reserved_bytes", "coll_s", "mb_s")
 
 
 def hardware_vector(spec: HardwareSpec) -> dict[str, float]:
@@ -87,7 +87,10 @@ def hardware_vector(spec: HardwareSpec) -> dict[str, float]:
             "launch_s": e.kernel_launch_s, "host_s": e.host_overhead_s,
             "intra_eff": e.intra_bus_efficiency, "inter_eff": e.inter_bus_efficiency,
             "intra_lat_s": e.intra_latency_s, "inter_lat_s": e.inter_latency_s,
-            "p2p_eff": e.p2p_efficiency, "reserved_bytes": spec.reserved_memory_GiB * GiB}
+            "p2p_eff": e.p2p_efficiency, "reserved_bytes": spec.reserved_memory_GiB * GiB,
+            # framework overheads (newer simulator versions; zero where a spec lacks them)
+            "coll_s": getattr(e, "collective_overhead_s", 0.0),
+            "mb_s": getattr(e, "microbatch_overhead_s", 0.0)}
 
 
 def _hardware_arrays(gpu: np.ndarray, hardware: Mapping[str, HardwareSpec] | None) -> dict[str, np.ndarray]:
@@ -262,11 +265,11 @@ def physics_columns(columns: Mapping[str, np.ndarray],
         "log_dp_bytes": _log(stage * np.where(r.bf16 > 0, 4.0, 2.0) * (r.d > 1) + 1),
         "log_p2p_bytes": _log(T * r.h * 2.0 / r.t * (r.p > 1) + 1),
     }
-    for name in ("pipeline", "stage_mb", "layer", "layer_compute", "tp_comm", "recompute",
+    for name in ("pipeline", "stage_mb", "layer", "layer_compute", "tp_comm", "recompute", "host_excess",
                  "attention", "p2p", "pp_comm", "dp_comm", "dp_exposed", "embedding_sync",
                  "optimizer"):
         out[f"log_{name}_s"] = _log(it[name] + 1e-9)
         out[f"share_{name}"] = it[name] / it["total"]
-    for key in ("peak_bf16", "hbm_Bps", "num_sms", "host_s"):
+    for key in ("peak_bf16", "hbm_Bps", "num_sms", "host_s", "coll_s", "mb_s"):
         out[f"hw_{key}"] = r.hw[key]
     return out

@@ -35,76 +35,116 @@ def gemm_efficiency(r: Rows, batch: np.ndarray, m: np.ndarray, n: np.ndarray, k:
 
 def kernel_s(r: Rows, flops: np.ndarray | float, nbytes: np.ndarray | float,
              eff: np.ndarray | float = 1.0 / 16) -> np.ndarray:
-    """One kernel: roofline plus launch gap, floored by host dispatch (eff 1/16: CUDA cores)."""
+    """GPU time of one kernel: roofline plus launch gap (eff 1/16: CUDA cores, not tensor cores).
+
+    Host dispatch is charged per window of kernels (`_window`), as in simulator.lowering."""
     peak = np.where(r.bf16 > 0, r.hw["peak_bf16"], r.hw["peak_fp16"])
-    gpu = np.maximum(flops / (peak * eff), nbytes / r.hw["hbm_Bps"]) + r.hw["launch_s"]
-    return np.maximum(gpu, r.hw["host_s"])
+    return np.maximum(flops / (peak * eff), nbytes / r.hw["hbm_Bps"]) + r.hw["launch_s"]
 
 
-def gemm_s(r: Rows, batch: np.ndarray | float, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """Forward, data-gradient and weight-gradient GEMMs of Y[m,n] = X[m,k] W[k,n]."""
+def gemm_s(r: Rows, batch: np.ndarray | float, m: np.ndarray, n: np.ndarray,
+           k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, data- plus weight-gradient) GPU seconds of Y[m,n] = X[m,k] W[k,n]."""
     batch = np.broadcast_to(np.asarray(batch, dtype=float), m.shape)
     flops = 2.0 * batch * m * n * k
-    total = np.zeros_like(m)
+    times = []
     for mm, nn, kk in ((m, n, k), (m, k, n), (n, k, m)):
         traffic = batch * (mm * kk + kk * nn + mm * nn) * DT
-        total = total + kernel_s(r, flops, traffic, gemm_efficiency(r, batch, mm, nn, kk))
-    return total
+        times.append(kernel_s(r, flops, traffic, gemm_efficiency(r, batch, mm, nn, kk)))
+    return times[0], times[1] + times[2]
+
+
+def _window(r: Rows, gpu: np.ndarray, comm: np.ndarray, kernels: np.ndarray,
+            collectives: np.ndarray) -> np.ndarray:
+    """A window of kernels takes max(GPU + blocking comm, host dispatch) (simulator.lowering)."""
+    host = kernels * r.hw["host_s"] + collectives * r.hw["coll_s"]
+    return np.maximum(gpu + comm, host)
+
+
+def _core(r: Rows, T: np.ndarray, heads: np.ndarray, hd: np.ndarray) -> dict[str, np.ndarray]:
+    """Attention core: unfused (two batched GEMMs, softmax, dropout) or flash attention."""
+    bh = r.b * heads
+    scores = bh * r.s * r.s
+    qk_f, qk_b = gemm_s(r, bh, r.s, r.s, hd)
+    av_f, av_b = gemm_s(r, bh, r.s, hd, r.s)
+    soft_f = kernel_s(r, 5 * scores, 2 * scores * DT) + kernel_s(r, scores, 2.5 * scores * DT)
+    soft_b = kernel_s(r, 10 * scores, 3 * scores * DT) + kernel_s(r, 2 * scores, 2.5 * scores * DT)
+    fl = 2.0 * bh * r.s * r.s * hd
+    flash_f = kernel_s(r, fl, 4 * T * heads * hd * DT, gemm_efficiency(r, bh, r.s, hd, r.s))
+    flash_b = kernel_s(r, 2.5 * fl, 8 * T * heads * hd * DT, gemm_efficiency(r, bh, r.s, hd, r.s))
+    fa = r.flash > 0
+    return {"fwd": np.where(fa, flash_f, qk_f + av_f + soft_f),
+            "bwd": np.where(fa, flash_b, qk_b + av_b + soft_b),
+            "unfused_fwd": qk_f + av_f + soft_f,
+            "n_fwd": np.where(fa, 1.0, 4.0), "n_bwd": np.where(fa, 1.0, 6.0)}
 
 
 def layer_times(r: Rows) -> dict[str, np.ndarray]:
-    """Seconds of one layer for one micro-batch: compute (fwd+bwd), recompute, tp comm."""
+    """Seconds of one layer for one micro-batch: compute (fwd+bwd), recompute, tp comm, host."""
     T, hd = r.b * r.s, r.h / r.a
     heads, groups = r.a / r.t, r.g / r.t
     up = r.f / r.t * (1 + r.gated)
-    qkv = gemm_s(r, 1.0, T, (heads + 2 * groups) * hd, r.h)
-    proj = gemm_s(r, 1.0, T, r.h, heads * hd)
-    mlp = gemm_s(r, 1.0, T, up, r.h) + gemm_s(r, 1.0, T, r.h, r.f / r.t)
-    bh = r.b * heads
-    scores = bh * r.s * r.s
-    bmm = gemm_s(r, bh, r.s, r.s, hd) + gemm_s(r, bh, r.s, hd, r.s)
-    softmax = 2 * (kernel_s(r, 5 * scores, 2 * scores * DT) + kernel_s(r, 3 * scores, 3 * scores * DT))
-    unfused = bmm + softmax
-    flash_flops = 2.0 * bh * r.s * r.s * hd
-    flash = 3.5 * kernel_s(r, flash_flops, 4 * T * heads * hd * DT,
-                           gemm_efficiency(r, bh, r.s, hd, r.s))
-    core = np.where(r.flash > 0, flash, unfused)
+    gemms = [gemm_s(r, 1.0, T, (heads + 2 * groups) * hd, r.h), gemm_s(r, 1.0, T, r.h, heads * hd),
+             gemm_s(r, 1.0, T, up, r.h), gemm_s(r, 1.0, T, r.h, r.f / r.t)]
+    core = _core(r, T, heads, hd)
     sp_numel = np.where(r.sp > 0, T / r.t, T) * r.h
-    pointwise = (4 * kernel_s(r, 5 * sp_numel, 2 * sp_numel * DT)
-                 + 4 * kernel_s(r, sp_numel, 3 * sp_numel * DT)
-                 + 2 * kernel_s(r, 8 * T * up, 2.5 * T * up * DT))
-    fwd_share = 1 / 3
-    dense = qkv + proj + mlp + pointwise
-    compute = dense + core
-    recompute = np.select([r.recompute == 2, (r.recompute == 1) & (r.flash == 0)],
-                          [compute * fwd_share, unfused * fwd_share], 0.0)
-    tp = tp_comm_s(r, T * r.h * DT) * (4 + 2 * (r.recompute == 2))
-    return {"compute": compute, "core": core, "recompute": recompute, "tp_comm": tp,
-            "total": compute + recompute + tp}
+    bias = 1 - r.gated
+    rope = T * (heads + groups) * hd
+    point_f = (2 * kernel_s(r, 5 * sp_numel, 2 * sp_numel * DT) + 2 * kernel_s(r, sp_numel, 3 * sp_numel * DT)
+               + kernel_s(r, 8 * T * up, 2 * T * up * DT) + r.gated * kernel_s(r, rope, 2 * rope * DT))
+    point_b = (2 * kernel_s(r, 10 * sp_numel, 3 * sp_numel * DT)
+               + 2 * kernel_s(r, 2 * sp_numel, 2.5 * sp_numel * DT)
+               + kernel_s(r, 16 * T * up, 2.5 * T * up * DT))
+    # parameter gradients: bias sums, norm weight reductions, one accumulation kernel per tensor
+    grad = np.where(r.bf16 > 0, 4.0, 2.0)
+    weights = (r.h * (heads + 2 * groups) * hd + heads * hd * r.h + r.h * up + r.f / r.t * r.h)
+    n_tensors = 4 + 4 * bias + 2 * (2 - r.gated)
+    param_b = kernel_s(r, weights, 3 * weights * grad) + n_tensors * r.hw["launch_s"] \
+        + bias * 4 * kernel_s(r, T * r.h, T * r.h * DT) + 2 * kernel_s(r, 2 * sp_numel, 2 * sp_numel * DT)
+    gpu_f = sum(g[0] for g in gemms) + core["fwd"] + point_f
+    gpu_b = sum(g[1] for g in gemms) + core["bwd"] + point_b + param_b
+    n_f = 10 + core["n_fwd"] + r.gated
+    n_b = 8 + core["n_bwd"] + 5 + r.gated + bias * 4 + 2 + n_tensors
+    full, selective = r.recompute == 2, (r.recompute == 1) & (r.flash == 0)
+    gpu_r = np.select([full, selective], [gpu_f, core["unfused_fwd"]], 0.0)
+    n_r = np.select([full, selective], [n_f, 4.0], 0.0)
+    calls = np.where(r.t > 1, np.where(r.sp > 0, 4.0, 2.0), 0.0)
+    one = tp_comm_s(r, T * r.h * DT)  # per region: all-reduce, or all-gather + reduce-scatter
+    comm_f = 2 * one
+    comm_b = 2 * one + full * 2 * one
+    fwd = _window(r, gpu_f, comm_f, n_f, calls)
+    bwd = _window(r, gpu_b + gpu_r, comm_b, n_b + n_r, calls * (1 + full))
+    return {"compute": gpu_f + gpu_b, "core": core["fwd"] + core["bwd"], "recompute": gpu_r,
+            "tp_comm": comm_f + comm_b, "host_excess": fwd + bwd - (gpu_f + gpu_b + gpu_r + comm_f + comm_b),
+            "total": fwd + bwd}
 
 
-def _ring_s(r: Rows, nbytes: np.ndarray, n: np.ndarray, crosses: np.ndarray,
-            sharing: np.ndarray, calls: np.ndarray | float = 1.0) -> np.ndarray:
-    """Ring all-reduce of `nbytes` over `n` ranks, split into `calls` collectives
-    (simulator.network: each call pays the 2(n-1) step latency)."""
-    volume = 2 * (n - 1) / np.maximum(n, 1) * nbytes
-    intra = volume / (r.intra_Bps * r.hw["intra_eff"])
-    inter = sharing * volume / (r.inter_Bps * r.hw["inter_eff"])
-    lat = np.where(crosses, r.hw["inter_lat_s"], r.hw["intra_lat_s"])
-    t = np.where(crosses, np.maximum(intra, inter), intra) + calls * 2 * (n - 1) * lat
-    return np.where(n > 1, t, 0.0)
+def _ring_s(r: Rows, nbytes: np.ndarray, n: np.ndarray, per_node: np.ndarray, sharing: np.ndarray,
+            calls: np.ndarray | float = 1.0) -> np.ndarray:
+    """All-reduce of `nbytes` over `n` ranks with `per_node` on each node, split into `calls`
+    collectives (simulator.network: a flat ring inside a node; hierarchical across k nodes, the
+    node's links carrying 2(k-1)/k of the buffer for each of `sharing / per_node` groups)."""
+    k = np.ceil(n / np.maximum(per_node, 1))
+    g = np.minimum(per_node, n)
+    crosses = k > 1
+    intra_bw = r.intra_Bps * r.hw["intra_eff"]
+    flat = 2 * (n - 1) / np.maximum(n, 1) * nbytes / intra_bw + calls * 2 * (n - 1) * r.hw["intra_lat_s"]
+    local = 2 * (g - 1) / np.maximum(g, 1) * nbytes / intra_bw
+    inter = 2 * (k - 1) / k * nbytes * (sharing / g) / (r.inter_Bps * r.hw["inter_eff"])
+    hier = np.maximum(local, inter) + calls * (2 * (g - 1) * r.hw["intra_lat_s"]
+                                               + 2 * (k - 1) * r.hw["inter_lat_s"])
+    return np.where(n > 1, np.where(crosses, hier, flat), 0.0)
 
 
 def tp_comm_s(r: Rows, nbytes: np.ndarray) -> np.ndarray:
     """One tp all-reduce (or all-gather + reduce-scatter pair under sequence parallelism)."""
-    crosses = r.t > r.gpn
-    return _ring_s(r, nbytes, r.t, crosses, np.ones_like(r.t))
+    per_node = np.minimum(r.t, r.gpn)
+    return _ring_s(r, nbytes, r.t, per_node, per_node)
 
 
-def dp_placement(r: Rows) -> tuple[np.ndarray, np.ndarray]:
-    per_node = np.where(r.t < r.gpn, np.maximum(1, np.minimum(r.d, np.floor(r.gpn / r.t))), 1.0)
-    crosses = np.ceil(r.d / per_node) > 1
-    return crosses, r.gpn / per_node
+def dp_placement(r: Rows) -> np.ndarray:
+    """Data-parallel ranks per node (simulator.topology.dp_placement)."""
+    return np.where(r.t < r.gpn, np.maximum(1, np.minimum(r.d, np.floor(r.gpn / r.t))), 1.0)
 
 
 def iteration(r: Rows, stage_params: np.ndarray, vocab_p: np.ndarray) -> dict[str, np.ndarray]:
@@ -112,9 +152,10 @@ def iteration(r: Rows, stage_params: np.ndarray, vocab_p: np.ndarray) -> dict[st
     layer = layer_times(r)
     T = r.b * r.s
     m, p, v = r.m, r.p, r.v
-    head = gemm_s(r, 1.0, T, vocab_p / r.t, r.h) + 2 * kernel_s(r, 5 * T * vocab_p / r.t,
-                                                               T * vocab_p / r.t * 10)
-    stage = r.L / p * layer["total"] + head
+    logits = sum(gemm_s(r, 1.0, T, vocab_p / r.t, r.h))
+    head = _window(r, logits + 2 * kernel_s(r, 5 * T * vocab_p / r.t, T * vocab_p / r.t * 10),
+                   np.zeros_like(T), np.full_like(T, 8.0), np.where(r.t > 1, 3.0, 0.0))
+    stage = r.L / p * layer["total"] + head + 2 * v * r.hw["mb_s"]
     slots = m + (p - 1) / v
     bubble = (p - 1) / v / slots
     pipeline = slots * stage
@@ -124,22 +165,23 @@ def iteration(r: Rows, stage_params: np.ndarray, vocab_p: np.ndarray) -> dict[st
     p2p = np.where(p > 1, T * r.h * DT / r.t / (p2p_bw * r.hw["p2p_eff"]) + r.hw["intra_lat_s"], 0.0)
     pp_comm = 2 * (p - 1) * p2p * v
     grad = stage_params * np.where(r.bf16 > 0, 4.0, 2.0)
-    crosses, sharing = dp_placement(r)
+    per_node = dp_placement(r)
     buckets = np.where(r.overlap > 0, np.maximum(1, np.ceil(grad / v / BUCKET_BYTES)) * v, 1.0)
-    reduce = _ring_s(r, grad, r.d, crosses, sharing, buckets) * np.where(r.dopt > 0, 0.5, 1.0)
-    gather = _ring_s(r, 2.0 * stage_params, r.d, crosses, sharing) * 0.5 * r.dopt
+    reduce = _ring_s(r, grad, r.d, per_node, r.gpn, buckets) * np.where(r.dopt > 0, 0.5, 1.0)
+    gather = _ring_s(r, 2.0 * stage_params, r.d, per_node, r.gpn) * 0.5 * r.dopt
     backward_mb = stage / v * (2 / 3)
     hidden = np.where(r.overlap > 0, np.minimum(reduce * 0.9, backward_mb), 0.0)
     dp_exposed = reduce - hidden + gather
     tied = (1 - r.gated) * (p > 1)
     emb_crosses = (p - 1) * stride >= r.gpn
     emb = tied * _ring_s(r, vocab_p * r.h / r.t * np.where(r.bf16 > 0, 4.0, 2.0), np.full_like(p, 2.0),
-                         emb_crosses, np.ones_like(p))
+                         np.where(emb_crosses, 1.0, 2.0), r.gpn)
     shard = np.where(r.dopt > 0, r.d, 1.0)
     optimizer = kernel_s(r, 10 * stage_params / shard, ADAM_BYTES_PER_PARAM * stage_params / shard)
     total = pipeline + pp_comm + dp_exposed + emb + optimizer
     return {"total": total, "pipeline": pipeline, "stage_mb": stage, "bubble": bubble,
             "layer": layer["total"], "layer_compute": layer["compute"], "tp_comm": layer["tp_comm"],
             "recompute": layer["recompute"], "attention": layer["core"], "p2p": p2p,
+            "host_excess": layer["host_excess"],
             "pp_comm": pp_comm, "dp_comm": reduce + gather, "dp_exposed": dp_exposed,
             "embedding_sync": emb, "optimizer": optimizer}
