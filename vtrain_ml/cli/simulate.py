@@ -34,12 +34,13 @@ def parser() -> argparse.ArgumentParser:
 def _main(args: argparse.Namespace) -> int:
     job = load_with_overrides(args.job, hardware=args.hardware, price=args.price,
                               train_tokens=args.train_tokens)
-    kernels = None
+    kernels, network = None, None
     if args.profile:
-        from simulator.profiled import kernel_model_from_profile
+        from simulator.profiled import kernel_model_from_profile, network_from_profile
 
         kernels = kernel_model_from_profile(args.profile, job, strict=args.strict)
-    result = simulate(job, kernels=kernels)
+        network = network_from_profile(args.profile, job)
+    result = simulate(job, kernels=kernels, network=network)
     if args.trace:
         write_json_atomic(args.trace, chrome_trace(result))
     if args.json:

@@ -1,0 +1,66 @@
+"""Calibration recovers known parameters, and (slow) meets the accuracy targets cross-validated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator.catalog import resolve_hardware
+from vtrain_ml.accuracy.calibration import PARAMS, cross_validate, fit, folds, holdout, with_params
+from vtrain_ml.accuracy.measurements import read_measurements
+from vtrain_ml.accuracy.predict import jobs_for, predict_ms, score
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "measured"
+TRUE = {"gemm_max_efficiency": 0.62, "host_overhead_s": 7e-5, "microbatch_overhead_s": 6e-4}
+
+
+def _synthetic():
+    rows = read_measurements([DATA / "a100_single_node.csv"]).rows.iloc[::4]  # 36 layouts/sizes
+    jobs = jobs_for(rows, "a100-80gb")
+    base = resolve_hardware("a100-80gb")
+    subset = tuple(p for p in PARAMS if p.name in TRUE)
+    return jobs, base, subset, predict_ms(jobs, with_params(base, TRUE))
+
+
+def test_calibration_recovers_known_parameters_exactly_without_noise():
+    jobs, base, subset, truth = _synthetic()
+    fitted = fit(jobs, truth, base, params=subset)
+    for name, value in TRUE.items():
+        assert fitted.params[name] == pytest.approx(value, rel=0.01), name
+
+
+def test_calibration_with_noisy_runs_recovers_the_dominant_parameters_and_the_truth():
+    jobs, base, subset, truth = _synthetic()
+    noisy = truth * np.random.default_rng(0).normal(1.0, 0.01, size=truth.size)
+    fitted = fit(jobs, noisy, base, params=subset)
+    # GEMM efficiency and host dispatch dominate these runs; the per-micro-batch overhead is a
+    # small share of them, so 1% noise leaves it loosely determined -- but the fitted model
+    # predicts the noise-free truth far better than the noise level
+    for name in ("gemm_max_efficiency", "host_overhead_s"):
+        assert fitted.params[name] == pytest.approx(TRUE[name], rel=0.05), name
+    predicted = predict_ms(jobs, with_params(base, fitted.params))
+    assert score(predicted, truth).mape < 0.005
+
+
+def test_folds_partition_the_rows_without_overlap():
+    parts = folds(23, 5, seed=1)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(23))
+    assert max(len(p) for p in parts) - min(len(p) for p in parts) <= 1
+
+
+@pytest.mark.slow
+def test_cross_validated_accuracy_meets_the_targets():
+    """Issue targets, never scored on fitted rows: single node <= 6% and multi node <= 10% MAPE
+    (5-fold), <= 15% on the 39.1B rows fitted on the 3.6B and 18.4B rows only."""
+    base = resolve_hardware("a100-80gb")
+    single = read_measurements([DATA / "a100_single_node.csv"]).rows
+    jobs, measured = jobs_for(single, "a100-80gb"), single.measured_ms.to_numpy()
+    assert score(cross_validate(jobs, measured, base, k=5), measured).mape <= 0.06
+    multi = read_measurements([DATA / "a100_multi_node.csv"]).rows
+    jobs, measured = jobs_for(multi, "a100-80gb"), multi.measured_ms.to_numpy()
+    assert score(cross_validate(jobs, measured, base, k=5), measured).mape <= 0.10
+    small = (multi.params_billion < 39).to_numpy()
+    predicted = holdout(jobs, measured, small, base)
+    assert score(predicted, measured[~small]).mape <= 0.15
