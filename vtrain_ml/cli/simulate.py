@@ -7,10 +7,10 @@ import json
 import sys
 from collections.abc import Sequence
 
+from simulator.fileio import write_json_atomic
 from simulator.render import chrome_trace, table
 from simulator.simulate import simulate
 from vtrain_ml.cli.common import add_common, run
-from simulator.fileio import write_json_atomic
 from vtrain_ml.jobs import load_with_overrides
 
 
