@@ -41,7 +41,8 @@ def test_rows_become_jobs_under_the_measured_conditions():
 
 
 def test_impossible_rows_are_skipped_and_counted(tmp_path):
-    path = write(tmp_path, SINGLE_HEADER + "\n8,8,1,1024,16,12,1024,2,2,2,100\n8,8,1,1024,16,12,1024,2,2,1,90\n")
+    rows = "\n8,8,1,1024,16,12,1024,2,2,2,100\n8,8,1,1024,16,12,1024,2,2,1,90\n"
+    path = write(tmp_path, SINGLE_HEADER + rows)
     data = read_measurements([path])
     assert data.skipped == 1 and len(data.rows) == 1
 
@@ -55,7 +56,8 @@ def test_non_numeric_cell_names_file_row_and_column(tmp_path):
 def test_missing_and_unknown_columns_are_named(tmp_path):
     header = SINGLE_HEADER.replace("micro batch", "microbatch")
     path = write(tmp_path, header + "\n8,8,1,1024,16,12,1024,2,2,2,100\n")
-    with pytest.raises(DataError, match=r"missing column\(s\) \['micro batch'\].*unknown column\(s\) \['microbatch'\]"):
+    expected = r"missing column\(s\) \['micro batch'\].*unknown column\(s\) \['microbatch'\]"
+    with pytest.raises(DataError, match=expected):
         read_measurements([path])
 
 
