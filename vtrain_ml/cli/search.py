@@ -111,6 +111,10 @@ class Progress:
 
 
 def _main(args: argparse.Namespace) -> int:
+    import optuna
+
+    # Optuna logs every trial at INFO; our progress lines replace that unless --debug
+    optuna.logging.set_verbosity(optuna.logging.DEBUG if args.debug else optuna.logging.WARNING)
     config = build_config(args)
     progress = Progress(config.trials, args.quiet or args.json)
     if args.exhaustive:
@@ -135,9 +139,10 @@ def render(report: SearchReport, config: SearchConfig, args: argparse.Namespace)
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=1) + "\n")
         return
-    title = {Objective.TIME: "fastest", Objective.COST: "cheapest", Objective.PARETO: "time-versus-cost",
-             Objective.LARGEST_MODEL: "largest model within the budget"}[config.objective]
-    sys.stdout.write(f"{report.mode} for the {title} plan (exact simulator numbers):\n")
+    title = {Objective.TIME: "the fastest plan", Objective.COST: "the cheapest plan",
+             Objective.PARETO: "time-versus-cost plans",
+             Objective.LARGEST_MODEL: "the largest model trained within the budget"}[config.objective]
+    sys.stdout.write(f"{report.mode} for {title} (exact simulator numbers):\n")
     sys.stdout.write(render_table(report) + "\n")
     if config.objective is Objective.PARETO and report.pareto:
         sys.stdout.write("\nPareto front (time, cost):\n")

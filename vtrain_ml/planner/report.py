@@ -132,14 +132,14 @@ def _layout(plan: dict[str, Any]) -> str:
     flags = "".join(s for s, on in (("S", plan["sequence_parallel"]), ("D", plan["distributed_optimizer"]),
                                     ("O", plan["overlap_grad_reduce"])) if on) or "-"
     return (f"{plan['tp']:>2}x{plan['pp']:<3}x{plan['dp']:<4} {plan['num_gpus']:>5} "
-            f"mb{plan['micro_batch_size']:<2} {plan['recompute']:<9} {sched:<18} {flags:<3}")
+            f"mb{plan['micro_batch_size']:<2} {plan['recompute']:<9} {sched:<19} {flags:<3}")
 
 
 def render_table(report: SearchReport) -> str:
     """The top plans (exact numbers), the baseline, and how the answer was obtained."""
     arch = bool(report.top and "num_layers" in report.top[0].plan)
     head = (f"{'#':>2} {'model (L/h/heads, params)':<28}" if arch else f"{'#':>2}") + \
-        f" {'tp x pp x dp':<13} {'gpus':>5} {'mb':<4} {'recompute':<9} {'schedule':<18} flg " \
+        f" {'tp x pp x dp':<13} {'gpus':>5} {'mb':<4} {'recompute':<9} {'schedule':<19} flg " \
         f"{'iter s':>8} {'train days':>10} {'cost USD':>12} {'MFU%':>5} {'peak GiB':>8}"
     lines = [head, "-" * len(head)]
     rows = [(str(i + 1), o) for i, o in enumerate(report.top)]

@@ -122,7 +122,6 @@ def run_search(config: SearchConfig, resume: bool = False, hooks: Hooks | None =
                              hooks.verified, target_trials=config.trials)
     remaining = config.trials - len(surrogate_trials(complete_trials(study)))
     if remaining > 0:
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
         study.optimize(SurrogateObjective(space, scorer), n_trials=remaining,
                        callbacks=[verifier, lambda s, t: hooks.trial(t.number)])
     verifier.verify(study)  # the last candidates seen get verified too

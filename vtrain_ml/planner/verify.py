@@ -42,13 +42,14 @@ class VerifyEvent:
 def rank(objective: Objective, evaluations: Sequence[Evaluation],
          constraints: Sequence[Sequence[float]]) -> list[int]:
     """Indices best-first: feasible before infeasible (by violation), then by objective
-    (non-dominated fronts for Pareto, ties by the first objective)."""
+    (non-dominated fronts for Pareto, ties by the first objective), then faster first."""
     signs = [-1.0 if d is MAXIMIZE else 1.0 for d in DIRECTIONS[objective]]
     values = [tuple(s * v for s, v in zip(signs, objective_values(objective, e), strict=True))
               for e in evaluations]
     violation = [max(0.0, *c) for c in constraints]
     front = _fronts(values) if len(signs) > 1 else [0] * len(values)
-    return sorted(range(len(values)), key=lambda i: (violation[i] > 0, violation[i], front[i], values[i]))
+    return sorted(range(len(values)), key=lambda i: (violation[i] > 0, violation[i], front[i], values[i],
+                                                     evaluations[i].iteration_time_s))
 
 
 def _fronts(values: Sequence[tuple[float, ...]]) -> list[int]:
