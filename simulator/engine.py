@@ -40,34 +40,75 @@ class RoundPlan:
 def round_plan(schedule: Schedule, p: int, m: int, v: int) -> RoundPlan:
     idx = OpIndex(p, v, m)
     n = idx.count
-    orders = stage_orders(schedule, p, m, v)
     dep, edge = dependencies(p, m, v)
     dep_s = np.where(dep < 0, n, dep)
-    done = np.zeros(n + 1, dtype=bool)
-    done[n] = True
-    ptr = np.zeros(p, dtype=np.int64)
-    length = orders.shape[1]
-    stages = np.arange(p)
-    rounds: list[np.ndarray] = []
-    while True:
-        active = stages[ptr < length]
-        if active.size == 0:
-            break
-        ops = orders[active, ptr[active]]
-        ready = done[dep_s[ops]]
-        assert ready.any(), "pipeline schedule deadlocked"
-        ops = ops[ready]
-        done[ops] = True
-        ptr[active[ready]] += 1
-        rounds.append(ops)
-    original = np.concatenate(rounds)
+    if schedule in CLOSED_FORM and v == 1:
+        level = CLOSED_FORM[schedule](idx)
+        per_stage = _stage_ops(idx)
+        orders = np.take_along_axis(per_stage, np.argsort(level[per_stage], axis=1), axis=1)
+    else:
+        orders = stage_orders(schedule, p, m, v)
+        level = _levels_by_rounds(orders, dep_s, n)
+    backward, chunk, stage, mb = idx.decode()
+    original = np.lexsort((stage, level))
     new_id = np.empty(n + 1, dtype=np.int64)
     new_id[original] = np.arange(n)
     new_id[n] = n
-    backward, chunk, stage, mb = (a[original] for a in idx.decode())
-    offsets = np.cumsum([0] + [len(r) for r in rounds])
-    return RoundPlan(offsets, stage, chunk, backward, mb, new_id[dep_s[original]],
-                     edge[original], orders, original)
+    offsets = np.concatenate(([0], np.cumsum(np.bincount(level, minlength=int(level.max()) + 1))))
+    return RoundPlan(offsets, stage[original], chunk[original], backward[original], mb[original],
+                     new_id[dep_s[original]], edge[original], orders, original)
+
+
+def _stage_ops(idx: OpIndex) -> np.ndarray:
+    """(p, 2m) op ids of each stage (forwards then backwards, v = 1)."""
+    stage = np.arange(idx.p)[:, None]
+    mb = np.arange(idx.m)[None, :]
+    return np.concatenate([stage * idx.m + mb, (idx.p + stage) * idx.m + mb], axis=1)
+
+
+def _gpipe_levels(idx: OpIndex) -> np.ndarray:
+    """A valid round for every op of GPipe: forward (s, j) at s + j; backward (s, j) after the
+    last stage's last forward, one round per stage back and per micro-batch."""
+    backward, _, s, j = idx.decode()
+    p, m = idx.p, idx.m
+    return np.where(backward == 0, s + j, (p + m - 1) + (p - 1 - s) + j)
+
+
+def _one_f_one_b_levels(idx: OpIndex) -> np.ndarray:
+    """A valid round for every op of 1F1B (unit-time ASAP rounds): with w = p - s - 1 warm-up
+    forwards, forward (s, j) runs at s + j while j <= w and at s + 2j after; backward (s, j) at
+    s + 2w + 1 + 2j. Every op's inputs and its predecessor on the stage lie in earlier rounds
+    (checked against the generic construction in the tests)."""
+    backward, _, s, j = idx.decode()
+    w = idx.p - s - 1
+    forward = np.where(j <= w, s + j, s + 2 * j)
+    return np.where(backward == 0, forward, s + 2 * w + 1 + 2 * j)
+
+
+CLOSED_FORM = {Schedule.GPIPE: _gpipe_levels, Schedule.ONE_F_ONE_B: _one_f_one_b_levels}
+
+
+def _levels_by_rounds(orders: np.ndarray, dep: np.ndarray, n: int) -> np.ndarray:
+    """Generic rounds: each round, every stage runs its next op if that op's input is done."""
+    p, length = orders.shape
+    done = np.zeros(n + 1, dtype=bool)
+    done[n] = True
+    level = np.empty(n, dtype=np.int64)
+    ptr = np.zeros(p, dtype=np.int64)
+    stages = np.arange(p)
+    r = 0
+    while True:
+        active = stages[ptr < length]
+        if active.size == 0:
+            return level
+        ops = orders[active, ptr[active]]
+        ready = done[dep[ops]]
+        assert ready.any(), "pipeline schedule deadlocked"
+        ops = ops[ready]
+        done[ops] = True
+        level[ops] = r
+        ptr[active[ready]] += 1
+        r += 1
 
 
 @dataclass(frozen=True)

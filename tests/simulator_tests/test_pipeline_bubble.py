@@ -106,3 +106,27 @@ def test_single_stage_has_no_bubble():
     assert result.breakdown["pipeline_bubble"] == pytest.approx(0.0, abs=1e-12)
     assert result.iteration_time_s == pytest.approx(
         result.breakdown["forward"] + result.breakdown["backward"], rel=1e-12)
+
+
+@pytest.mark.parametrize("schedule", [Schedule.GPIPE, Schedule.ONE_F_ONE_B])
+@pytest.mark.parametrize(("p", "m"), [(1, 1), (1, 5), (2, 1), (3, 2), (4, 4), (5, 12), (8, 3), (7, 30)])
+def test_closed_form_rounds_time_exactly_like_the_generic_construction(schedule, p, m):
+    """The closed-form round of every 1F1B/GPipe op is a valid layering (inputs and the stage's
+    previous op in earlier rounds) and gives the same timeline as the generic rounds."""
+    from simulator import engine
+
+    fast = engine.round_plan.__wrapped__(schedule, p, m, 1)
+    generic_orders = engine.stage_orders(schedule, p, m, 1)
+    assert np.array_equal(fast.orders, generic_orders)
+    rng = np.random.default_rng(p * 100 + m)
+    fwd, bwd, delay = rng.uniform(0.5, 2, (p, 1)), rng.uniform(1, 4, (p, 1)), rng.uniform(0, 0.3, p)
+    saved = dict(engine.CLOSED_FORM)
+    try:
+        engine.CLOSED_FORM.clear()
+        slow = engine.round_plan.__wrapped__(schedule, p, m, 1)
+    finally:
+        engine.CLOSED_FORM.update(saved)
+    a, b = run_pipeline(fast, fwd, bwd, delay), run_pipeline(slow, fwd, bwd, delay)
+    order_a, order_b = np.argsort(fast.original), np.argsort(slow.original)
+    assert np.allclose(a.end[order_a], b.end[order_b], rtol=0, atol=1e-12)
+    assert np.allclose(a.stage_end, b.stage_end, rtol=0, atol=1e-12)
