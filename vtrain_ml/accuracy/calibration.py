@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from joblib import Parallel, delayed
 from scipy.optimize import least_squares
 
 from simulator.specs import Efficiency, HardwareSpec, Job
@@ -93,14 +94,22 @@ def folds(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
     return [np.sort(part) for part in np.array_split(order, k)]
 
 
+def _fold(jobs: list[Job], measured_ms: np.ndarray, base: HardwareSpec, test: np.ndarray,
+          params: tuple[Param, ...]) -> np.ndarray:
+    train = np.setdiff1d(np.arange(len(jobs)), test)
+    fitted = fit([jobs[i] for i in train], measured_ms[train], base, params)
+    return predict_ms([jobs[i] for i in test], with_params(base, fitted.params))
+
+
 def cross_validate(jobs: list[Job], measured_ms: np.ndarray, base: HardwareSpec, k: int = 5,
-                   seed: int = 0, params: tuple[Param, ...] = PARAMS) -> np.ndarray:
-    """Out-of-fold predictions (ms): every row predicted by a fit that never saw it."""
+                   seed: int = 0, params: tuple[Param, ...] = PARAMS, n_jobs: int = 1) -> np.ndarray:
+    """Out-of-fold predictions (ms): every row predicted by a fit that never saw it. Folds run
+    in `n_jobs` processes (joblib; -1 = all cores)."""
+    parts = folds(len(jobs), k, seed)
+    runs = Parallel(n_jobs=n_jobs)(delayed(_fold)(jobs, measured_ms, base, test, params) for test in parts)
     predicted = np.empty(len(jobs))
-    for test in folds(len(jobs), k, seed):
-        train = np.setdiff1d(np.arange(len(jobs)), test)
-        fitted = fit([jobs[i] for i in train], measured_ms[train], base, params)
-        predicted[test] = predict_ms([jobs[i] for i in test], with_params(base, fitted.params))
+    for test, values in zip(parts, runs, strict=True):
+        predicted[test] = values
     return predicted
 
 

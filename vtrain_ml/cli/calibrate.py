@@ -28,6 +28,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="hardware YAML to write")
     p.add_argument("--folds", type=int, default=5, help="k of the k-fold cross-validation (0: skip)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=-1, help="processes for the folds (-1: all cores)")
     add_common(p)
     return p
 
@@ -48,7 +49,8 @@ def _main(args: argparse.Namespace) -> int:
     cv = None
     if args.folds:
         sys.stderr.write(f"{args.folds}-fold cross-validation...\n")
-        cv = score(cross_validate(jobs, measured, base, args.folds, args.seed), measured)
+        cv = score(cross_validate(jobs, measured, base, args.folds, args.seed, n_jobs=args.jobs),
+                   measured)
     calibrated = with_params(base, fitted.params)
     record = {
         "base": base.name, "fitted_on": [Path(c).name for c in args.csv],
