@@ -98,3 +98,28 @@ def warn_out_of_space(columns: Mapping[str, np.ndarray], bounds: Mapping[str, An
         detail = "; ".join(f"{c}: {d}" for c, d in problems.items())
         warnings.warn(f"outside the surrogate's trained space, predictions extrapolate -- {detail}",
                       OutOfSpaceWarning, stacklevel=3)
+
+
+def encode_record(record: Mapping[str, Any], physics: Mapping[str, float], width: int) -> np.ndarray:
+    """(1, features) float32 row of one record, in `feature_matrix`'s column order."""
+    raw = [float(CODES[c].index(str(record[c]))) if c in CODES else float(record[c])  # type: ignore[arg-type]
+           for c in RAW_FEATURES]
+    row = np.fromiter((*raw, *physics.values()), dtype=np.float32, count=width)
+    return row.reshape(1, width)
+
+
+def warn_out_of_space_record(record: Mapping[str, Any], bounds: Mapping[str, Any]) -> None:
+    """`warn_out_of_space` for one record, on Python scalars."""
+    problems = []
+    for c, bound in bounds.items():
+        value = record[c]
+        if c in NUMERIC_COLUMNS:
+            if not bound[0] <= float(value) <= bound[1]:
+                problems.append(f"{c}: {value} outside the trained range [{bound[0]:g}, {bound[1]:g}]")
+        elif value not in bound:
+            problems.append(f"{c}: value {value} never seen in training (trained on "
+                            f"{', '.join(map(str, bound))})")
+    if problems:
+        detail = "; ".join(problems)
+        warnings.warn(f"outside the surrogate's trained space, predictions extrapolate -- {detail}",
+                      OutOfSpaceWarning, stacklevel=3)

@@ -10,6 +10,7 @@ reflects unseen models. Fits-in-memory is predicted memory <= the GPU's capacity
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,8 +116,11 @@ class Surrogate:
         if not hasattr(self, "boosters_"):
             raise DataError("this Surrogate is not fitted; call fit() or Surrogate.load(path)")
 
-    def _job_columns(self, jobs: Sequence[Job]) -> dict[str, np.ndarray]:
+    def _check_job_hardware(self, jobs: Sequence[Job]) -> None:
+        verified = self.__dict__.setdefault("_verified_hardware", {})
         for job in jobs:
+            if verified.get(id(job.hardware), (None,))[0] is job.hardware:
+                continue  # the same (immutable) spec object already passed the guard
             name = job.hardware.name
             if name not in self.hardware_hashes_:
                 raise ProfileError(f"the surrogate was trained for GPU(s) {', '.join(self.hardware_)}, "
@@ -127,6 +131,12 @@ class Surrogate:
                     f"hardware profile {name} of the job (hash {got}) differs from the one the "
                     f"surrogate was trained on (hash {self.hardware_hashes_[name]}); retrain it "
                     f"(python -m vtrain_ml.surrogate retrain) or pass --allow-stale / allow_stale=True")
+            if len(verified) > 64:
+                verified.clear()
+            verified[id(job.hardware)] = (job.hardware,)
+
+    def _job_columns(self, jobs: Sequence[Job]) -> dict[str, np.ndarray]:
+        self._check_job_hardware(jobs)
         records = [job_to_record(j) for j in jobs]
         return {c: np.array([r[c] for r in records]) for c in JOB_COLUMNS}
 
@@ -150,6 +160,38 @@ class Surrogate:
         seconds, memory, capacity = self.predict_arrays(columns)
         return pd.DataFrame({"iteration_time_s": seconds, "peak_memory_bytes": memory,
                              "fits_in_memory": memory <= capacity}, index=index)
+
+    def predict_one(self, job: Job) -> dict[str, Any]:
+        """One job, on the low-latency path: scalar physics (no arrays), single-threaded trees.
+
+        Same numbers as `predict([job])` without building a DataFrame.
+        """
+        from surrogate.encoding import encode_record, warn_out_of_space_record
+        from surrogate.physics import hardware_vector, physics_of_rows, rows_from_record
+
+        self._check_fitted()
+        self._check_job_hardware([job])
+        record = job_to_record(job)
+        warn_out_of_space_record(record, self.bounds_)
+        cache = self.__dict__.setdefault("_single", {})
+        if not cache:
+            cache["hw"] = {n: hardware_vector(s) for n, s in self.hardware_.items()}
+            for key, booster in self.boosters_.items():
+                cache[key] = booster.copy()
+                cache[key].set_param({"nthread": 1})
+        physics = physics_of_rows(rows_from_record(record, cache["hw"][str(record["gpu"])]))
+        x = encode_record(record, physics, len(self.feature_names_))
+        est_time, est_memory = physics["est_log_time_s"], physics["est_log_memory_bytes"]
+        seconds = math.exp(float(x[0, self._index("est_log_time_s")])
+                           + float(cache["time"].inplace_predict(x, validate_features=False)[0]))
+        memory = math.exp(float(x[0, self._index("est_log_memory_bytes")])
+                          + float(cache["memory"].inplace_predict(x, validate_features=False)[0]))
+        del est_time, est_memory
+        return {"iteration_time_s": seconds, "peak_memory_bytes": memory,
+                "fits_in_memory": memory <= physics["memory_capacity_bytes"]}
+
+    def _index(self, name: str) -> int:
+        return self.feature_names_.index(name)
 
     def predict_arrays(self, columns: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(iteration time s, peak memory bytes, GPU memory bytes) of arrays of `JOB_COLUMNS`."""

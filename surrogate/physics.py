@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -28,36 +29,40 @@ def _f(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
+Vec = Any  # an np.ndarray of rows, or one float on the single-job path (surrogate.scalar)
+
+
 @dataclass(frozen=True)
 class Rows:
     """The job fields of n rows as float arrays (booleans as 0/1), plus each row's hardware."""
 
-    L: np.ndarray
-    h: np.ndarray
-    a: np.ndarray
-    g: np.ndarray
-    f: np.ndarray
-    gated: np.ndarray
-    V: np.ndarray
-    s: np.ndarray
-    B: np.ndarray
-    b: np.ndarray
-    bf16: np.ndarray
-    recompute: np.ndarray  # index into RECOMPUTE
-    flash: np.ndarray
-    N: np.ndarray
-    t: np.ndarray
-    p: np.ndarray
-    d: np.ndarray
-    v: np.ndarray
-    schedule: np.ndarray  # index into SCHEDULES
-    sp: np.ndarray  # effective: sequence parallel with tp > 1
-    dopt: np.ndarray
-    overlap: np.ndarray
-    gpn: np.ndarray  # GPUs of a node that a group can use: min(gpus_per_node, num_gpus)
-    intra_Bps: np.ndarray
-    inter_Bps: np.ndarray
-    hw: dict[str, np.ndarray]
+    L: Vec
+    h: Vec
+    a: Vec
+    g: Vec
+    f: Vec
+    gated: Vec
+    V: Vec
+    s: Vec
+    B: Vec
+    b: Vec
+    bf16: Vec
+    recompute: Vec  # index into RECOMPUTE
+    flash: Vec
+    N: Vec
+    t: Vec
+    p: Vec
+    d: Vec
+    v: Vec
+    schedule: Vec  # index into SCHEDULES
+    sp: Vec  # effective: sequence parallel with tp > 1
+    dopt: Vec
+    overlap: Vec
+    gpn: Vec  # GPUs of a node that a group can use: min(gpus_per_node, num_gpus)
+    intra_Bps: Vec
+    inter_Bps: Vec
+    hw: dict[str, Vec]
+    xp: Any = np  # numpy for tables, surrogate.scalar.SCALAR for one job of Python floats
 
     @property
     def m(self) -> np.ndarray:
@@ -135,7 +140,7 @@ def stage_params(r: Rows) -> dict[str, np.ndarray]:
     weights = r.h * qkv_out + r.h * r.h + r.h * up_out + r.f * r.h
     sharded = weights + bias * (qkv_out + up_out)
     replicated = bias * 2 * r.h + 2 * norm
-    vocab_p = np.ceil(r.V / (128 * r.t)) * 128 * r.t
+    vocab_p = r.xp.ceil(r.V / (128 * r.t)) * 128 * r.t
     pos = bias * r.s * r.h  # learned positions (GPT family)
     layers = r.L / r.p * (sharded / r.t + replicated)
     one = r.p == 1  # the single stage holds both the embedding and the head
@@ -159,7 +164,7 @@ def flops(r: Rows) -> dict[str, np.ndarray]:
     tokens = r.B * r.s
     model = 3.0 * tokens * (r.L * lf + 2.0 * r.h * r.V)
     selective = 4.0 * r.s * r.h * (1 - r.flash)
-    extra = np.select([r.recompute == 1, r.recompute == 2], [selective, lf], 0.0)
+    extra = r.xp.select([r.recompute == 1, r.recompute == 2], [selective, lf], 0.0)
     return {"model": model, "hardware": model + tokens * r.L * extra}
 
 
@@ -167,8 +172,8 @@ def layer_activations(r: Rows) -> dict[str, np.ndarray]:
     """Saved and transient bytes of one layer for one micro-batch (Korthikanti et al. 2022)."""
     T, hd = r.b * r.s, r.h / r.a
     heads, groups = r.a / r.t, r.g / r.t
-    sp_tokens = np.where(r.sp > 0, T / r.t, T)
-    shard = np.where(r.sp > 0, 1 / r.t, 1.0)
+    sp_tokens = r.xp.where(r.sp > 0, T / r.t, T)
+    shard = r.xp.where(r.sp > 0, 1 / r.t, 1.0)
     scores = r.b * heads * r.s * r.s
     qk = 2 * T * heads * hd + 2 * T * groups * hd
     core = qk + 3 * scores + 2 * scores + 2 * T * groups * hd
@@ -176,23 +181,23 @@ def layer_activations(r: Rows) -> dict[str, np.ndarray]:
     up = r.f / r.t * (1 + r.gated)
     rest = (4 * sp_tokens * r.h + 2 * 2 * T * r.h * shard + 2 * T * heads * hd + 2 * sp_tokens * r.h
             + 2 * T * up + 2 * T * r.f / r.t)
-    full = rest + np.where(r.flash > 0, flash, core)
+    full = rest + r.xp.where(r.flash > 0, flash, core)
     selective = (r.recompute == 1) & (r.flash == 0)
-    saved = np.select([r.recompute == 2, selective],
+    saved = r.xp.select([r.recompute == 2, selective],
                       [2 * sp_tokens * r.h, full - core + qk + 2 * T * groups * hd], full)
-    working = np.select([r.recompute == 2, selective], [full, core], 0.0)
+    working = r.xp.select([r.recompute == 2, selective], [full, core], 0.0)
     return {"saved": saved, "working": working, "full": full, "sp_tokens": sp_tokens}
 
 
 def in_flight(r: Rows) -> dict[str, np.ndarray]:
     """Chunk-micro-batches whose activations the first and last stage hold at their peak."""
     m = r.m
-    k = np.minimum((r.p - 1) * 2 + (r.v - 1) * r.p + 1, m * r.v)
-    first = np.select([r.schedule == 0, r.schedule == 1], [m, np.minimum(r.p, m)], k)
-    last = np.select([r.schedule == 0, r.schedule == 1], [m, 1.0],
-                     np.minimum((r.v - 1) * r.p + 1, m * r.v))
-    emb_first = np.select([r.schedule == 2], [np.minimum(k, r.p) + np.maximum(0, k - r.v * r.p)], first)
-    head_last = np.where(r.schedule == 0, m, 1.0)  # GPipe keeps every micro-batch's logits
+    k = r.xp.minimum((r.p - 1) * 2 + (r.v - 1) * r.p + 1, m * r.v)
+    first = r.xp.select([r.schedule == 0, r.schedule == 1], [m, r.xp.minimum(r.p, m)], k)
+    last = r.xp.select([r.schedule == 0, r.schedule == 1], [m, 1.0],
+                     r.xp.minimum((r.v - 1) * r.p + 1, m * r.v))
+    emb_first = r.xp.select([r.schedule == 2], [r.xp.minimum(k, r.p) + r.xp.maximum(0, k - r.v * r.p)], first)
+    head_last = r.xp.where(r.schedule == 0, m, 1.0)  # GPipe keeps every micro-batch's logits
     return {"first": first, "last": last, "emb_first": emb_first, "head_last": head_last}
 
 
@@ -204,8 +209,8 @@ def memory(r: Rows, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     T = r.b * r.s
     emb_saved = act["sp_tokens"] * r.h
     head_saved = 2 * act["sp_tokens"] * r.h + 2 * T * r.h + 4 * T * params["vocab_p"] / r.t
-    grad = np.where(r.bf16 > 0, 4.0, 2.0)
-    shard = np.where(r.dopt > 0, r.d, 1.0)
+    grad = r.xp.where(r.bf16 > 0, 4.0, 2.0)
+    shard = r.xp.where(r.dopt > 0, r.d, 1.0)
     per_param = 2.0 + grad + OPTIMIZER_BYTES_PER_PARAM / shard
     fixed = act["working"] + r.hw["reserved_bytes"]
     one = r.p == 1
@@ -215,14 +220,33 @@ def memory(r: Rows, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     first_act = first_act + one * (flight["head_last"] - 1) * head_saved
     first = per_param * params["first"] + first_act + fixed
     last = per_param * params["last"] + last_act + fixed
-    peak = np.maximum(first, last)
-    return {"peak": peak, "first": first, "last": last, "activations": np.maximum(first_act, last_act),
-            "weights_states": per_param * np.maximum(params["first"], params["last"]),
+    peak = r.xp.maximum(first, last)
+    return {"peak": peak, "first": first, "last": last, "activations": r.xp.maximum(first_act, last_act),
+            "weights_states": per_param * r.xp.maximum(params["first"], params["last"]),
             "layer_saved": act["saved"], "layer_working": act["working"]}
 
 
-def _log(x: np.ndarray) -> np.ndarray:
-    return np.log(np.maximum(x, 1e-30))
+def rows_from_record(record: Mapping[str, Any], hw: Mapping[str, float]) -> Rows:
+    """One job as `Rows` of Python floats (the single-prediction path; see surrogate.scalar)."""
+    from surrogate.scalar import SCALAR
+
+    t = float(record["tp"])
+    return Rows(
+        L=float(record["num_layers"]), h=float(record["hidden_size"]),
+        a=float(record["num_attention_heads"]), g=float(record["num_query_groups"]),
+        f=float(record["ffn_hidden_size"]), gated=float(bool(record["gated_mlp"])),
+        V=float(record["vocab_size"]), s=float(record["seq_length"]),
+        B=float(record["global_batch_size"]), b=float(record["micro_batch_size"]),
+        bf16=float(record["precision"] == "bf16"), recompute=float(RECOMPUTE.index(str(record["recompute"]))),
+        flash=float(bool(record["flash_attention"])), N=float(record["num_gpus"]), t=t,
+        p=float(record["pp"]), d=float(record["dp"]), v=float(record["virtual_stages"]),
+        schedule=float(SCHEDULES.index(str(record["schedule"]))),
+        sp=float(bool(record["sequence_parallel"]) and t > 1),
+        dopt=float(bool(record["distributed_optimizer"])), overlap=float(bool(record["overlap_grad_reduce"])),
+        gpn=min(float(record["gpus_per_node"]), float(record["num_gpus"])),
+        intra_Bps=float(record["intra_node_bandwidth_GBps"]) * 1e9,
+        inter_Bps=float(record["inter_node_bandwidth_Gbps"]) * 1e9 / 8,
+        hw=dict(hw), xp=SCALAR)
 
 
 def physics_columns(columns: Mapping[str, np.ndarray],
@@ -232,18 +256,25 @@ def physics_columns(columns: Mapping[str, np.ndarray],
     ``est_log_time_s`` and ``est_log_memory_bytes`` are the closed-form baselines the model's
     residual targets are taken against (see surrogate.model).
     """
+    return physics_of_rows(rows_from_columns(columns, hardware))
+
+
+def physics_of_rows(r: Rows) -> dict[str, Any]:
+    """`physics_columns` of prepared rows (numpy arrays, or one job's floats)."""
     from surrogate.timing import gemm_efficiency, iteration
 
-    r = rows_from_columns(columns, hardware)
+    def _log(x: Any) -> Any:
+        return r.xp.log(r.xp.maximum(x, 1e-30))
+
     params = stage_params(r)
     fl = flops(r)
     mem = memory(r, params)
-    stage = np.maximum(params["first"], params["last"])
+    stage = r.xp.maximum(params["first"], params["last"])
     it = iteration(r, stage, params["vocab_p"])
     T = r.b * r.s
     main_k = r.h
     intensity = 2 * T * r.f / r.t * main_k / ((T * main_k + main_k * r.f / r.t + T * r.f / r.t) * 2)
-    peak = np.where(r.bf16 > 0, r.hw["peak_bf16"], r.hw["peak_fp16"])
+    peak = r.xp.where(r.bf16 > 0, r.hw["peak_bf16"], r.hw["peak_fp16"])
     out = {
         "est_log_time_s": _log(it["total"]), "est_log_memory_bytes": _log(mem["peak"]),
         "log_params": _log(params["total"]), "log_stage_params": _log(stage),
@@ -252,7 +283,7 @@ def physics_columns(columns: Mapping[str, np.ndarray],
         "microbatches": r.m, "log_microbatches": _log(r.m), "layers_per_stage": r.L / r.p,
         "layers_per_chunk": r.L / (r.p * r.v), "tokens_per_microbatch": T,
         "bubble_fraction": it["bubble"], "arithmetic_intensity": intensity,
-        "gemm_efficiency": gemm_efficiency(r, np.ones_like(T), T, r.f / r.t, r.h),
+        "gemm_efficiency": gemm_efficiency(r, r.xp.ones_like(T), T, r.f / r.t, r.h),
         "head_dim": r.h / r.a, "schedule_code": r.schedule, "recompute_code": r.recompute,
         "memory_ratio": mem["peak"] / r.hw["memory_bytes"],
         "memory_capacity_bytes": r.hw["memory_bytes"],
@@ -262,7 +293,7 @@ def physics_columns(columns: Mapping[str, np.ndarray],
         "log_layer_working_bytes": _log(mem["layer_working"] + 1),
         "log_mem_first": _log(mem["first"]), "log_mem_last": _log(mem["last"]),
         "log_tp_bytes": _log(T * r.h * 2.0 * (r.t > 1) + 1),
-        "log_dp_bytes": _log(stage * np.where(r.bf16 > 0, 4.0, 2.0) * (r.d > 1) + 1),
+        "log_dp_bytes": _log(stage * r.xp.where(r.bf16 > 0, 4.0, 2.0) * (r.d > 1) + 1),
         "log_p2p_bytes": _log(T * r.h * 2.0 / r.t * (r.p > 1) + 1),
     }
     for name in ("pipeline", "stage_mb", "layer", "layer_compute", "tp_comm", "recompute", "host_excess",

@@ -11,6 +11,8 @@ gradient reduction (partly hidden when overlapped), tied-embedding sync and the 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from surrogate.physics import Rows
@@ -23,13 +25,13 @@ BUCKET_BYTES = 25e6  # ParallelPlan.bucket_size_mb default
 
 def gemm_efficiency(r: Rows, batch: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
     sms = r.hw["num_sms"]
-    best = np.zeros_like(m)
+    best = r.xp.zeros_like(m)
     for tm, tn, rel in TILES:
-        tiles_m, tiles_n = np.ceil(m / tm), np.ceil(n / tn)
+        tiles_m, tiles_n = r.xp.ceil(m / tm), r.xp.ceil(n / tn)
         tiles = batch * tiles_m * tiles_n
-        wave = tiles / (np.ceil(tiles / sms) * sms)
+        wave = tiles / (r.xp.ceil(tiles / sms) * sms)
         fill = (m * n) / (tiles_m * tm * tiles_n * tn)
-        best = np.maximum(best, rel * wave * fill)
+        best = r.xp.maximum(best, rel * wave * fill)
     return r.hw["gemm_max"] * best * k / (k + r.hw["k_half"])
 
 
@@ -38,14 +40,14 @@ def kernel_s(r: Rows, flops: np.ndarray | float, nbytes: np.ndarray | float,
     """GPU time of one kernel: roofline plus launch gap (eff 1/16: CUDA cores, not tensor cores).
 
     Host dispatch is charged per window of kernels (`_window`), as in simulator.lowering."""
-    peak = np.where(r.bf16 > 0, r.hw["peak_bf16"], r.hw["peak_fp16"])
-    return np.maximum(flops / (peak * eff), nbytes / r.hw["hbm_Bps"]) + r.hw["launch_s"]
+    peak = r.xp.where(r.bf16 > 0, r.hw["peak_bf16"], r.hw["peak_fp16"])
+    return r.xp.maximum(flops / (peak * eff), nbytes / r.hw["hbm_Bps"]) + r.hw["launch_s"]
 
 
-def gemm_s(r: Rows, batch: np.ndarray | float, m: np.ndarray, n: np.ndarray,
+def gemm_s(r: Rows, batch: Any, m: np.ndarray, n: np.ndarray,
            k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(forward, data- plus weight-gradient) GPU seconds of Y[m,n] = X[m,k] W[k,n]."""
-    batch = np.broadcast_to(np.asarray(batch, dtype=float), m.shape)
+    batch = batch * r.xp.ones_like(m)
     flops = 2.0 * batch * m * n * k
     times = []
     for mm, nn, kk in ((m, n, k), (m, k, n), (n, k, m)):
@@ -58,7 +60,7 @@ def _window(r: Rows, gpu: np.ndarray, comm: np.ndarray, kernels: np.ndarray,
             collectives: np.ndarray) -> np.ndarray:
     """A window of kernels takes max(GPU + blocking comm, host dispatch) (simulator.lowering)."""
     host = kernels * r.hw["host_s"] + collectives * r.hw["coll_s"]
-    return np.maximum(gpu + comm, host)
+    return r.xp.maximum(gpu + comm, host)
 
 
 def _core(r: Rows, T: np.ndarray, heads: np.ndarray, hd: np.ndarray) -> dict[str, np.ndarray]:
@@ -73,10 +75,10 @@ def _core(r: Rows, T: np.ndarray, heads: np.ndarray, hd: np.ndarray) -> dict[str
     flash_f = kernel_s(r, fl, 4 * T * heads * hd * DT, gemm_efficiency(r, bh, r.s, hd, r.s))
     flash_b = kernel_s(r, 2.5 * fl, 8 * T * heads * hd * DT, gemm_efficiency(r, bh, r.s, hd, r.s))
     fa = r.flash > 0
-    return {"fwd": np.where(fa, flash_f, qk_f + av_f + soft_f),
-            "bwd": np.where(fa, flash_b, qk_b + av_b + soft_b),
+    return {"fwd": r.xp.where(fa, flash_f, qk_f + av_f + soft_f),
+            "bwd": r.xp.where(fa, flash_b, qk_b + av_b + soft_b),
             "unfused_fwd": qk_f + av_f + soft_f,
-            "n_fwd": np.where(fa, 1.0, 4.0), "n_bwd": np.where(fa, 1.0, 6.0)}
+            "n_fwd": r.xp.where(fa, 1.0, 4.0), "n_bwd": r.xp.where(fa, 1.0, 6.0)}
 
 
 def layer_times(r: Rows) -> dict[str, np.ndarray]:
@@ -87,7 +89,7 @@ def layer_times(r: Rows) -> dict[str, np.ndarray]:
     gemms = [gemm_s(r, 1.0, T, (heads + 2 * groups) * hd, r.h), gemm_s(r, 1.0, T, r.h, heads * hd),
              gemm_s(r, 1.0, T, up, r.h), gemm_s(r, 1.0, T, r.h, r.f / r.t)]
     core = _core(r, T, heads, hd)
-    sp_numel = np.where(r.sp > 0, T / r.t, T) * r.h
+    sp_numel = r.xp.where(r.sp > 0, T / r.t, T) * r.h
     bias = 1 - r.gated
     rope = T * (heads + groups) * hd
     point_f = (2 * kernel_s(r, 5 * sp_numel, 2 * sp_numel * DT) + 2 * kernel_s(r, sp_numel, 3 * sp_numel * DT)
@@ -96,7 +98,7 @@ def layer_times(r: Rows) -> dict[str, np.ndarray]:
                + 2 * kernel_s(r, 2 * sp_numel, 2.5 * sp_numel * DT)
                + kernel_s(r, 16 * T * up, 2.5 * T * up * DT))
     # parameter gradients: bias sums, norm weight reductions, one accumulation kernel per tensor
-    grad = np.where(r.bf16 > 0, 4.0, 2.0)
+    grad = r.xp.where(r.bf16 > 0, 4.0, 2.0)
     weights = (r.h * (heads + 2 * groups) * hd + heads * hd * r.h + r.h * up + r.f / r.t * r.h)
     n_tensors = 4 + 4 * bias + 2 * (2 - r.gated)
     param_b = kernel_s(r, weights, 3 * weights * grad) + n_tensors * r.hw["launch_s"] \
@@ -106,9 +108,9 @@ def layer_times(r: Rows) -> dict[str, np.ndarray]:
     n_f = 10 + core["n_fwd"] + r.gated
     n_b = 8 + core["n_bwd"] + 5 + r.gated + bias * 4 + 2 + n_tensors
     full, selective = r.recompute == 2, (r.recompute == 1) & (r.flash == 0)
-    gpu_r = np.select([full, selective], [gpu_f, core["unfused_fwd"]], 0.0)
-    n_r = np.select([full, selective], [n_f, 4.0], 0.0)
-    calls = np.where(r.t > 1, np.where(r.sp > 0, 4.0, 2.0), 0.0)
+    gpu_r = r.xp.select([full, selective], [gpu_f, core["unfused_fwd"]], 0.0)
+    n_r = r.xp.select([full, selective], [n_f, 4.0], 0.0)
+    calls = r.xp.where(r.t > 1, r.xp.where(r.sp > 0, 4.0, 2.0), 0.0)
     one = tp_comm_s(r, T * r.h * DT)  # per region: all-reduce, or all-gather + reduce-scatter
     comm_f = 2 * one
     comm_b = 2 * one + full * 2 * one
@@ -124,27 +126,27 @@ def _ring_s(r: Rows, nbytes: np.ndarray, n: np.ndarray, per_node: np.ndarray, sh
     """All-reduce of `nbytes` over `n` ranks with `per_node` on each node, split into `calls`
     collectives (simulator.network: a flat ring inside a node; hierarchical across k nodes, the
     node's links carrying 2(k-1)/k of the buffer for each of `sharing / per_node` groups)."""
-    k = np.ceil(n / np.maximum(per_node, 1))
-    g = np.minimum(per_node, n)
+    k = r.xp.ceil(n / r.xp.maximum(per_node, 1))
+    g = r.xp.minimum(per_node, n)
     crosses = k > 1
     intra_bw = r.intra_Bps * r.hw["intra_eff"]
-    flat = 2 * (n - 1) / np.maximum(n, 1) * nbytes / intra_bw + calls * 2 * (n - 1) * r.hw["intra_lat_s"]
-    local = 2 * (g - 1) / np.maximum(g, 1) * nbytes / intra_bw
+    flat = 2 * (n - 1) / r.xp.maximum(n, 1) * nbytes / intra_bw + calls * 2 * (n - 1) * r.hw["intra_lat_s"]
+    local = 2 * (g - 1) / r.xp.maximum(g, 1) * nbytes / intra_bw
     inter = 2 * (k - 1) / k * nbytes * (sharing / g) / (r.inter_Bps * r.hw["inter_eff"])
-    hier = np.maximum(local, inter) + calls * (2 * (g - 1) * r.hw["intra_lat_s"]
+    hier = r.xp.maximum(local, inter) + calls * (2 * (g - 1) * r.hw["intra_lat_s"]
                                                + 2 * (k - 1) * r.hw["inter_lat_s"])
-    return np.where(n > 1, np.where(crosses, hier, flat), 0.0)
+    return r.xp.where(n > 1, r.xp.where(crosses, hier, flat), 0.0)
 
 
 def tp_comm_s(r: Rows, nbytes: np.ndarray) -> np.ndarray:
     """One tp all-reduce (or all-gather + reduce-scatter pair under sequence parallelism)."""
-    per_node = np.minimum(r.t, r.gpn)
+    per_node = r.xp.minimum(r.t, r.gpn)
     return _ring_s(r, nbytes, r.t, per_node, per_node)
 
 
 def dp_placement(r: Rows) -> np.ndarray:
     """Data-parallel ranks per node (simulator.topology.dp_placement)."""
-    return np.where(r.t < r.gpn, np.maximum(1, np.minimum(r.d, np.floor(r.gpn / r.t))), 1.0)
+    return r.xp.where(r.t < r.gpn, r.xp.maximum(1, r.xp.minimum(r.d, r.xp.floor(r.gpn / r.t))), 1.0)
 
 
 def iteration(r: Rows, stage_params: np.ndarray, vocab_p: np.ndarray) -> dict[str, np.ndarray]:
@@ -152,31 +154,32 @@ def iteration(r: Rows, stage_params: np.ndarray, vocab_p: np.ndarray) -> dict[st
     layer = layer_times(r)
     T = r.b * r.s
     m, p, v = r.m, r.p, r.v
-    logits = sum(gemm_s(r, 1.0, T, vocab_p / r.t, r.h))
+    logits_f, logits_b = gemm_s(r, 1.0, T, vocab_p / r.t, r.h)
+    logits = logits_f + logits_b
     head = _window(r, logits + 2 * kernel_s(r, 5 * T * vocab_p / r.t, T * vocab_p / r.t * 10),
-                   np.zeros_like(T), np.full_like(T, 8.0), np.where(r.t > 1, 3.0, 0.0))
+                   r.xp.zeros_like(T), r.xp.full_like(T, 8.0), r.xp.where(r.t > 1, 3.0, 0.0))
     stage = r.L / p * layer["total"] + head + 2 * v * r.hw["mb_s"]
     slots = m + (p - 1) / v
     bubble = (p - 1) / v / slots
     pipeline = slots * stage
     stride = r.t * r.d
     p2p_crosses = stride >= r.gpn
-    p2p_bw = np.where(p2p_crosses, r.inter_Bps / r.gpn, r.intra_Bps)
-    p2p = np.where(p > 1, T * r.h * DT / r.t / (p2p_bw * r.hw["p2p_eff"]) + r.hw["intra_lat_s"], 0.0)
+    p2p_bw = r.xp.where(p2p_crosses, r.inter_Bps / r.gpn, r.intra_Bps)
+    p2p = r.xp.where(p > 1, T * r.h * DT / r.t / (p2p_bw * r.hw["p2p_eff"]) + r.hw["intra_lat_s"], 0.0)
     pp_comm = 2 * (p - 1) * p2p * v
-    grad = stage_params * np.where(r.bf16 > 0, 4.0, 2.0)
+    grad = stage_params * r.xp.where(r.bf16 > 0, 4.0, 2.0)
     per_node = dp_placement(r)
-    buckets = np.where(r.overlap > 0, np.maximum(1, np.ceil(grad / v / BUCKET_BYTES)) * v, 1.0)
-    reduce = _ring_s(r, grad, r.d, per_node, r.gpn, buckets) * np.where(r.dopt > 0, 0.5, 1.0)
+    buckets = r.xp.where(r.overlap > 0, r.xp.maximum(1, r.xp.ceil(grad / v / BUCKET_BYTES)) * v, 1.0)
+    reduce = _ring_s(r, grad, r.d, per_node, r.gpn, buckets) * r.xp.where(r.dopt > 0, 0.5, 1.0)
     gather = _ring_s(r, 2.0 * stage_params, r.d, per_node, r.gpn) * 0.5 * r.dopt
     backward_mb = stage / v * (2 / 3)
-    hidden = np.where(r.overlap > 0, np.minimum(reduce * 0.9, backward_mb), 0.0)
+    hidden = r.xp.where(r.overlap > 0, r.xp.minimum(reduce * 0.9, backward_mb), 0.0)
     dp_exposed = reduce - hidden + gather
     tied = (1 - r.gated) * (p > 1)
     emb_crosses = (p - 1) * stride >= r.gpn
-    emb = tied * _ring_s(r, vocab_p * r.h / r.t * np.where(r.bf16 > 0, 4.0, 2.0), np.full_like(p, 2.0),
-                         np.where(emb_crosses, 1.0, 2.0), r.gpn)
-    shard = np.where(r.dopt > 0, r.d, 1.0)
+    emb = tied * _ring_s(r, vocab_p * r.h / r.t * r.xp.where(r.bf16 > 0, 4.0, 2.0), r.xp.full_like(p, 2.0),
+                         r.xp.where(emb_crosses, 1.0, 2.0), r.gpn)
+    shard = r.xp.where(r.dopt > 0, r.d, 1.0)
     optimizer = kernel_s(r, 10 * stage_params / shard, ADAM_BYTES_PER_PARAM * stage_params / shard)
     total = pipeline + pp_comm + dp_exposed + emb + optimizer
     return {"total": total, "pipeline": pipeline, "stage_mb": stage, "bubble": bubble,

@@ -22,12 +22,21 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_STORE.resolve().as_uri()
 
 
+def _allow_file_store(uri: str) -> None:
+    """MLflow >= 3.x refuses a plain file store unless opted in; the issue asks for one by default
+    (no database server or SQLAlchemy needed). Any other URI is left to MLflow."""
+    if uri.startswith("file:") or "://" not in uri:
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+
+
 @contextlib.contextmanager
 def start_run(experiment: str, run_name: str | None = None) -> Iterator[Any]:
     """An active MLflow run in `experiment` (created if needed); yields mlflow's Run."""
     import mlflow
 
-    mlflow.set_tracking_uri(tracking_uri())
+    uri = tracking_uri()
+    _allow_file_store(uri)
+    mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(experiment)
     with mlflow.start_run(run_name=run_name) as run:
         yield run

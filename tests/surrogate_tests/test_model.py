@@ -107,3 +107,20 @@ def test_unfitted_model_says_so() -> None:
 
     with pytest.raises(DataError, match="not fitted"):
         Surrogate().predict(pd.DataFrame())
+
+
+def test_single_job_fast_path_matches_the_batch_path(tiny_model, tiny_samples) -> None:
+    df = read_samples(tiny_samples)[list(JOB_COLUMNS)].head(12)
+    batch = tiny_model.model.predict(df)
+    for i, record in enumerate(df.to_dict("records")):
+        one = tiny_model.model.predict_one(record_to_job(record))
+        assert one["iteration_time_s"] == pytest.approx(batch["iteration_time_s"].iloc[i], rel=1e-6)
+        assert one["peak_memory_bytes"] == pytest.approx(batch["peak_memory_bytes"].iloc[i], rel=1e-6)
+        assert one["fits_in_memory"] == batch["fits_in_memory"].iloc[i]
+
+
+def test_single_job_fast_path_warns_out_of_space_too(tiny_model) -> None:
+    job = make_job(cluster={"num_gpus": 1024}, parallel={"tp": 2, "pp": 2, "dp": 256},
+                   training={"global_batch_size": 512})
+    with pytest.warns(OutOfSpaceWarning, match="num_gpus"):
+        tiny_model.model.predict_one(job)
