@@ -45,3 +45,15 @@ def test_bad_input_gives_one_line_and_exit_code_2(tmp_path, capsys) -> None:
     assert "metadata.json" in capsys.readouterr().err
     assert main(["generate", "--n", "5", "--out", str(tmp_path / "x"), "--hardware", "a100-90gb"]) == 2
     assert "did you mean" in capsys.readouterr().err
+
+
+def test_train_with_tuning_and_mlflow(tmp_path, tiny_samples, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    out = tmp_path / "m"
+    assert main(["train", "--samples", str(tiny_samples), "--out", str(out), "--n-estimators", "20",
+                 "--tune-trials", "2", "--jobs", "1", "--mlflow", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["tuning"]["trials"] == 2 and "max_depth" in data["tuning"]["best_params"]
+    assert data["mlflow_model_uri"].startswith(("runs:/", "models:/"))
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["hyperparameters"]["max_depth"] == data["tuning"]["best_params"]["max_depth"]

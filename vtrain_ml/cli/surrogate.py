@@ -144,10 +144,10 @@ def _track(args: argparse.Namespace, result: Any) -> str:
 
     report = result.report
     with tracking.start_run(args.experiment, Path(args.out).name) as run:
+        model = result.model
         tracking.log_params({"samples": args.samples, "seed": args.seed, "tune_trials": args.tune_trials,
-                             **result.model.metadata_.get("hyperparameters", {})}
-                            if hasattr(result.model, "metadata_") else
-                            {"samples": args.samples, "seed": args.seed, "tune_trials": args.tune_trials})
+                             "n_estimators": model.n_estimators, "n_fit": report["n_fit"],
+                             "best_iterations": model.best_iterations_, **model.xgb_params})
         tracking.log_metrics({"test": report["test"], "baseline": report["baseline"],
                               "train_seconds": report["train_seconds"]})
         tracking.save_figures(evaluation_figures(result.test, report["test"]["by_region"]))
