@@ -13,6 +13,7 @@ mapped field by field (`VTRAIN_KEYS`); it describes a GPT model trained in fp16 
 
 from __future__ import annotations
 
+import difflib
 import logging
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,6 @@ def job_from_dict(data: dict[str, Any]) -> Job:
     native = vtrain_to_native(data) if is_vtrain_config(data) else data
     unknown = [k for k in native if k not in NATIVE_SECTIONS]
     if unknown:
-        import difflib
-
         hints = []
         for key in unknown:
             close = difflib.get_close_matches(key, NATIVE_SECTIONS, n=1)
@@ -112,8 +111,6 @@ def vtrain_to_native(data: dict[str, Any]) -> dict[str, Any]:
     native["training"] = {"precision": "fp16"}
     for key, value in data.items():
         if key not in VTRAIN_KEYS:
-            import difflib
-
             close = difflib.get_close_matches(key, list(VTRAIN_KEYS), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ConfigError(f"unknown vTrain config key '{key}'{hint}")

@@ -21,7 +21,7 @@ from simulator.params import total_params
 from simulator.result import SimulationResult, StageReport
 from simulator.specs import Job
 from simulator.tail import Tail, compute_tail
-from simulator.topology import pp_placement, stage_boundary_crosses_nodes
+from simulator.topology import pp_placement
 
 
 def default_network(job: Job) -> NetworkModel:
@@ -91,21 +91,11 @@ def simulate(job: Job, kernels: KernelModel | None = None,
 def _edge_delays(job: Job, graph: JobGraph, network: NetworkModel) -> np.ndarray:
     """p2p seconds per pipeline boundary; index p-1 is the last -> first stage (interleaving)."""
     p = job.parallel.pp
-    delays = np.zeros(p)
-    cache: dict[bool, float] = {}
-    for b in range(p):
-        crosses = stage_boundary_crosses_nodes(job, b) if b < p - 1 else p > 1 and _wrap_crosses(job)
-        if crosses not in cache:
-            where = pp_placement(job, b if b < p - 1 else 0)
-            where = type(where)(2, 1 if crosses else 2, 2 if crosses else 1, where.sharing)
-            cache[crosses] = network.time(CollectiveKind.SEND_RECV, graph.p2p_bytes, where)
-        delays[b] = cache[crosses] if p > 1 else 0.0
-    return delays
-
-
-def _wrap_crosses(job: Job) -> bool:
-    stride, gpn = job.parallel.tp * job.dp, min(job.gpus_per_node, job.cluster.num_gpus)
-    return ((job.parallel.pp - 1) * stride) // gpn != 0
+    if p == 1:
+        return np.zeros(1)
+    placements = [pp_placement(job, b) for b in range(p)]
+    seconds = {w: network.time(CollectiveKind.SEND_RECV, graph.p2p_bytes, w) for w in set(placements)}
+    return np.array([seconds[w] for w in placements])
 
 
 def _breakdown(costs: StageCosts, tail: Tail, m: int, c: int, idle: np.ndarray, p2p: np.ndarray,

@@ -49,10 +49,17 @@ def dp_placement(job: Job) -> Placement:
     return Placement(dp, per_node, nodes, gpn)
 
 
+def _stage_node(job: Job, stage: int) -> int:
+    """Node of the first rank of `stage` (every rank of a stage agrees when tp*dp and the node
+    size divide one another, as on real clusters)."""
+    return (stage * job.parallel.tp * job.dp) // _node_size(job)
+
+
 def stage_boundary_crosses_nodes(job: Job, stage: int) -> bool:
-    """Whether the p2p transfer between `stage` and `stage + 1` leaves the node."""
-    stride, gpn = job.parallel.tp * job.dp, _node_size(job)
-    return (stage * stride) // gpn != ((stage + 1) * stride) // gpn
+    """Whether the p2p transfer between `stage` and the next stage leaves the node; the boundary
+    after the last stage leads back to stage 0 (interleaved schedules)."""
+    following = (stage + 1) % job.parallel.pp
+    return _stage_node(job, stage) != _stage_node(job, following)
 
 
 def pp_placement(job: Job, stage: int) -> Placement:
@@ -62,6 +69,5 @@ def pp_placement(job: Job, stage: int) -> Placement:
 
 def embedding_placement(job: Job) -> Placement:
     """The first and last stage, which share the tied word embedding."""
-    stride, gpn, last = job.parallel.tp * job.dp, _node_size(job), job.parallel.pp - 1
-    crosses = 0 // gpn != (last * stride) // gpn
+    crosses = _stage_node(job, 0) != _stage_node(job, job.parallel.pp - 1)
     return Placement(2, 1 if crosses else 2, 2 if crosses else 1, _node_size(job))
