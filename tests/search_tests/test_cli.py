@@ -80,3 +80,29 @@ def test_search_cli_with_the_real_focused_surrogate(capsys: pytest.CaptureFixtur
     assert "training a focused surrogate on 8 exact samples" in captured.err
     assert "verify round" in captured.err
     assert "surrogate vs exact" in captured.out
+
+
+@pytest.mark.slow
+def test_resume_by_study_name_alone_uses_the_stored_settings(capsys: pytest.CaptureFixture[str],
+                                                              tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(tiny_dict(storage=url, study="mine", trials=10, verify_every=10)))
+    assert main(["--config", str(path), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(["--resume", "--study", "mine", "--storage", url, "--trials", "20", "--json"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert (first["trials"], second["trials"]) == (10, 20)
+
+
+def test_mlflow_run_holds_parameters_metrics_table_and_plot(capsys: pytest.CaptureFixture[str],
+                                                            tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    store = tmp_path / "mlruns"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store.as_uri())
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(tiny_dict(space={**tiny_dict()["space"], "tp": [2]})))
+    assert main(["--config", str(path), "--exhaustive", "--mlflow", "--quiet"]) == 0
+    artifacts = {p.name for p in store.rglob("*") if p.is_file()}
+    assert {"top_plans.json", "pareto.png"} <= artifacts
+    assert "best_iteration_time_s" in artifacts  # a metric file of the file store

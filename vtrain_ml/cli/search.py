@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.errors import ConfigError
 from vtrain_ml.cli.common import add_common, run
-from vtrain_ml.planner.config import Objective, SearchConfig, config_from_dict, load_config
+from vtrain_ml.planner.config import DEFAULT_STORAGE, Objective, SearchConfig, config_from_dict, load_config
 from vtrain_ml.planner.report import SearchReport, pareto_figure, render_table
 from vtrain_ml.planner.verify import VerifyEvent
 
@@ -61,7 +61,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="search recipe (YAML); flags override it")
     for field, (flag, kind, text) in FLAGS.items():
         p.add_argument(flag, dest=field, type=kind, help=text)
-    p.add_argument("--resume", action="store_true", help="continue (or join) an existing study")
+    p.add_argument("--resume", action="store_true",
+                   help="continue (or join) an existing study; with --study alone, its stored settings")
     p.add_argument("--exhaustive", action="store_true", help="simulate every valid plan instead")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="PNG", help="write the time-versus-cost plot")
@@ -75,6 +76,11 @@ def build_config(args: argparse.Namespace) -> SearchConfig:
     given = {f: getattr(args, f) for f in FLAGS if getattr(args, f) is not None}
     if args.config:
         return load_config(args.config, given)
+    if args.resume and args.study and "model" not in given:
+        from vtrain_ml.planner.study import stored_config
+
+        url = given.get("storage") or DEFAULT_STORAGE
+        return config_from_dict({**stored_config(url, args.study), **given}, where=f"study {args.study}")
     missing = [FLAGS[f][0] for f in ("max_gpus", "global_batch") if f not in given]
     if "model" not in given:
         missing.insert(0, "--model")
@@ -176,7 +182,7 @@ def log_to_mlflow(report: SearchReport, config: SearchConfig, figure: Figure | N
         raise ConfigError("--mlflow needs vtrain_ml.tracking (the surrogate extra)") from None
     import pandas as pd
 
-    params = {k: v for k, v in config.model_dump(mode="json").items() if not isinstance(v, dict)}
+    params = config.model_dump(mode="json")
     metrics = {"exact_evaluations": report.exact_evaluations, "trials": report.trials,
                "wall_s": report.wall_s}
     if report.best:

@@ -20,6 +20,8 @@ from simulator.enums import Precision, Recompute, Schedule
 from simulator.errors import ConfigError
 from simulator.specs import Frozen, parse
 
+DEFAULT_STORAGE = "sqlite:///runs/search.db"
+
 
 class Objective(StrEnum):
     """What the search optimizes (closed choice, dispatched in `planner.objective`)."""
@@ -111,7 +113,7 @@ class SearchConfig(Frozen):
         return f"{model}-{self.hardware}-{self.max_gpus}-{self.objective.value}-{self.space_hash()}"
 
     def storage_url(self) -> str:
-        return self.storage or "sqlite:///runs/search.db"
+        return self.storage or DEFAULT_STORAGE
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SearchConfig:

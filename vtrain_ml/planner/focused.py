@@ -8,12 +8,14 @@ row split is the right one. `FocusedSurrogate` is `Surrogate` with that fallback
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from unittest import mock
 
 import numpy as np
 import pandas as pd
 
+from simulator.specs import HardwareSpec
 from surrogate.model import Surrogate
 from surrogate.splits import group_split, model_groups
 
@@ -30,11 +32,14 @@ class FocusedSurrogate(Surrogate):
     fewer boosting rounds, earlier stopping, one thread (small matrices do not parallelize)."""
 
     def __init__(self, seed: int = 0, n_estimators: int = 400, early_stopping_rounds: int = 40,
-                 validation_fraction: float = 0.15, n_jobs: int = 1, **xgb_params: Any) -> None:
+                 validation_fraction: float = 0.15, n_jobs: int = 1,
+                 hardware: Mapping[str, HardwareSpec] | None = None, **xgb_params: Any) -> None:
         super().__init__(seed=seed, n_estimators=n_estimators, early_stopping_rounds=early_stopping_rounds,
                          validation_fraction=validation_fraction, n_jobs=n_jobs, **xgb_params)
+        self.hardware = hardware  # the search's GPU spec, which may come from a file, not the catalog
 
     def fit(self, df: pd.DataFrame, hardware: Any = None) -> FocusedSurrogate:
+        hardware = hardware or self.hardware
         if len(np.unique(model_groups(df))) >= 2:
             super().fit(df, hardware)
             return self

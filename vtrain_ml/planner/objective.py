@@ -85,7 +85,7 @@ class SurrogateObjective:
         self.config = space.config
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
-        params = {k.name: trial.suggest_categorical(k.name, k.choices) for k in self.space.searched}
+        params = {k.name: k.suggest(trial) for k in self.space.searched}
         candidate = self.space.build(params)
         trial.set_user_attr("source", "surrogate")
         trial.set_user_attr("key", candidate.key)

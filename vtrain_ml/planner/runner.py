@@ -16,6 +16,7 @@ import optuna
 
 from simulator.catalog import hardware_fingerprint
 from simulator.errors import InfeasibleConfigError
+from simulator.specs import HardwareSpec
 from vtrain_ml.planner.config import SearchConfig
 from vtrain_ml.planner.evaluation import evaluate_exact_many
 from vtrain_ml.planner.exhaustive import plan_order
@@ -46,11 +47,11 @@ class Hooks:
     trial: Callable[[int], None] = lambda number: None
 
 
-def default_factory(seed: int) -> Callable[[], SurrogateModel]:
+def default_factory(seed: int, hardware: HardwareSpec) -> Callable[[], SurrogateModel]:
     def make() -> SurrogateModel:
         from vtrain_ml.planner.focused import FocusedSurrogate
 
-        return FocusedSurrogate(seed=seed)
+        return FocusedSurrogate(seed=seed, hardware={hardware.name: hardware})
 
     return make
 
@@ -117,7 +118,8 @@ def run_search(config: SearchConfig, resume: bool = False, hooks: Hooks | None =
     check_feasible(space)
     study = open_study(config, resume)
     given = load_surrogate(config, space, hooks)
-    scorer = prepare_scorer(config, space, study, hooks, factory or default_factory(config.seed), given)
+    factory = factory or default_factory(config.seed, space.hardware)
+    scorer = prepare_scorer(config, space, study, hooks, factory, given)
     verifier = ExactVerifier(space, scorer, config.verify_every, config.verify_top, config.n_jobs,
                              hooks.verified, target_trials=config.trials)
     remaining = config.trials - len(surrogate_trials(complete_trials(study)))

@@ -21,6 +21,8 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from simulator.catalog import load_model, resolve_hardware
 from simulator.enums import Recompute, Schedule
@@ -36,10 +38,37 @@ Choice = bool | int | float | str
 
 @dataclass(frozen=True)
 class Knob:
-    """One Optuna categorical parameter: the same `choices` in every trial."""
+    """One Optuna parameter with the same `choices` in every trial.
+
+    Integer choices in arithmetic progression (layers 16, 24, ..., 128) become an ordered
+    `IntDistribution(low, high, step)`, so that TPE can model "larger is better up to a point";
+    anything else (tp 1, 2, 4, 8; booleans; schedules) is categorical.
+    """
 
     name: str
     choices: tuple[Choice, ...]
+
+    @property
+    def step(self) -> int | None:
+        c = self.choices
+        if len(c) < 3 or not all(isinstance(v, int) and not isinstance(v, bool) for v in c):
+            return None
+        steps = {int(b) - int(a) for a, b in itertools.pairwise(c)}
+        return steps.pop() if len(steps) == 1 and min(steps) > 0 else None
+
+    def distribution(self) -> BaseDistribution:
+        step = self.step
+        if step is None:
+            return CategoricalDistribution(self.choices)
+        return IntDistribution(int(self.choices[0]), int(self.choices[-1]), step=step)
+
+    def suggest(self, trial: optuna.Trial) -> Choice:
+        step = self.step
+        if step is None:
+            value = trial.suggest_categorical(self.name, self.choices)
+            assert value is not None
+            return value
+        return trial.suggest_int(self.name, int(self.choices[0]), int(self.choices[-1]), step=step)
 
 
 @dataclass(frozen=True)
@@ -151,7 +180,7 @@ class SearchSpace:
             if not values:
                 why = "; ".join(f"{v}: {r}" for v, r in self.pruned_values.get(name, {}).items())
                 raise InfeasibleConfigError(f"no valid value for {name} ({why or 'empty choice list'})")
-        return tuple(Knob(name, tuple(dict.fromkeys(values))) for name, values in knobs)
+        return tuple(Knob(name, tuple(sorted(dict.fromkeys(values), key=_order))) for name, values in knobs)
 
     def _keep(self, name: str, values: Any, why: Any) -> list[Any]:
         kept = []
@@ -278,6 +307,13 @@ class SearchSpace:
             if candidate.feasible or (not feasible_only and candidate.valid):
                 out.append(candidate)
         return out
+
+
+def _order(value: Choice) -> tuple[int, float, str]:
+    """Numbers ascending (so progressions are recognized), then everything else as given."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, "")
 
 
 def _fixed_model(config: SearchConfig) -> ModelSpec | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from simulator.errors import ConfigError
@@ -97,8 +97,20 @@ def open_study(config: SearchConfig, resume: bool) -> optuna.Study:
     return study
 
 
+def stored_config(url: str, name: str) -> dict[str, Any]:
+    """The search settings a study was created with (to resume it by name alone)."""
+    try:
+        study = optuna.load_study(study_name=name, storage=open_storage(url))
+    except KeyError:
+        raise ConfigError(f"no study '{name}' in {url} to resume; run without --resume to start it") from None
+    config = study.user_attrs.get("config")
+    if not isinstance(config, dict):
+        raise ConfigError(f"study '{name}' in {url} was not created by vtrain_ml.search")
+    return config
+
+
 def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
-    return {k.name: CategoricalDistribution(k.choices) for k in space.searched}
+    return {k.name: k.distribution() for k in space.searched}
 
 
 def record_exact(study: optuna.Study, space: SearchSpace, candidate: Candidate, exact: Evaluation,

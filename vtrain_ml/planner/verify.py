@@ -2,9 +2,9 @@
 
 Every `every` trials, the `top` best candidates that are not yet verified are simulated exactly.
 They are ranked by the *current* surrogate (not by the possibly stale values stored with old
-trials), from a pool of every candidate the study has seen plus the one-knob neighbours of the
-best of them: a cheap local refinement by the surrogate, which keeps a sampler that keeps
-re-proposing one region from hiding a better plan one step away. Their exact results are added
+trials), from a pool of every candidate the study has seen plus, repeated a few steps, the
+one-knob neighbours of the best of them: a cheap hill-climb on the surrogate, which keeps a
+sampler that re-proposes one region from hiding a better plan a few steps away. Their exact results are added
 to the study as trials of their own (the sampler learns from them), become training rows of the
 surrogate, and the surrogate is refit.
 """
@@ -74,7 +74,8 @@ class ExactVerifier:
     """Optuna callback (`study.optimize(..., callbacks=[verifier])`); `verify` also runs alone."""
 
     def __init__(self, space: SearchSpace, scorer: Scorer, every: int, top: int, n_jobs: int = 1,
-                 on_verify: Callable[[VerifyEvent], None] | None = None, target_trials: int | None = None):
+                 on_verify: Callable[[VerifyEvent], None] | None = None, target_trials: int | None = None,
+                 refine_steps: int = 3):
         self.space = space
         self.scorer = scorer
         self.every = every
@@ -82,6 +83,7 @@ class ExactVerifier:
         self.n_jobs = n_jobs
         self.on_verify = on_verify
         self.target_trials = target_trials
+        self.refine_steps = refine_steps
         self.rounds_ = 0
         self._finished = 0
 
@@ -126,12 +128,18 @@ class ExactVerifier:
         if not candidates:
             return []
         order = self._ranked(candidates)
-        for i in order[: 2 * self.top]:
-            for n in self.space.neighbours(candidates[i]):
-                if n.feasible and n.key not in verified and n.key not in seen:
-                    seen[n.key] = n
-                    candidates.append(n)
-        order = self._ranked(candidates)[: self.top]
+        for _ in range(self.refine_steps):  # hill-climb on the surrogate from the best seen
+            added = False
+            for i in order[: 2 * self.top]:
+                for n in self.space.neighbours(candidates[i]):
+                    if n.feasible and n.key not in verified and n.key not in seen:
+                        seen[n.key] = n
+                        candidates.append(n)
+                        added = True
+            previous, order = order[: self.top], self._ranked(candidates)
+            if not added or order[: self.top] == previous:
+                break
+        order = order[: self.top]
         predicted = self.scorer.predict([candidates[i] for i in order])
         return list(zip([candidates[i] for i in order], predicted, strict=True))
 
