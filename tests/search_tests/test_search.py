@@ -122,3 +122,31 @@ def test_report_json_has_the_documented_keys(db: str) -> None:
         study_name=tiny_config().study_name(), storage=db))))
     assert math.isfinite(data["wall_s"])
     assert "exact evaluations" in render_table(report)
+
+
+@pytest.mark.slow
+def test_a_given_surrogate_is_used_instead_of_training_a_focused_one(tmp_path) -> None:
+    from vtrain_ml.planner.evaluation import evaluate_exact_many
+    from vtrain_ml.planner.focused import FocusedSurrogate
+    from vtrain_ml.planner.scorer import training_rows
+
+    space = SearchSpace(tiny_config())
+    sample = space.sample(40, seed=7)
+    rows = training_rows(sample, evaluate_exact_many([c.job for c in sample if c.job is not None]))
+    path = tmp_path / "surrogate"
+    FocusedSurrogate(seed=0).fit(rows).save(path)
+    report = run_search(tiny_config(surrogate=str(path), trials=20, verify_every=10))
+    assert report.surrogate["focused"] is False
+    assert report.exact_evaluations == len(surrogate_trials([])) + report.surrogate["training_rows"]
+    assert report.best is not None
+
+
+def test_an_infeasible_plan_does_not_push_feasible_ones_off_the_pareto_front() -> None:
+    from vtrain_ml.planner.evaluation import Evaluation
+
+    def ev(time: float, cost: float) -> Evaluation:
+        return Evaluation(time, 1.0, True, cost, 0.5, 1, 8, None, None)
+
+    evs = [ev(1.0, 1.0), ev(2.0, 2.0), ev(3.0, 0.5)]  # the first is infeasible and dominates the second
+    order = rank(Objective.PARETO, evs, [(0.5,), (0.0,), (0.0,)])
+    assert order == [1, 2, 0]

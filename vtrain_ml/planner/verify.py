@@ -47,7 +47,11 @@ def rank(objective: Objective, evaluations: Sequence[Evaluation],
     values = [tuple(s * v for s, v in zip(signs, objective_values(objective, e), strict=True))
               for e in evaluations]
     violation = [max(0.0, *c) for c in constraints]
-    front = _fronts(values) if len(signs) > 1 else [0] * len(values)
+    front = [0] * len(values)
+    if len(signs) > 1:  # fronts among feasible points only: an infeasible plan dominates nothing
+        feasible = [i for i, v in enumerate(violation) if v == 0]
+        for i, level in zip(feasible, _fronts([values[i] for i in feasible]), strict=True):
+            front[i] = level
     return sorted(range(len(values)), key=lambda i: (violation[i] > 0, violation[i], front[i], values[i],
                                                      evaluations[i].iteration_time_s))
 
