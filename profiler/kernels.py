@@ -102,6 +102,10 @@ def dropout(op: Op, row: int, x: Inputs) -> Kernel:
 
 
 def norm(op: Op, row: int, x: Inputs) -> Kernel:
+    if op.variant.endswith("_wgrad"):  # weight (and bias) gradient: reductions over the tokens
+        xhat, g = x.rows(op.shape[0], row), x.rows(op.shape[0], row)
+        with_bias = op.variant.startswith("layernorm")
+        return lambda: ((xhat * g).sum(0), g.sum(0) if with_bias else None)
     bwd = op.phase is not Phase.FORWARD
     t = x.rows(op.shape[0], row, grad=bwd)
     h = t.shape[-1]
@@ -174,7 +178,13 @@ def adam(op: Op, row: int, x: Inputs) -> Kernel:
 def elementwise(op: Op, row: int, x: Inputs) -> Kernel:
     if op.variant == "rope":
         return rope(op, row, x)
+    if op.variant == "grad_accum":  # accumulated gradient += this micro-batch's gradient
+        dtype = torch.float32 if op.dtype_bytes == 4 else x.dtype
+        acc, grad = x.randn(op.shape[0], dtype=dtype), x.randn(op.shape[0], dtype=dtype)
+        return lambda: acc.add_(grad)
     a = x.rows(op.shape[0], row)
+    if op.variant == "bias_grad":  # column sums of the output gradient
+        return lambda: a.sum(0)
     b = x.randn(*a.shape)
     return lambda: torch.add(a, b)
 

@@ -94,6 +94,8 @@ def row_hint(op: Op, job: Job) -> int:
         return m.hidden_size
     if op.kind is OpKind.ACTIVATION:
         return op.shape[0] // tokens
+    if op.kind is OpKind.ELEMENTWISE and op.variant == "bias_grad":
+        return op.shape[0] // tokens
     if op.kind is OpKind.ELEMENTWISE:
         return m.head_dim
     if op.kind is OpKind.EMBEDDING:

@@ -40,7 +40,9 @@ def test_unmeasured_shapes_are_interpolated_not_analytic(tiny_profile):
     bigger = job.model_copy(update={"training": job.training.model_copy(update={"micro_batch_size": 2,
                                                                                "global_batch_size": 16})})
     result = simulate(bigger, kernels=kernel_model_from_profile(tiny_profile, bigger))
-    assert result.profile_coverage["interpolated"] > 0.5
+    # activation-sized ops change shape with the micro-batch and are interpolated; per-parameter
+    # ops (gradient accumulation) keep their shapes and stay measured; nothing is analytic
+    assert result.profile_coverage["interpolated"] > 0.25
     assert result.profile_coverage["analytic"] == 0.0
 
 
