@@ -60,6 +60,7 @@ def save_surrogate(model: Surrogate, folder: Path, extra: Mapping[str, Any]) -> 
                     "memory": "log(peak_memory_bytes) - est_log_memory_bytes"},
         "boosters": BOOSTER_FILES,
         "hyperparameters": {"seed": model.seed, "n_estimators": model.n_estimators,
+                            "memory_estimators": model.memory_estimators,
                             "early_stopping_rounds": model.early_stopping_rounds,
                             "validation_fraction": model.validation_fraction, **model.xgb_params},
         "best_iterations": model.best_iterations_,

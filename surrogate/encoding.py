@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from simulator.errors import DataError
 from simulator.specs import HardwareSpec
@@ -85,7 +86,7 @@ def out_of_space(columns: Mapping[str, np.ndarray], bounds: Mapping[str, Any]) -
                               f"(e.g. {v[bad][0]:g})"
         else:
             seen = set(bound)
-            bad_values = {x.item() if hasattr(x, "item") else x for x in set(values.tolist())} - seen
+            bad_values = {x.item() if hasattr(x, "item") else x for x in pd.unique(values)} - seen
             if bad_values:
                 problems[c] = f"value(s) {', '.join(map(str, sorted(bad_values, key=str)))} never seen " \
                               f"in training (trained on {', '.join(map(str, bound))})"

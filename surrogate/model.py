@@ -27,9 +27,10 @@ from surrogate.splits import group_split
 
 log = logging.getLogger(__name__)
 
+SMALL_BATCH = 1024  # rows below which prediction runs single-threaded
 OUTPUTS = ("iteration_time_s", "peak_memory_bytes", "fits_in_memory")
 DEFAULT_PARAMS: dict[str, Any] = {
-    "max_depth": 8, "learning_rate": 0.1, "subsample": 0.8, "colsample_bytree": 0.8,
+    "max_depth": 8, "learning_rate": 0.4, "subsample": 0.8, "colsample_bytree": 0.8,
     "min_child_weight": 1.0, "reg_lambda": 1.0, "tree_method": "hist", "max_bin": 128,
 }
 
@@ -43,13 +44,18 @@ class Surrogate:
     """Predicts iteration time, peak memory and fits-in-memory of jobs (scikit-learn style).
 
     Parameters are XGBoost's (`xgb_params` override `DEFAULT_PARAMS`); `n_estimators` is the
-    most boosting rounds, `early_stopping_rounds` stops on the validation split.
+    most boosting rounds (`memory_estimators` for memory, whose closed form is nearly exact),
+    `early_stopping_rounds` stops on the validation split. The defaults favour prediction speed
+    (few, strong trees: the physics baseline leaves little to learn); more rounds at a lower
+    learning rate are more accurate and slower (see bench/bench_surrogate.py).
     """
 
-    def __init__(self, seed: int = 0, n_estimators: int = 1500, early_stopping_rounds: int = 50,
-                 validation_fraction: float = 0.15, n_jobs: int = -1, **xgb_params: Any) -> None:
+    def __init__(self, seed: int = 0, n_estimators: int = 80, early_stopping_rounds: int = 20,
+                 validation_fraction: float = 0.15, n_jobs: int = -1, memory_estimators: int = 30,
+                 **xgb_params: Any) -> None:
         self.seed = seed
         self.n_estimators = n_estimators
+        self.memory_estimators = memory_estimators
         self.early_stopping_rounds = early_stopping_rounds
         self.validation_fraction = validation_fraction
         self.n_jobs = n_jobs
@@ -87,7 +93,8 @@ class Surrogate:
             residual = target - base
             dtrain = xgb.DMatrix(x[train], label=residual[train], feature_names=names)
             dvalid = xgb.DMatrix(x[valid], label=residual[valid], feature_names=names)
-            booster = xgb.train(self._params(), dtrain, num_boost_round=self.n_estimators,
+            rounds = self.n_estimators if key == "time" else min(self.n_estimators, self.memory_estimators)
+            booster = xgb.train(self._params(), dtrain, num_boost_round=rounds,
                                 evals=[(dvalid, "valid")], early_stopping_rounds=self.early_stopping_rounds,
                                 verbose_eval=False)
             self.best_iterations_[key] = int(booster.best_iteration)
@@ -173,12 +180,8 @@ class Surrogate:
         self._check_job_hardware([job])
         record = job_to_record(job)
         warn_out_of_space_record(record, self.bounds_)
-        cache = self.__dict__.setdefault("_single", {})
-        if not cache:
-            cache["hw"] = {n: hardware_vector(s) for n, s in self.hardware_.items()}
-            for key, booster in self.boosters_.items():
-                cache[key] = booster.copy()
-                cache[key].set_param({"nthread": 1})
+        cache = self._single_thread()
+        cache.setdefault("hw", {n: hardware_vector(s) for n, s in self.hardware_.items()})
         physics = physics_of_rows(rows_from_record(record, cache["hw"][str(record["gpu"])]))
         x = encode_record(record, physics, len(self.feature_names_))
         est_time, est_memory = physics["est_log_time_s"], physics["est_log_memory_bytes"]
@@ -190,6 +193,16 @@ class Surrogate:
         return {"iteration_time_s": seconds, "peak_memory_bytes": memory,
                 "fits_in_memory": memory <= physics["memory_capacity_bytes"]}
 
+    def _single_thread(self) -> dict[str, Any]:
+        """Copies of the boosters limited to one thread: for a few rows, starting OpenMP threads
+        costs far more than the trees (and on a busy machine spinning threads wait for cores)."""
+        cache: dict[str, Any] = self.__dict__.setdefault("_single", {})
+        if "time" not in cache:
+            for key, booster in self.boosters_.items():
+                cache[key] = booster.copy()
+                cache[key].set_param({"nthread": 1})
+        return cache
+
     def _index(self, name: str) -> int:
         return self.feature_names_.index(name)
 
@@ -200,8 +213,9 @@ class Surrogate:
         if names != self.feature_names_:
             raise DataError("the saved model was trained on other features than this vtrain-ml "
                             "computes; retrain it")
-        time = self.boosters_["time"].inplace_predict(x, validate_features=False)
-        memory = self.boosters_["memory"].inplace_predict(x, validate_features=False)
+        boosters = self._single_thread() if len(x) < SMALL_BATCH else self.boosters_
+        time = boosters["time"].inplace_predict(x, validate_features=False)
+        memory = boosters["memory"].inplace_predict(x, validate_features=False)
         est_time = x[:, names.index("est_log_time_s")].astype(float)
         est_memory = x[:, names.index("est_log_memory_bytes")].astype(float)
         capacity = x[:, names.index("memory_capacity_bytes")].astype(float)

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 def suggest(trial: Any) -> dict[str, Any]:
     return {
         "max_depth": trial.suggest_int("max_depth", 4, 12),
-        "learning_rate": trial.suggest_float("learning_rate", 0.02, 0.3, log=True),
+        "learning_rate": trial.suggest_float("learning_rate", 0.05, 0.6, log=True),
         "subsample": trial.suggest_float("subsample", 0.5, 1.0),
         "colsample_bytree": trial.suggest_float("colsample_bytree", 0.4, 1.0),
         "min_child_weight": trial.suggest_float("min_child_weight", 0.5, 20.0, log=True),
@@ -54,7 +54,7 @@ class Objective:
 
 
 def tune(df: pd.DataFrame, hardware: Any, trials: int, seed: int = 0,
-         n_estimators: int = 1500) -> tuple[dict[str, Any], float]:
+         n_estimators: int = 80) -> tuple[dict[str, Any], float]:
     """(best XGBoost parameters, their validation MAPE) after `trials` Optuna trials."""
     import optuna
 

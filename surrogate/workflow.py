@@ -29,7 +29,7 @@ TEST_FRACTION = 0.15
 class TrainConfig:
     seed: int = 0
     tune_trials: int = 0
-    n_estimators: int = 1500
+    n_estimators: int = 80
     test_fraction: float = TEST_FRACTION
     xgb_params: dict[str, Any] = field(default_factory=dict)
 
@@ -146,7 +146,7 @@ def retrain(model_path: str | Path, out: str | Path, config: RetrainConfig,
 
 
 def _tuned(hp: dict[str, Any]) -> dict[str, Any]:
-    skip = {"seed", "n_estimators", "early_stopping_rounds", "validation_fraction"}
+    skip = {"seed", "n_estimators", "early_stopping_rounds", "validation_fraction", "memory_estimators"}
     return {k: v for k, v in hp.items() if k not in skip}
 
 

@@ -43,7 +43,10 @@ def _add_train(sub: Any) -> None:
     t.add_argument("--out", required=True, help="model folder (e.g. runs/surrogates/NAME)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--tune-trials", type=int, default=0, help="Optuna trials for XGBoost hyperparameters")
-    t.add_argument("--n-estimators", type=int, default=1500, help="maximum boosting rounds")
+    t.add_argument("--n-estimators", type=int, default=80,
+                   help="maximum boosting rounds (more, with a lower --learning-rate: more accurate, slower)")
+    t.add_argument("--learning-rate", type=float, help="XGBoost learning rate (default 0.4)")
+    t.add_argument("--max-depth", type=int, help="XGBoost tree depth (default 8)")
     t.add_argument("--jobs", type=int, default=-1, help="XGBoost threads (-1: all cores)")
     t.add_argument("--mlflow", action="store_true", help="log params, metrics, model and plots to MLflow")
     t.add_argument("--experiment", default="vtrain-surrogate", help="MLflow experiment name")
@@ -159,7 +162,9 @@ def _track(args: argparse.Namespace, result: Any) -> str:
 def _train(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from surrogate.workflow import TrainConfig, train
 
-    config = TrainConfig(args.seed, args.tune_trials, args.n_estimators, xgb_params={"n_jobs": args.jobs})
+    xgb = {"n_jobs": args.jobs, "learning_rate": args.learning_rate, "max_depth": args.max_depth}
+    config = TrainConfig(args.seed, args.tune_trials, args.n_estimators,
+                         xgb_params={k: v for k, v in xgb.items() if v is not None})
     result = train(args.samples, args.out, config)
     r = result.report
     data = {k: v for k, v in r.items()}
