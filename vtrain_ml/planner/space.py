@@ -273,13 +273,23 @@ class SearchSpace:
                 seq_length=self.config.seq or 2048)
         return self._models[key], ""
 
-    def neighbours(self, candidate: Candidate) -> list[Candidate]:
-        """Every candidate that differs from `candidate` in one searched knob."""
+    def neighbours(self, candidate: Candidate, reach: int = 2) -> list[Candidate]:
+        """Candidates one move away: any other value of one searched knob, or up to `reach`
+        steps along two ordered knobs at once (e.g. fewer layers and a wider hidden size, a move
+        along a curve of equal parameters that one-knob moves cannot make without a detour)."""
+        p = candidate.params
         out = []
         for knob in self.searched:
             for value in knob.choices:
-                if value != candidate.params[knob.name]:
-                    out.append(self.build({**candidate.params, knob.name: value}))
+                if value != p[knob.name]:
+                    out.append(self.build({**p, knob.name: value}))
+        ordered = [k for k in self.searched if k.step is not None]
+        steps = [d for d in range(-reach, reach + 1) if d]
+        for a, b in itertools.combinations(ordered, 2):
+            ia, ib = a.choices.index(p[a.name]), b.choices.index(p[b.name])
+            for da, db in itertools.product(steps, steps):
+                if 0 <= ia + da < len(a.choices) and 0 <= ib + db < len(b.choices):
+                    out.append(self.build({**p, a.name: a.choices[ia + da], b.name: b.choices[ib + db]}))
         return out
 
     def enumerate(self) -> Iterator[dict[str, Choice]]:

@@ -132,9 +132,9 @@ class ExactVerifier:
         if not candidates:
             return []
         order = self._ranked(candidates)
-        for _ in range(self.refine_steps):  # hill-climb on the surrogate from the best seen
+        for _ in range(self.refine_steps):  # beam search on the surrogate from the best seen
             added = False
-            for i in order[: 2 * self.top]:
+            for i in self._beam(candidates, order):
                 for n in self.space.neighbours(candidates[i]):
                     if n.feasible and n.key not in verified and n.key not in seen:
                         seen[n.key] = n
@@ -146,6 +146,18 @@ class ExactVerifier:
         order = order[: self.top]
         predicted = self.scorer.predict([candidates[i] for i in order])
         return list(zip([candidates[i] for i in order], predicted, strict=True))
+
+    def _beam(self, candidates: list[Candidate], order: list[int]) -> list[int]:
+        """The best 2 * top candidates with distinct objective values: plans that tie (layout
+        variants of one model when maximizing parameters) would fill the beam with one region."""
+        objective = self.space.config.objective
+        predicted = self.scorer.predict(candidates)
+        beam: dict[tuple[float, ...], int] = {}
+        for i in order:
+            beam.setdefault(objective_values(objective, predicted[i]), i)
+            if len(beam) >= 2 * self.top:
+                break
+        return list(beam.values())
 
     def _ranked(self, candidates: list[Candidate]) -> list[int]:
         predicted = self.scorer.predict(candidates)
