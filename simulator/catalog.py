@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -65,8 +67,13 @@ def load_model(name: str, overrides: dict[str, Any] | None = None) -> ModelSpec:
 
 
 @lru_cache(maxsize=64)
-def _hardware_file(path: str) -> HardwareSpec:
+def _hardware_file(path: str, mtime_ns: int) -> HardwareSpec:
+    """Parsed hardware file, cached per (path, modification time): an edited file is re-read."""
     return parse(HardwareSpec, read_yaml(Path(path)), f"hardware file {path}")
+
+
+def _read_hardware(path: Path) -> HardwareSpec:
+    return _hardware_file(str(path), path.stat().st_mtime_ns)
 
 
 def resolve_hardware(name_or_file: str) -> HardwareSpec:
@@ -75,13 +82,13 @@ def resolve_hardware(name_or_file: str) -> HardwareSpec:
     if candidate.suffix in {".yaml", ".yml", ".json"} or candidate.is_file():
         if not candidate.is_file():
             raise ConfigError(f"hardware file {name_or_file} does not exist")
-        return _hardware_file(str(candidate.resolve()))
+        return _read_hardware(candidate.resolve())
     aliases = read_yaml(data_dir() / "hardware" / "aliases.yaml") or {}
     key = aliases.get(name_or_file, aliases.get(name_or_file.upper(), name_or_file)).lower()
     path = data_dir() / "hardware" / f"{key}.yaml"
     if not path.exists():
         raise _unknown("GPU type", name_or_file, hardware_names() + sorted(aliases))
-    return _hardware_file(str(path))
+    return _read_hardware(path)
 
 
 def hardware_fingerprint(hardware: HardwareSpec) -> str:
@@ -90,7 +97,6 @@ def hardware_fingerprint(hardware: HardwareSpec) -> str:
     Saved models record it so that a model trained under one hardware model is never silently
     used with another.
     """
-    import hashlib
-
-    canonical = hardware.model_dump_json(exclude={"description", "source", "calibration"})
+    fields = hardware.model_dump(mode="json", exclude={"description", "source", "calibration"})
+    canonical = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
