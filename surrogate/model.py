@@ -169,38 +169,60 @@ class Surrogate:
                              "fits_in_memory": memory <= capacity}, index=index)
 
     def predict_one(self, job: Job) -> dict[str, Any]:
-        """One job, on the low-latency path: scalar physics (no arrays), single-threaded trees.
+        """One job, on the low-latency path: scalar physics (no arrays), trees walked in numpy.
 
-        Same numbers as `predict([job])` without building a DataFrame.
+        Same numbers as `predict([job])` (see `surrogate.forest`) without a DataFrame or an
+        XGBoost call, whose fixed cost per call is larger than the whole prediction.
         """
         from surrogate.encoding import encode_record, warn_out_of_space_record
-        from surrogate.physics import hardware_vector, physics_of_rows, rows_from_record
+        from surrogate.physics import physics_of_rows, rows_from_record
 
         self._check_fitted()
         self._check_job_hardware([job])
         record = job_to_record(job)
         warn_out_of_space_record(record, self.bounds_)
-        cache = self._single_thread()
-        cache.setdefault("hw", {n: hardware_vector(s) for n, s in self.hardware_.items()})
-        physics = physics_of_rows(rows_from_record(record, cache["hw"][str(record["gpu"])]))
+        serving = self._serving()
+        physics = physics_of_rows(rows_from_record(record, serving["hw"][str(record["gpu"])]))
         x = encode_record(record, physics, len(self.feature_names_))
-        est_time, est_memory = physics["est_log_time_s"], physics["est_log_memory_bytes"]
-        seconds = math.exp(float(x[0, self._index("est_log_time_s")])
-                           + float(cache["time"].inplace_predict(x, validate_features=False)[0]))
-        memory = math.exp(float(x[0, self._index("est_log_memory_bytes")])
-                          + float(cache["memory"].inplace_predict(x, validate_features=False)[0]))
-        del est_time, est_memory
-        return {"iteration_time_s": seconds, "peak_memory_bytes": memory,
-                "fits_in_memory": memory <= physics["memory_capacity_bytes"]}
+        forest = serving["forest"]
+        if forest is not None:
+            margins = forest.margins(x[0])
+            time, memory = margins["time"], margins["memory"]
+        else:
+            time = float(serving["time"].inplace_predict(x, validate_features=False)[0])
+            memory = float(serving["memory"].inplace_predict(x, validate_features=False)[0])
+        seconds = math.exp(float(x[0, serving["i_time"]]) + time)
+        peak = math.exp(float(x[0, serving["i_memory"]]) + memory)
+        return {"iteration_time_s": seconds, "peak_memory_bytes": peak,
+                "fits_in_memory": peak <= physics["memory_capacity_bytes"]}
 
-    def _single_thread(self) -> dict[str, Any]:
-        """Copies of the boosters limited to one thread: for a few rows, starting OpenMP threads
-        costs far more than the trees (and on a busy machine spinning threads wait for cores)."""
-        cache: dict[str, Any] = self.__dict__.setdefault("_single", {})
-        if "time" not in cache:
-            for key, booster in self.boosters_.items():
-                cache[key] = booster.copy()
-                cache[key].set_param({"nthread": 1})
+    def _serving(self) -> dict[str, Any]:
+        """What prediction derives from the fitted state, built once (again after a new fit).
+
+        ``time`` / ``memory``: copies of the boosters limited to one thread (for a few rows,
+        starting OpenMP threads costs far more than the trees); ``forest``: the trees as numpy
+        arrays for one row (None where `surrogate.forest` cannot read them); ``hw``: each GPU's
+        hardware numbers; ``i_time`` / ``i_memory``: columns of the physics baselines.
+        """
+        from surrogate.forest import UnsupportedTreesError, forest_of
+        from surrogate.physics import hardware_vector
+
+        cache: dict[str, Any] | None = self.__dict__.get("_serving_cache")
+        if cache is not None and cache["boosters"] is self.boosters_:
+            return cache
+        cache = {"boosters": self.boosters_,
+                 "hw": {n: hardware_vector(s) for n, s in self.hardware_.items()},
+                 "i_time": self._index("est_log_time_s"),
+                 "i_memory": self._index("est_log_memory_bytes")}
+        for key, booster in self.boosters_.items():
+            cache[key] = booster.copy()
+            cache[key].set_param({"nthread": 1})
+        try:
+            cache["forest"] = forest_of(self.boosters_)
+        except UnsupportedTreesError as exc:
+            log.info("single-job predictions use XGBoost: %s", exc)
+            cache["forest"] = None
+        self.__dict__["_serving_cache"] = cache
         return cache
 
     def _index(self, name: str) -> int:
@@ -213,7 +235,7 @@ class Surrogate:
         if names != self.feature_names_:
             raise DataError("the saved model was trained on other features than this vtrain-ml "
                             "computes; retrain it")
-        boosters = self._single_thread() if len(x) < SMALL_BATCH else self.boosters_
+        boosters = self._serving() if len(x) < SMALL_BATCH else self.boosters_
         time = boosters["time"].inplace_predict(x, validate_features=False)
         memory = boosters["memory"].inplace_predict(x, validate_features=False)
         est_time = x[:, names.index("est_log_time_s")].astype(float)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,11 @@ class Rows:
     @property
     def m(self) -> np.ndarray:
         return self.B / (self.d * self.b)
+
+    @cached_property
+    def peak(self) -> Vec:
+        """Peak FLOP/s of each row's precision (computed once: every kernel's roofline uses it)."""
+        return self.xp.where(self.bf16 > 0, self.hw["peak_bf16"], self.hw["peak_fp16"])
 
 
 def _codes(values: np.ndarray, choices: tuple[str, ...]) -> np.ndarray:

@@ -11,6 +11,7 @@ gradient reduction (partly hidden when overlapped), tied-embedding sync and the 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -18,12 +19,17 @@ import numpy as np
 from surrogate.physics import Rows
 
 TILES = ((256, 128, 1.0), (128, 128, 0.92), (128, 64, 0.8), (64, 64, 0.6))  # simulator.costs
+_TILE_M, _TILE_N = tuple({t[0] for t in TILES}), tuple({t[1] for t in TILES})
 DT = 2.0  # fp16/bf16 bytes
 ADAM_BYTES_PER_PARAM = 36.0  # simulator.tail
 BUCKET_BYTES = 25e6  # ParallelPlan.bucket_size_mb default
 
 
 def gemm_efficiency(r: Rows, batch: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Tensor-core efficiency of batch x Y[m,n] = X[m,k] W[k,n]: best tile's wave x fill, times
+    the depth factor k / (k + k_half) (simulator.costs)."""
+    if r.xp is not np:
+        return _gemm_efficiency_scalar(r, batch, m, n, k)
     sms = r.hw["num_sms"]
     best = r.xp.zeros_like(m)
     for tm, tn, rel in TILES:
@@ -35,13 +41,32 @@ def gemm_efficiency(r: Rows, batch: np.ndarray, m: np.ndarray, n: np.ndarray, k:
     return r.hw["gemm_max"] * best * k / (k + r.hw["k_half"])
 
 
+def _gemm_efficiency_scalar(r: Rows, batch: float, m: float, n: float, k: float) -> float:
+    """`gemm_efficiency` of one job's floats: the same operations in the same order (so the
+    same result to the bit) without the per-call cost of `surrogate.scalar`'s dispatch; this is
+    the hottest function of a single prediction (17 GEMM shapes x 4 tiles)."""
+    sms = r.hw["num_sms"]
+    best = 0.0
+    mn = m * n
+    ceil = math.ceil
+    along_m = {tm: float(ceil(m / tm)) for tm in _TILE_M}  # tiles share sizes: 5 ceils, not 8
+    along_n = {tn: float(ceil(n / tn)) for tn in _TILE_N}
+    for tm, tn, rel in TILES:
+        tiles_m, tiles_n = along_m[tm], along_n[tn]
+        tiles = batch * tiles_m * tiles_n
+        wave = tiles / (float(ceil(tiles / sms)) * sms)
+        value = rel * wave * (mn / (tiles_m * tm * tiles_n * tn))
+        best = best if best >= value else value  # ScalarOps.maximum (NaN propagates like numpy)
+    return r.hw["gemm_max"] * best * k / (k + r.hw["k_half"])
+
+
 def kernel_s(r: Rows, flops: np.ndarray | float, nbytes: np.ndarray | float,
              eff: np.ndarray | float = 1.0 / 16) -> np.ndarray:
     """GPU time of one kernel: roofline plus launch gap (eff 1/16: CUDA cores, not tensor cores).
 
     Host dispatch is charged per window of kernels (`_window`), as in simulator.lowering."""
-    peak = r.xp.where(r.bf16 > 0, r.hw["peak_bf16"], r.hw["peak_fp16"])
-    return r.xp.maximum(flops / (peak * eff), nbytes / r.hw["hbm_Bps"]) + r.hw["launch_s"]
+    compute, memory = flops / (r.peak * eff), nbytes / r.hw["hbm_Bps"]
+    return r.xp.maximum(compute, memory) + r.hw["launch_s"]
 
 
 def gemm_s(r: Rows, batch: Any, m: np.ndarray, n: np.ndarray,

@@ -1,0 +1,98 @@
+"""The fast prediction paths give the reference path's numbers (XGBoost on the pandas-built features)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from surrogate.dataset import read_samples
+from surrogate.encoding import OutOfSpaceWarning, feature_matrix
+from surrogate.features import JOB_COLUMNS, record_to_job
+from surrogate.forest import forest_of
+from surrogate.physics import hardware_vector, physics_columns, physics_of_rows, rows_from_record
+
+
+@pytest.fixture(scope="module")
+def samples(tiny_samples):
+    return read_samples(tiny_samples)[list(JOB_COLUMNS)]
+
+
+def _reference_features(model, df):
+    """Feature matrix from plain numpy arrays of the DataFrame (no categorical fast path)."""
+    columns = {c: df[c].to_numpy() for c in JOB_COLUMNS}
+    return feature_matrix(columns, model.hardware_)[1]
+
+
+def test_forest_walk_equals_xgboost_margins_to_the_bit(tiny_model, samples) -> None:
+    model = tiny_model.model
+    x = _reference_features(model, samples)
+    forest = forest_of(model.boosters_)
+    expected = {k: b.inplace_predict(x, validate_features=False) for k, b in model.boosters_.items()}
+    for i in range(len(x)):
+        margins = forest.margins(x[i])
+        for key in expected:
+            assert margins[key] == float(expected[key][i]), (key, i)
+
+
+def test_forest_sends_a_missing_feature_down_the_default_branch(tiny_model, samples) -> None:
+    model = tiny_model.model
+    x = _reference_features(model, samples.head(20)).copy()
+    x[:, ::3] = np.nan
+    forest = forest_of(model.boosters_)
+    expected = model.boosters_["time"].inplace_predict(x, validate_features=False)
+    for i in range(len(x)):
+        assert forest.margins(x[i])["time"] == float(expected[i])
+
+
+def test_scalar_physics_equals_the_vectorized_physics(tiny_model, samples) -> None:
+    model = tiny_model.model
+    table = physics_columns({c: samples[c].to_numpy() for c in JOB_COLUMNS}, model.hardware_)
+    hw = hardware_vector(model.hardware_["a100-80gb"])
+    for i, record in enumerate(samples.head(40).to_dict("records")):
+        one = physics_of_rows(rows_from_record(record, hw))
+        for name, values in table.items():
+            assert one[name] == pytest.approx(float(values[i]), rel=1e-12, abs=1e-300), name
+
+
+def test_batch_prediction_equals_the_reference_computation(tiny_model, samples) -> None:
+    model = tiny_model.model
+    x = _reference_features(model, samples)
+    names = model.feature_names_
+    time = model.boosters_["time"].inplace_predict(x, validate_features=False)
+    memory = model.boosters_["memory"].inplace_predict(x, validate_features=False)
+    expected_s = np.exp(x[:, names.index("est_log_time_s")].astype(float) + time)
+    expected_b = np.exp(x[:, names.index("est_log_memory_bytes")].astype(float) + memory)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OutOfSpaceWarning)
+        got = model.predict(samples)
+    np.testing.assert_allclose(got["iteration_time_s"], expected_s, rtol=1e-6)
+    np.testing.assert_allclose(got["peak_memory_bytes"], expected_b, rtol=1e-6)
+
+
+def test_single_job_agrees_with_batch_on_every_sample(tiny_model, samples) -> None:
+    model = tiny_model.model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OutOfSpaceWarning)
+        batch = model.predict(samples)
+        for i, record in enumerate(samples.head(60).to_dict("records")):
+            one = model.predict_one(record_to_job(record))
+            assert one["iteration_time_s"] == pytest.approx(batch["iteration_time_s"].iloc[i], rel=1e-6)
+            assert one["peak_memory_bytes"] == pytest.approx(batch["peak_memory_bytes"].iloc[i], rel=1e-6)
+            assert one["fits_in_memory"] == batch["fits_in_memory"].iloc[i]
+
+
+def test_refitting_rebuilds_the_single_job_trees(samples) -> None:
+    from surrogate.model import Surrogate
+
+    model = Surrogate(n_estimators=3, memory_estimators=2, n_jobs=1)
+    table = samples.assign(iteration_time_s=1.0, peak_memory_bytes=1e9)
+    job = record_to_job(samples.iloc[0].to_dict())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OutOfSpaceWarning)
+        first = model.fit(table).predict_one(job)["iteration_time_s"]
+        model.fit(table.assign(iteration_time_s=np.linspace(0.5, 5.0, len(table))))
+        second = model.predict_one(job)["iteration_time_s"]
+        assert second == pytest.approx(model.predict([job])["iteration_time_s"].iloc[0], rel=1e-6)
+    assert second != first
