@@ -41,7 +41,7 @@ def gemm_efficiency(r: Rows, batch: np.ndarray, m: np.ndarray, n: np.ndarray, k:
     return r.hw["gemm_max"] * best * k / (k + r.hw["k_half"])
 
 
-def _gemm_efficiency_scalar(r: Rows, batch: float, m: float, n: float, k: float) -> float:
+def _gemm_efficiency_scalar(r: Rows, batch: Any, m: Any, n: Any, k: Any) -> Any:
     """`gemm_efficiency` of one job's floats: the same operations in the same order (so the
     same result to the bit) without the per-call cost of `surrogate.scalar`'s dispatch; this is
     the hottest function of a single prediction (17 GEMM shapes x 4 tiles)."""
