@@ -138,7 +138,7 @@ def _layout(plan: dict[str, Any]) -> str:
 def render_table(report: SearchReport) -> str:
     """The top plans (exact numbers), the baseline, and how the answer was obtained."""
     arch = bool(report.top and "num_layers" in report.top[0].plan)
-    head = (f"{'#':>2} {'model (L/h/heads, params)':<28}" if arch else f"{'#':>2}") + \
+    head = (f"{'#':>4} {'model (L/h/heads, params)':<28}" if arch else f"{'#':>4}") + \
         f" {'tp x pp x dp':<13} {'gpus':>5} {'mb':<4} {'recompute':<9} {'schedule':<19} flg " \
         f"{'iter s':>8} {'train days':>10} {'cost USD':>12} {'MFU%':>5} {'peak GiB':>8}"
     lines = [head, "-" * len(head)]
@@ -150,7 +150,7 @@ def render_table(report: SearchReport) -> str:
         model = (f" {p['num_layers']:>3}/{p['hidden_size']:<6}/{p['num_attention_heads']:<4} "
                  f"{p['parameters'] / 1e9:>8.1f}B   ") if arch else ""
         days = f"{e.time_to_train_s / 86400:10.1f}" if e.time_to_train_s else f"{'-':>10}"
-        lines.append(f"{tag:>2}{model} {_layout(p)} {e.iteration_time_s:8.2f} {days} {e.cost_usd:12,.0f} "
+        lines.append(f"{tag:>4}{model} {_layout(p)} {e.iteration_time_s:8.2f} {days} {e.cost_usd:12,.0f} "
                      f"{100 * e.mfu:5.1f} {e.peak_memory_bytes / GiB:8.1f}")
     if not report.top:
         lines.append("   no feasible plan found")
