@@ -98,10 +98,10 @@ class Efficiency(Frozen):
     (achievable HBM and NCCL bus bandwidth about 80% of nominal, microsecond-scale latencies).
     """
 
-    gemm_max_efficiency: float = Field(0.84, gt=0, le=1)  # best achievable fraction of peak
-    gemm_k_half: float = Field(92.0, ge=0)  # reduction depth at which GEMM efficiency halves
+    gemm_max_efficiency: float = Field(0.835, gt=0, le=1)  # best achievable fraction of peak
+    gemm_k_half: float = Field(85.0, ge=0)  # reduction depth at which GEMM efficiency halves
     memory_efficiency: float = Field(0.8, gt=0, le=1)  # achievable fraction of HBM bandwidth
-    kernel_launch_s: float = Field(2.7e-6, ge=0)  # GPU-side gap between kernels
+    kernel_launch_s: float = Field(3.1e-6, ge=0)  # GPU-side gap between kernels
     host_overhead_s: float = Field(4.5e-5, ge=0)  # host (framework) dispatch time per kernel
     intra_bus_efficiency: float = Field(0.8, gt=0, le=1)
     inter_bus_efficiency: float = Field(0.8, gt=0, le=1)
