@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.errors import DataError
 from simulator.specs import HardwareSpec
+from surrogate.columns import distinct, factorize
 from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS
 from surrogate.physics import PRECISIONS, RECOMPUTE, SCHEDULES, physics_columns
 
@@ -35,18 +35,17 @@ def check_columns(columns: Mapping[str, Any] | set[str], where: str) -> None:
         raise DataError(f"{where} lacks column(s) {', '.join(missing)}; expected {', '.join(JOB_COLUMNS)}")
 
 
-def _code(values: np.ndarray, column: str) -> np.ndarray:
+def _code(values: Any, column: str) -> np.ndarray:
     choices = CODES[column]
-    out = np.full(len(values), np.nan)
-    for i, c in enumerate(choices):
-        out[values == c] = i
-    if np.isnan(out).any():
-        bad = sorted({str(v) for v in values[np.isnan(out)]})
+    column_values = factorize(values)
+    out = column_values.lookup(lambda u: float(choices.index(u)) if u in choices else np.nan)
+    bad = sorted(str(u) for u in column_values.uniques if u not in choices)
+    if bad:
         raise DataError(f"column {column} has unknown value(s) {', '.join(bad)}; use {', '.join(choices)}")
     return out
 
 
-def feature_matrix(columns: Mapping[str, np.ndarray],
+def feature_matrix(columns: Mapping[str, Any],
                    hardware: Mapping[str, HardwareSpec] | None) -> tuple[list[str], np.ndarray]:
     """(feature names, float32 matrix rows x features) of arrays of `JOB_COLUMNS` values."""
     physics = physics_columns(columns, hardware)
@@ -54,46 +53,47 @@ def feature_matrix(columns: Mapping[str, np.ndarray],
     n = len(columns["num_layers"])
     matrix = np.empty((n, len(names)), dtype=np.float32)
     for j, c in enumerate(RAW_FEATURES):
-        matrix[:, j] = _code(np.asarray(columns[c]), c) if c in CODES else np.asarray(columns[c], dtype=float)
+        matrix[:, j] = _code(columns[c], c) if c in CODES else np.asarray(columns[c], dtype=float)
     for j, values in enumerate(physics.values(), start=len(RAW_FEATURES)):
         matrix[:, j] = values
     return names, matrix
 
 
-def space_bounds(columns: Mapping[str, np.ndarray]) -> dict[str, Any]:
+def space_bounds(columns: Mapping[str, Any]) -> dict[str, Any]:
     """Per column: [min, max] of numbers, or the set of values seen (categoricals, booleans)."""
     bounds: dict[str, Any] = {}
     for c in JOB_COLUMNS:
-        values = np.asarray(columns[c])
         if c in NUMERIC_COLUMNS:
+            values = np.asarray(columns[c])
             bounds[c] = [float(values.min()), float(values.max())]
         else:
-            bounds[c] = sorted({v.item() if hasattr(v, "item") else v for v in values}, key=str)
+            bounds[c] = sorted(set(distinct(columns[c])), key=str)
     return bounds
 
 
-def out_of_space(columns: Mapping[str, np.ndarray], bounds: Mapping[str, Any]) -> dict[str, str]:
+def out_of_space(columns: Mapping[str, Any], bounds: Mapping[str, Any]) -> dict[str, str]:
     """Column -> description of the rows outside the trained space (empty when all inside)."""
     problems: dict[str, str] = {}
     for c, bound in bounds.items():
-        values = np.asarray(columns[c])
         if c in NUMERIC_COLUMNS:
             lo, hi = bound
+            values = np.asarray(columns[c])
+            if len(values) == 0 or (lo <= values.min() and values.max() <= hi):
+                continue  # two reductions decide the common case; the detail only when needed
             v = values.astype(float)
             bad = (v < lo) | (v > hi)
             if bad.any():
                 problems[c] = f"{int(bad.sum())} row(s) outside the trained range [{lo:g}, {hi:g}] " \
                               f"(e.g. {v[bad][0]:g})"
         else:
-            seen = set(bound)
-            bad_values = {x.item() if hasattr(x, "item") else x for x in pd.unique(values)} - seen
+            bad_values = set(distinct(columns[c])) - set(bound)
             if bad_values:
                 problems[c] = f"value(s) {', '.join(map(str, sorted(bad_values, key=str)))} never seen " \
                               f"in training (trained on {', '.join(map(str, bound))})"
     return problems
 
 
-def warn_out_of_space(columns: Mapping[str, np.ndarray], bounds: Mapping[str, Any]) -> None:
+def warn_out_of_space(columns: Mapping[str, Any], bounds: Mapping[str, Any]) -> None:
     problems = out_of_space(columns, bounds)
     if problems:
         detail = "; ".join(f"{c}: {d}" for c, d in problems.items())

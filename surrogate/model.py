@@ -21,8 +21,9 @@ import pandas as pd
 from simulator.catalog import hardware_fingerprint
 from simulator.errors import DataError, ProfileError
 from simulator.specs import HardwareSpec, Job
+from surrogate.columns import distinct, frame_columns
 from surrogate.encoding import check_columns, feature_matrix, space_bounds, warn_out_of_space
-from surrogate.features import JOB_COLUMNS, job_to_record
+from surrogate.features import CATEGORICAL_COLUMNS, JOB_COLUMNS, job_to_record
 from surrogate.splits import group_split
 
 log = logging.getLogger(__name__)
@@ -35,9 +36,10 @@ DEFAULT_PARAMS: dict[str, Any] = {
 }
 
 
-def _columns(df: pd.DataFrame) -> dict[str, np.ndarray]:
+def _columns(df: pd.DataFrame) -> dict[str, Any]:
+    """`JOB_COLUMNS` of a table as numpy arrays, the categorical ones factorized once."""
     check_columns(set(df.columns), "table")
-    return {c: df[c].to_numpy() for c in JOB_COLUMNS}
+    return frame_columns(df, JOB_COLUMNS, CATEGORICAL_COLUMNS)
 
 
 class Surrogate:
@@ -111,11 +113,11 @@ class Surrogate:
                 ("memory", memory, x[:, names.index("est_log_memory_bytes")].astype(float))]
 
     @staticmethod
-    def _hardware_for(columns: Mapping[str, np.ndarray],
+    def _hardware_for(columns: Mapping[str, Any],
                       hardware: Mapping[str, HardwareSpec] | None) -> dict[str, HardwareSpec]:
         from surrogate.features import catalog_hardware
 
-        names = sorted({str(g) for g in columns["gpu"]})
+        names = sorted({str(g) for g in distinct(columns["gpu"])})
         return {n: hardware[n] if hardware and n in hardware else catalog_hardware(n) for n in names}
 
     # -- prediction ------------------------------------------------------------------------
@@ -147,9 +149,9 @@ class Surrogate:
         records = [job_to_record(j) for j in jobs]
         return {c: np.array([r[c] for r in records]) for c in JOB_COLUMNS}
 
-    def _frame_columns(self, df: pd.DataFrame) -> dict[str, np.ndarray]:
+    def _frame_columns(self, df: pd.DataFrame) -> dict[str, Any]:
         columns = _columns(df)
-        unknown = sorted({str(g) for g in columns["gpu"]} - set(self.hardware_))
+        unknown = sorted({str(g) for g in distinct(columns["gpu"])} - set(self.hardware_))
         if unknown:
             raise ProfileError(f"column gpu has {', '.join(unknown)}, but the surrogate was trained for "
                                f"{', '.join(self.hardware_)}; retrain it with --hardware")
@@ -228,7 +230,7 @@ class Surrogate:
     def _index(self, name: str) -> int:
         return self.feature_names_.index(name)
 
-    def predict_arrays(self, columns: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def predict_arrays(self, columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(iteration time s, peak memory bytes, GPU memory bytes) of arrays of `JOB_COLUMNS`."""
         warn_out_of_space(columns, self.bounds_)
         names, x = feature_matrix(columns, self.hardware_)

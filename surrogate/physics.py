@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from simulator.specs import GiB, HardwareSpec
+from surrogate.columns import factorize
 
 OPTIMIZER_BYTES_PER_PARAM = 12.0  # simulator.memory: fp32 master weights, momentum, variance
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
@@ -75,11 +76,9 @@ class Rows:
         return self.xp.where(self.bf16 > 0, self.hw["peak_bf16"], self.hw["peak_fp16"])
 
 
-def _codes(values: np.ndarray, choices: tuple[str, ...]) -> np.ndarray:
-    out = np.zeros(len(values))
-    for i, c in enumerate(choices):
-        out[values == c] = i
-    return out
+def _codes(values: Any, choices: tuple[str, ...]) -> np.ndarray:
+    """Index of each row's value in `choices` (0 for a value not among them)."""
+    return factorize(values).lookup(lambda u: float(choices.index(u)) if u in choices else 0.0)
 
 
 HW_FIELDS = ("peak_fp16", "peak_bf16", "hbm_Bps", "memory_bytes", "num_sms", "gemm_max", "k_half",
@@ -104,35 +103,35 @@ def hardware_vector(spec: HardwareSpec) -> dict[str, float]:
             "mb_s": getattr(e, "microbatch_overhead_s", 0.0)}
 
 
-def _hardware_arrays(gpu: np.ndarray, hardware: Mapping[str, HardwareSpec] | None) -> dict[str, np.ndarray]:
+def _hardware_arrays(gpu: Any, hardware: Mapping[str, HardwareSpec] | None) -> dict[str, np.ndarray]:
     from surrogate.features import catalog_hardware
 
-    names = np.unique(gpu)
-    vectors = {n: hardware_vector(hardware[n] if hardware and n in hardware else catalog_hardware(str(n)))
-               for n in names}
-    if len(names) == 1:
-        vec = vectors[names[0]]
-        return {k: np.full(len(gpu), vec[k]) for k in HW_FIELDS}
-    index = np.searchsorted(names, gpu)
-    return {k: np.array([vectors[n][k] for n in names])[index] for k in HW_FIELDS}
+    names = factorize(gpu)
+    vectors = {str(n): hardware_vector(hardware[str(n)] if hardware and str(n) in hardware
+                                       else catalog_hardware(str(n))) for n in names.uniques}
+    if len(vectors) == 1:
+        vec = next(iter(vectors.values()))
+        return {k: np.full(len(names), vec[k]) for k in HW_FIELDS}
+    per_row = {k: np.array([vectors[str(n)][k] for n in names.uniques]) for k in HW_FIELDS}
+    return {k: values[names.codes] for k, values in per_row.items()}
 
 
-def rows_from_columns(c: Mapping[str, np.ndarray], hardware: Mapping[str, HardwareSpec] | None) -> Rows:
+def rows_from_columns(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None) -> Rows:
     t = _f(c["tp"])
     return Rows(
         L=_f(c["num_layers"]), h=_f(c["hidden_size"]), a=_f(c["num_attention_heads"]),
         g=_f(c["num_query_groups"]), f=_f(c["ffn_hidden_size"]), gated=_f(c["gated_mlp"]),
         V=_f(c["vocab_size"]), s=_f(c["seq_length"]), B=_f(c["global_batch_size"]),
-        b=_f(c["micro_batch_size"]), bf16=(np.asarray(c["precision"]) == "bf16").astype(float),
-        recompute=_codes(np.asarray(c["recompute"]), RECOMPUTE), flash=_f(c["flash_attention"]),
+        b=_f(c["micro_batch_size"]), bf16=_codes(c["precision"], ("fp16", "bf16")),
+        recompute=_codes(c["recompute"], RECOMPUTE), flash=_f(c["flash_attention"]),
         N=_f(c["num_gpus"]), t=t, p=_f(c["pp"]), d=_f(c["dp"]), v=_f(c["virtual_stages"]),
-        schedule=_codes(np.asarray(c["schedule"]), SCHEDULES),
+        schedule=_codes(c["schedule"], SCHEDULES),
         sp=_f(c["sequence_parallel"]) * (t > 1), dopt=_f(c["distributed_optimizer"]),
         overlap=_f(c["overlap_grad_reduce"]),
         gpn=np.minimum(_f(c["gpus_per_node"]), _f(c["num_gpus"])),
         intra_Bps=_f(c["intra_node_bandwidth_GBps"]) * 1e9,
         inter_Bps=_f(c["inter_node_bandwidth_Gbps"]) * 1e9 / 8,
-        hw=_hardware_arrays(np.asarray(c["gpu"]).astype(str), hardware),
+        hw=_hardware_arrays(c["gpu"], hardware),
     )
 
 
@@ -255,7 +254,7 @@ def rows_from_record(record: Mapping[str, Any], hw: Mapping[str, float]) -> Rows
         hw=dict(hw), xp=SCALAR)
 
 
-def physics_columns(columns: Mapping[str, np.ndarray],
+def physics_columns(columns: Mapping[str, Any],
                     hardware: Mapping[str, HardwareSpec] | None = None) -> dict[str, np.ndarray]:
     """Physics features of n rows (arrays of `JOB_COLUMNS` values), as name -> array.
 

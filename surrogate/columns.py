@@ -1,0 +1,66 @@
+"""Categorical job columns as codes plus their distinct values, factorized once per batch.
+
+A table's string columns (gpu, precision, recompute, schedule) are read by the physics, the
+encoder and the out-of-space check. Comparing a 100k-row object array with each choice, in each
+of them, cost more than the rest of the features; `Factorized` holds the column once as integer
+codes and the few distinct values, and every reader maps the distinct values instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Factorized:
+    """A categorical column: ``values == uniques[codes]``."""
+
+    codes: np.ndarray  # int index into `uniques` per row
+    uniques: tuple[Any, ...]  # distinct values (Python scalars), in order of first appearance
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def lookup(self, table: Callable[[Any], float]) -> np.ndarray:
+        """float64 array of ``table(value)`` for each row (evaluated once per distinct value)."""
+        return np.asarray([table(u) for u in self.uniques], dtype=np.float64)[self.codes]
+
+    def values(self) -> np.ndarray:
+        """The column as an object array (slow for large tables; for external readers)."""
+        return np.asarray(self.uniques, dtype=object)[self.codes]
+
+
+def factorize(values: Any) -> Factorized:
+    """`Factorized` of a Series, an array or a list (already `Factorized`: returned as is)."""
+    if isinstance(values, Factorized):
+        return values
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return Factorized(np.asarray(codes, dtype=np.intp),
+                      tuple(u.item() if hasattr(u, "item") else u for u in np.asarray(uniques, dtype=object)))
+
+
+def distinct(values: Any) -> list[Any]:
+    """Distinct values of a column (`Factorized` or array-like) as Python scalars."""
+    if isinstance(values, Factorized):
+        return list(values.uniques)
+    return [v.item() if hasattr(v, "item") else v for v in pd.unique(np.asarray(values))]
+
+
+def as_array(values: Any) -> np.ndarray:
+    """A column as a numpy array (`Factorized` expanded)."""
+    return values.values() if isinstance(values, Factorized) else np.asarray(values)
+
+
+def frame_columns(df: pd.DataFrame, names: tuple[str, ...],
+                  categorical: tuple[str, ...]) -> dict[str, Any]:
+    """Columns `names` of `df`: numpy arrays, with `categorical` ones as `Factorized`."""
+    return {c: factorize(df[c]) if c in categorical else df[c].to_numpy() for c in names}
+
+
+def is_factorized(columns: Mapping[str, Any], name: str) -> bool:
+    return isinstance(columns[name], Factorized)
