@@ -31,13 +31,16 @@ def gemm_efficiency(r: Rows, batch: np.ndarray, m: np.ndarray, n: np.ndarray, k:
     if r.xp is not np:
         return _gemm_efficiency_scalar(r, batch, m, n, k)
     sms = r.hw["num_sms"]
-    best = r.xp.zeros_like(m)
+    best = np.zeros_like(m)
+    mn = m * n
+    along_m = {tm: np.ceil(m / tm) for tm in _TILE_M}  # tiles share sizes: 5 ceils, not 8
+    along_n = {tn: np.ceil(n / tn) for tn in _TILE_N}
     for tm, tn, rel in TILES:
-        tiles_m, tiles_n = r.xp.ceil(m / tm), r.xp.ceil(n / tn)
+        tiles_m, tiles_n = along_m[tm], along_n[tn]
         tiles = batch * tiles_m * tiles_n
-        wave = tiles / (r.xp.ceil(tiles / sms) * sms)
-        fill = (m * n) / (tiles_m * tm * tiles_n * tn)
-        best = r.xp.maximum(best, rel * wave * fill)
+        wave = tiles / (np.ceil(tiles / sms) * sms)
+        fill = mn / (tiles_m * tm * tiles_n * tn)
+        best = np.maximum(best, rel * wave * fill)
     return r.hw["gemm_max"] * best * k / (k + r.hw["k_half"])
 
 
