@@ -24,7 +24,7 @@ from simulator.specs import HardwareSpec, Job
 from surrogate.columns import distinct, frame_columns
 from surrogate.encoding import check_columns, feature_matrix, space_bounds, warn_out_of_space
 from surrogate.features import CATEGORICAL_COLUMNS, JOB_COLUMNS, job_to_record
-from surrogate.splits import group_split
+from surrogate.splits import ValidationSplit, validation_split
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +54,13 @@ class Surrogate:
 
     def __init__(self, seed: int = 0, n_estimators: int = 80, early_stopping_rounds: int = 20,
                  validation_fraction: float = 0.15, n_jobs: int = -1, memory_estimators: int = 30,
-                 **xgb_params: Any) -> None:
+                 validation_split: str = "model", **xgb_params: Any) -> None:
         self.seed = seed
         self.n_estimators = n_estimators
         self.memory_estimators = memory_estimators
         self.early_stopping_rounds = early_stopping_rounds
         self.validation_fraction = validation_fraction
+        self.validation_split = validation_split
         self.n_jobs = n_jobs
         self.xgb_params = xgb_params
         self.allow_stale = False
@@ -88,7 +89,8 @@ class Surrogate:
         names, x = feature_matrix(columns, self.hardware_)
         self.feature_names_ = names
         self.bounds_ = space_bounds(columns)
-        train, valid = group_split(df, self.validation_fraction, self.seed)
+        train, valid = validation_split(df, self.validation_fraction, self.seed,
+                                        ValidationSplit(self.validation_split))
         self.boosters_: dict[str, Any] = {}
         self.best_iterations_: dict[str, int] = {}
         for key, target, base in self._targets(df, x, names):

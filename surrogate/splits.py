@@ -6,6 +6,8 @@ measure memorization of that model rather than generalization to new ones.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import numpy as np
 import pandas as pd
 
@@ -32,6 +34,29 @@ def group_split(df: pd.DataFrame, fraction: float, seed: int) -> tuple[np.ndarra
     chosen = rng.permutation(unique)[: max(1, round(fraction * len(unique)))]
     second = np.isin(groups, chosen)
     return np.flatnonzero(~second), np.flatnonzero(second)
+
+
+def row_split(df: pd.DataFrame, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first, second) row indices, seeded; at least one row in the second."""
+    order = np.random.default_rng(seed).permutation(len(df))
+    n_second = max(1, round(fraction * len(df)))
+    return np.sort(order[n_second:]), np.sort(order[:n_second])
+
+
+class ValidationSplit(StrEnum):
+    """How the early-stopping validation rows are held out."""
+
+    MODEL = "model"  # whole model shapes: the stopping point reflects unseen models
+    ROWS = "rows"  # rows: for samples of one model (a layout search), unseen layouts
+    AUTO = "auto"  # by model when there are at least two shapes, else by rows
+
+
+def validation_split(df: pd.DataFrame, fraction: float, seed: int,
+                     by: ValidationSplit) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) row indices held out as `by` says."""
+    if by is ValidationSplit.ROWS or (by is ValidationSplit.AUTO and len(np.unique(model_groups(df))) < 2):
+        return row_split(df, fraction, seed)
+    return group_split(df, fraction, seed)
 
 
 def train_valid_test(df: pd.DataFrame, test_fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:

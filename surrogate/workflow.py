@@ -146,7 +146,8 @@ def retrain(model_path: str | Path, out: str | Path, config: RetrainConfig,
 
 
 def _tuned(hp: dict[str, Any]) -> dict[str, Any]:
-    skip = {"seed", "n_estimators", "early_stopping_rounds", "validation_fraction", "memory_estimators"}
+    skip = {"seed", "n_estimators", "early_stopping_rounds", "validation_fraction", "memory_estimators",
+            "validation_split"}
     return {k: v for k, v in hp.items() if k not in skip}
 
 
