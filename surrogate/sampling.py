@@ -160,7 +160,7 @@ def point_to_record(u: dict[str, float], space: Space,
 
 def _reason(message: str) -> str:
     """Group rejection messages that differ only in numbers."""
-    return re.sub(r"\d+(\.\d+)?", "#", message)[:160]
+    return re.sub(r"(?<![\w.])\d+(\.\d+)?(?![\w.])", "#", message)[:160]
 
 
 def _design(method: Method, seed: int) -> Any:
