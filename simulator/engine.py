@@ -38,11 +38,18 @@ class RoundPlan:
 
 @lru_cache(maxsize=256)
 def round_plan(schedule: Schedule, p: int, m: int, v: int) -> RoundPlan:
+    """The cached round plan of a pipeline shape."""
+    return build_round_plan(schedule, p, m, v)
+
+
+def build_round_plan(schedule: Schedule, p: int, m: int, v: int, closed_form: bool = True) -> RoundPlan:
+    """Rounds from the closed form (1F1B, GPipe) or, otherwise or when asked, from the generic
+    construction that walks the stage orders."""
     idx = OpIndex(p, v, m)
     n = idx.count
     dep, edge = dependencies(p, m, v)
     dep_s = np.where(dep < 0, n, dep)
-    if schedule in CLOSED_FORM and v == 1:
+    if closed_form and schedule in CLOSED_FORM and v == 1:
         level = CLOSED_FORM[schedule](idx)
         per_stage = _stage_ops(idx)
         orders = np.take_along_axis(per_stage, np.argsort(level[per_stage], axis=1), axis=1)
