@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -38,11 +39,9 @@ def _main(args: argparse.Namespace) -> int:
     worst = table.nlargest(10, "ape")
     if args.out:
         write_text_atomic(args.out, table.to_csv(index=False))
-    if args.plot:
+    if args.plot:  # written beside the target, then renamed: never a half-written image
         fig = measured_vs_predicted(table, f"{args.hardware}: MAPE {summary.mape:.1%}")
         fig.savefig(args.plot + ".tmp.png", dpi=130)
-        import os
-
         os.replace(args.plot + ".tmp.png", args.plot)
     if args.json:
         out = {**summary.to_dict(), "skipped": data.skipped, "hardware": args.hardware,
