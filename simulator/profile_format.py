@@ -33,7 +33,6 @@ written is detected, and so that saved artefacts can record which profile they c
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from pydantic import Field
 
 from simulator.enums import Precision
 from simulator.errors import ProfileError
+from simulator.fileio import read_json_file
 from simulator.specs import Frozen, parse
 
 SCHEMA_VERSION = 1
@@ -121,13 +121,9 @@ def read_meta(path: Path) -> ProfileMeta:
     if not path.is_dir():
         raise ProfileError(f"profile directory {path} does not exist; {_how_to_make(path)}")
     meta_path = path / META_FILE
-    if not meta_path.is_file():
-        raise ProfileError(f"{path} has no {META_FILE}: not a finished profile (rerun the profiler "
-                           f"with --resume to finish it, or {_how_to_make(path)})")
-    try:
-        data = json.loads(meta_path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ProfileError(f"{meta_path} is not readable JSON ({exc}); re-profile") from None
+    data = read_json_file(meta_path, ProfileError,
+                          f"{path} has no {META_FILE}: not a finished profile (rerun the profiler with "
+                          f"--resume to finish it, or {_how_to_make(path)})", "re-profile")
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version != SCHEMA_VERSION:
         raise ProfileError(f"profile {path} has schema version {version!r}, this vtrain-ml reads "

@@ -9,7 +9,6 @@ same: a profile recalibrated since training makes the model stale, which is refu
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.catalog import data_dir, hardware_fingerprint, read_yaml, resolve_hardware
 from simulator.errors import ConfigError, DataError, ProfileError
-from simulator.fileio import write_json_atomic
+from simulator.fileio import read_json_file, write_json_atomic
 from simulator.specs import HardwareSpec, parse
 
 if TYPE_CHECKING:
@@ -78,15 +77,11 @@ def save_surrogate(model: Surrogate, folder: Path, extra: Mapping[str, Any]) -> 
 
 def read_metadata(folder: Path) -> dict[str, Any]:
     path = folder / METADATA
-    if not path.is_file():
-        raise DataError(f"{folder} is not a surrogate model folder (no {METADATA}); train one with "
-                        f"`python -m vtrain_ml.surrogate train`")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path} is not valid JSON: {exc.msg}") from None
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise DataError(f"{path} has schema_version {data.get('schema_version')}, this vtrain-ml reads "
+    data = read_json_file(path, DataError, f"{folder} is not a surrogate model folder (no {METADATA}); "
+                          "train one with `python -m vtrain_ml.surrogate train`", "retrain the model")
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        raise DataError(f"{path} has schema_version {version}, this vtrain-ml reads "
                         f"{SCHEMA_VERSION}; retrain the model")
     return dict(data)
 

@@ -8,7 +8,6 @@ with the `JOB_COLUMNS`, the targets (`TARGETS`) and ``sample_index``.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -19,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from simulator.errors import DataError
+from simulator.fileio import read_json_file
 from simulator.simulate import simulate
 from simulator.specs import HardwareSpec
 from surrogate.features import JOB_COLUMNS, record_to_job
@@ -83,13 +83,8 @@ def chunk_path(folder: Path, index: int) -> Path:
 
 def read_manifest(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / MANIFEST
-    if not path.is_file():
-        raise DataError(f"{folder} is not a samples folder (no {MANIFEST}); create one with "
-                        f"`python -m vtrain_ml.surrogate generate`")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path} is not valid JSON: {exc.msg}") from None
+    data = read_json_file(path, DataError, f"{folder} is not a samples folder (no {MANIFEST}); create "
+                          "one with `python -m vtrain_ml.surrogate generate`", "regenerate the samples")
     return dict(data)
 
 
