@@ -26,6 +26,10 @@ class Factorized:
     def __len__(self) -> int:
         return len(self.codes)
 
+    def __getitem__(self, rows: slice) -> Factorized:
+        """The rows `rows` (same distinct values)."""
+        return Factorized(self.codes[rows], self.uniques)
+
     def lookup(self, table: Callable[[Any], float]) -> np.ndarray:
         """float64 array of ``table(value)`` for each row (evaluated once per distinct value)."""
         return np.asarray([table(u) for u in self.uniques], dtype=np.float64)[self.codes]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from surrogate.splits import ValidationSplit, validation_split
 log = logging.getLogger(__name__)
 
 SMALL_BATCH = 1024  # rows below which prediction runs single-threaded
+PARALLEL_FEATURES_ROWS = 20_000  # rows from which features are built on several threads
 OUTPUTS = ("iteration_time_s", "peak_memory_bytes", "fits_in_memory")
 DEFAULT_PARAMS: dict[str, Any] = {
     "max_depth": 8, "learning_rate": 0.4, "subsample": 0.8, "colsample_bytree": 0.8,
@@ -235,7 +238,7 @@ class Surrogate:
     def predict_arrays(self, columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(iteration time s, peak memory bytes, GPU memory bytes) of arrays of `JOB_COLUMNS`."""
         warn_out_of_space(columns, self.bounds_)
-        names, x = feature_matrix(columns, self.hardware_)
+        names, x = self._features(columns)
         if names != self.feature_names_:
             raise DataError("the saved model was trained on other features than this vtrain-ml "
                             "computes; retrain it")
@@ -246,6 +249,19 @@ class Surrogate:
         est_memory = x[:, names.index("est_log_memory_bytes")].astype(float)
         capacity = x[:, names.index("memory_capacity_bytes")].astype(float)
         return np.exp(est_time + time), np.exp(est_memory + memory), capacity
+
+    def _features(self, columns: Mapping[str, Any]) -> tuple[list[str], np.ndarray]:
+        """The feature matrix; large batches are built in row chunks on threads (numpy releases
+        the GIL in its array loops, so the closed-form physics uses every core like XGBoost)."""
+        n = len(columns["num_layers"])
+        threads = self._params()["nthread"]
+        if threads <= 1 or n < PARALLEL_FEATURES_ROWS:
+            return feature_matrix(columns, self.hardware_)
+        bounds = np.linspace(0, n, threads + 1).astype(int)
+        chunks = [{c: v[a:b] for c, v in columns.items()} for a, b in pairwise(bounds)]
+        with ThreadPoolExecutor(threads) as pool:
+            parts = list(pool.map(lambda cols: feature_matrix(cols, self.hardware_), chunks))
+        return parts[0][0], np.concatenate([x for _, x in parts])
 
     # -- persistence -----------------------------------------------------------------------
     def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
