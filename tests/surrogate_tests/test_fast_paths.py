@@ -96,3 +96,23 @@ def test_refitting_rebuilds_the_single_job_trees(samples) -> None:
         second = model.predict_one(job)["iteration_time_s"]
         assert second == pytest.approx(model.predict([job])["iteration_time_s"].iloc[0], rel=1e-6)
     assert second != first
+
+
+def test_threaded_batch_features_predict_exactly_like_one_thread(tiny_model, tiny_samples, monkeypatch):
+    """Large batches build features in row chunks on threads; the result must not change."""
+    import pandas as pd
+
+    import surrogate.model as surrogate_model
+
+    model = tiny_model.model
+    rows = read_samples(tiny_samples)[list(JOB_COLUMNS)]
+    monkeypatch.setattr(surrogate_model, "PARALLEL_FEATURES_ROWS", 10**9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OutOfSpaceWarning)
+        one_thread = model.predict(rows)
+    monkeypatch.setattr(surrogate_model, "PARALLEL_FEATURES_ROWS", 2)
+    monkeypatch.setattr(model, "n_jobs", 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OutOfSpaceWarning)
+        threaded = model.predict(rows)
+    pd.testing.assert_frame_equal(one_thread, threaded)
