@@ -98,7 +98,7 @@ class StageCosts:
 
     forward_s: np.ndarray  # compute + tp comm, what the engine schedules
     backward_s: np.ndarray  # recompute + backward + their tp comm
-    parts: dict[str, np.ndarray]  # forward, backward, recompute, tp_comm (each (p, v))
+    parts: dict[str, np.ndarray]  # overhead, forward, backward, recompute, tp_comm (each (p, v))
     layer: BlockCost
     embedding: BlockCost
     head: BlockCost
