@@ -19,7 +19,12 @@ from simulator.specs import HardwareSpec, ModelSpec, parse
 def data_dir() -> Path:
     """The repository's data/ folder (override with the VTRAIN_DATA_DIR environment variable)."""
     override = os.environ.get("VTRAIN_DATA_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[1] / "data"
+    return Path(override) if override else _repository_data()
+
+
+@lru_cache(maxsize=1)
+def _repository_data() -> Path:
+    return Path(__file__).resolve().parents[1] / "data"
 
 
 def read_yaml(path: Path) -> Any:
@@ -72,6 +77,12 @@ def _hardware_file(path: str, mtime_ns: int) -> HardwareSpec:
     return parse(HardwareSpec, read_yaml(Path(path)), f"hardware file {path}")
 
 
+@lru_cache(maxsize=8)
+def _aliases(path: str, mtime_ns: int) -> dict[str, str]:
+    """vTrain-style GPU names -> catalog ids, cached per (path, modification time)."""
+    return dict(read_yaml(Path(path)) or {})
+
+
 def _read_hardware(path: Path) -> HardwareSpec:
     return _hardware_file(str(path), path.stat().st_mtime_ns)
 
@@ -83,7 +94,8 @@ def resolve_hardware(name_or_file: str) -> HardwareSpec:
         if not candidate.is_file():
             raise ConfigError(f"hardware file {name_or_file} does not exist")
         return _read_hardware(candidate.resolve())
-    aliases = read_yaml(data_dir() / "hardware" / "aliases.yaml") or {}
+    aliases_file = data_dir() / "hardware" / "aliases.yaml"
+    aliases = _aliases(str(aliases_file), aliases_file.stat().st_mtime_ns)
     key = aliases.get(name_or_file, aliases.get(name_or_file.upper(), name_or_file)).lower()
     path = data_dir() / "hardware" / f"{key}.yaml"
     if not path.exists():
