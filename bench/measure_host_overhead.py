@@ -135,7 +135,7 @@ def main() -> None:
         timings.append((time.perf_counter() - start) / reps)
     per_layer = min(timings)
     block = build_layer(make_job(training={"recompute": "full"}))
-    kernels = len(block.forward) + len(block.recompute) + len(block.backward)
+    kernels = sum(op.kernels for op in (*block.forward, *block.recompute, *block.backward))
     print(f"Megatron-style layer, fwd + recompute + bwd: {per_layer * 1e6:.0f} us over {kernels} "
           f"graph kernels -> {per_layer / kernels * 1e6:.1f} us host time per kernel "
           f"(torch {torch.__version__}, CPU, best of {blocks} blocks of {reps})")

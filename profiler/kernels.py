@@ -81,7 +81,16 @@ def flash_attention(op: Op, row: int, x: Inputs) -> Kernel:
 
 
 def softmax(op: Op, row: int, x: Inputs) -> Kernel:
-    """Megatron's fused scale-mask-softmax is one kernel; torch.softmax is its closest single op."""
+    """Megatron's fused scale-mask-softmax is one kernel; torch.softmax is its closest single op.
+    Its unfused fallback runs as Megatron writes it: fp32 cast, scale, masked fill, softmax, cast."""
+    if op.variant == "unfused_fp32":
+        bwd = op.phase is not Phase.FORWARD
+        scores = x.rows(op.shape[0], row, grad=bwd)
+        mask = torch.rand(scores.shape, generator=x.gen, device=x.device) > 0.5
+
+        def unfused() -> torch.Tensor:
+            return (scores.float() * 0.125).masked_fill(mask, -10000.0).softmax(-1).to(scores.dtype)
+        return unfused if not bwd else _backward(unfused(), (scores,), x)
     t = x.rows(op.shape[0], row)
     if op.phase is Phase.FORWARD:
         return lambda: torch.softmax(t, dim=-1)
@@ -182,9 +191,17 @@ def elementwise(op: Op, row: int, x: Inputs) -> Kernel:
         dtype = torch.float32 if op.dtype_bytes == 4 else x.dtype
         acc, grad = x.randn(op.shape[0], dtype=dtype), x.randn(op.shape[0], dtype=dtype)
         return lambda: acc.add_(grad)
+    if op.variant == "small":  # a burst of tiny index/mask kernels: `kernels` launches
+        ids = torch.randint(0, 1 << 16, (op.shape[0],), generator=x.gen, device=x.device)
+        return lambda: [ids.add_(1) for _ in range(op.kernels)]
     a = x.rows(op.shape[0], row)
     if op.variant == "bias_grad":  # column sums of the output gradient
         return lambda: a.sum(0)
+    if op.variant == "copy":  # a transpose made contiguous
+        return lambda: a.t().contiguous()
+    if op.variant == "masked_fill":
+        rows_mask = torch.rand(a.shape[0], 1, generator=x.gen, device=x.device) > 0.5
+        return lambda: a.masked_fill(rows_mask, 0.0)
     b = x.randn(*a.shape)
     return lambda: torch.add(a, b)
 

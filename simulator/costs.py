@@ -86,4 +86,4 @@ class AnalyticKernelModel:
             gpu = mem_time
         else:
             gpu = max(mem_time, op.flops / (hw.peak_flops(self.precision) / 16))  # CUDA cores
-        return gpu + eff.kernel_launch_s
+        return gpu + eff.kernel_launch_s * op.kernels

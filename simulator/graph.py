@@ -129,6 +129,37 @@ def _dropout_add(c: _Ctx, name: str) -> tuple[Op, Op]:
                       "bias_dropout_add", bwd_traffic=2.5)
 
 
+def fused_softmax_available(job: Job, heads_per_rank: int) -> bool:
+    """Whether Megatron's fused scale-mask-softmax kernel runs (its
+    `FusedScaleMaskSoftmax.is_kernel_available`, 16-bit inputs): 16 < seq <= 4096, seq % 4 == 0,
+    and micro-batch x heads per rank a multiple of the kernel's batches per block (4 for seq >
+    128, else 8). Otherwise Megatron falls back to separate PyTorch kernels -- e.g. 16 heads on 8
+    tensor-parallel ranks at micro-batch 1."""
+    s = job.model.seq_length
+    if not (16 < s <= 4096 and s % 4 == 0):
+        return False
+    per_block = 4 if s > 128 else 8
+    return (job.training.micro_batch_size * heads_per_rank) % per_block == 0
+
+
+def _softmax(job: Job, c: _Ctx, heads: int, scores: float) -> tuple[Op, Op]:
+    """Attention softmax: Megatron's fused kernel, or its unfused fallback -- cast to fp32
+    (Megatron forces the fallback softmax to fp32 under query-key layer scaling), scale, masked
+    fill, softmax, cast back: five kernels, each a full pass over the scores."""
+    if fused_softmax_available(job, heads):
+        return _pointwise("attn.softmax", OpKind.SOFTMAX, scores, c.dt, 1, 1, 2 * scores,
+                          "scale_mask_softmax", bwd_traffic=3.0, flops_per_elem=5.0)
+    n, cast = int(scores), c.dt + FP32
+    # bytes per score: cast + scale + mask fill (1-byte mask) + softmax (+ its backward) + cast
+    fwd_bytes = cast + 2 * FP32 + (2 * FP32 + 1) + 2 * FP32 + cast
+    bwd_bytes = cast + 2 * FP32 + (2 * FP32 + 1) + 3 * FP32 + cast
+    fwd = Op("attn.softmax", OpKind.SOFTMAX, Phase.FORWARD, (n,), c.dt, 5.0 * n, fwd_bytes * n,
+             FP32 * scores, "unfused_fp32", kernels=5)
+    bwd = Op("attn.softmax.bwd", OpKind.SOFTMAX, Phase.BACKWARD, (n,), c.dt, 10.0 * n,
+             bwd_bytes * n, 0.0, "unfused_fp32", kernels=5)
+    return fwd, bwd
+
+
 def build_layer(job: Job) -> Block:
     """One transformer layer (Megatron's ParallelTransformerLayer) for one micro-batch."""
     m, c = job.model, _ctx(job)
@@ -167,8 +198,7 @@ def build_layer(job: Job) -> Block:
         scores = float(bh * s * s)
         q_k_saved = 2 * T * heads * d + 2 * T * groups * d
         add(_gemm("attn.qk", s, s, d, c.dt, q_k_saved, batch=bh, kind=OpKind.BMM), core=True)
-        add(_pointwise("attn.softmax", OpKind.SOFTMAX, scores, c.dt, 1, 1, 2 * scores,
-                       "scale_mask_softmax", bwd_traffic=3.0, flops_per_elem=5.0), core=True)
+        add(_softmax(job, c, heads, scores), core=True)
         add(_pointwise("attn.dropout", OpKind.DROPOUT, scores, c.dt, 1, 1.5,
                        MASK_BYTES * scores, "dropout", bwd_traffic=2.5), core=True)
         add(_gemm("attn.av", s, d, s, c.dt, 2 * scores + 2 * T * groups * d, batch=bh,
@@ -205,7 +235,6 @@ def _parameter_gradient_ops(job: Job, c: _Ctx, linears: dict[str, tuple[int, int
     PyTorch autograd / DeepSpeed without gradient-accumulation fusion).
     """
     m = job.model
-    grad_bytes = 4 if job.training.precision is Precision.BF16 else 2
     ops: list[Op] = []
     tensors: list[int] = []
     for name, (k, n) in linears.items():
@@ -221,10 +250,8 @@ def _parameter_gradient_ops(job: Job, c: _Ctx, linears: dict[str, tuple[int, int
         ops.append(Op(f"{name}.wgrad", OpKind.NORM, Phase.BACKWARD_WEIGHT, (numel,), c.dt,
                       2 * numel, 2 * numel * c.dt, 0.0, f"{m.norm.value}_wgrad"))
         tensors += [c.h] * norm_tensors
-    for i, numel in enumerate(tensors):
-        ops.append(Op(f"grad_accum.{i}", OpKind.ELEMENTWISE, Phase.BACKWARD_WEIGHT, (numel,),
-                      grad_bytes, numel, 3 * numel * grad_bytes, 0.0, "grad_accum"))
-    return ops
+    return ops + [_grad_accum(f"grad_accum.{i}", numel, _grad_bytes(job))
+                  for i, numel in enumerate(tensors)]
 
 
 def _with_recompute(job: Job, fwd: tuple[Op, ...], bwd: tuple[Op, ...],
@@ -244,23 +271,95 @@ def _with_recompute(job: Job, fwd: tuple[Op, ...], bwd: tuple[Op, ...],
     return Block(fwd, bwd, (), fwd_comm, bwd_comm, (), full, 0.0)
 
 
+# Kernel launches of Megatron's input and loss code besides the big passes (PyTorch index,
+# compare, mask and scalar kernels, counted from megatron/core/tensor_parallel): masking the ids
+# outside a rank's vocabulary shard (<, >=, |, clone, -, masked_fill) ...
+VOCAB_MASK_KERNELS = 6
+# ... PyTorch's embedding_dense_backward: a zeroed gradient table plus one scatter kernel for up
+# to 3072 tokens, a radix sort and segment reduction (about a dozen kernels) beyond that ...
+EMBEDDING_BWD_KERNELS = (2, 12)
+EMBEDDING_BWD_SORT_ABOVE = 3072
+# ... vocab-parallel cross-entropy on fp32 logits: cast, max, subtract, exp, sum, divide (full
+# passes) plus 12 small index/mask/log kernels; its backward: 6 small kernels plus the gradient
+# multiply and the cast back to 16 bits ...
+CE_FWD_KERNELS, CE_BWD_KERNELS = 18, 8
+# ... and the loss itself: masked mean over tokens and the data-parallel average for logging.
+LOSS_FWD_KERNELS, LOSS_BWD_KERNELS = 8, 5
+
+
+def _small(name: str, phase: Phase, kernels: int, numel: float, nbytes: float) -> Op:
+    """A burst of tiny index/mask/scalar kernels: negligible traffic, `kernels` launches."""
+    return Op(name, OpKind.ELEMENTWISE, phase, (int(numel),), 8, numel, nbytes, 0.0, "small",
+              kernels)
+
+
+def _grad_accum(name: str, numel: float, grad_bytes: int) -> Op:
+    """grad += this micro-batch's gradient (one pass: read both, write one)."""
+    return Op(name, OpKind.ELEMENTWISE, Phase.BACKWARD_WEIGHT, (int(numel),), grad_bytes, numel,
+              3 * numel * grad_bytes, 0.0, "grad_accum")
+
+
+def _grad_bytes(job: Job) -> int:
+    """fp16 runs accumulate 16-bit gradients (DeepSpeed fp16); bf16 runs fp32 main grads."""
+    return 4 if job.training.precision is Precision.BF16 else 2
+
+
+def _tied_on_one_stage(job: Job) -> bool:
+    return job.model.tied_embeddings and job.parallel.pp == 1
+
+
 def build_embedding(job: Job) -> Block:
-    """Word (+ learned position) embedding lookup with dropout; vocab-parallel under tp."""
-    c = _ctx(job)
-    lookup = Op("embedding", OpKind.EMBEDDING, Phase.FORWARD, (c.tokens, c.h), c.dt,
-                c.tokens * c.h, 2 * c.tokens * c.h * c.dt)
-    grad = Op("embedding.bwd", OpKind.EMBEDDING, Phase.BACKWARD, (c.tokens, c.h), c.dt,
-              c.tokens * c.h, 3 * c.tokens * c.h * c.dt)
-    drop_f, drop_b = _pointwise("embedding.dropout", OpKind.DROPOUT, c.sp_tokens * c.h, c.dt, 2, 1,
+    """Megatron's Embedding: vocab-parallel word lookup (+ learned positions), [b,s,h] -> [s,b,h]
+    transpose, dropout; backward through PyTorch's dense embedding gradient into the tables'
+    accumulated gradients (summed with the tied output layer's gradient on the same stage)."""
+    m, c = job.model, _ctx(job)
+    vocab = padded_vocab(m, c.t) // c.t
+    th, dt, gb = c.tokens * c.h, c.dt, _grad_bytes(job)
+    sort = EMBEDDING_BWD_KERNELS[c.tokens > EMBEDDING_BWD_SORT_ABOVE]
+
+    def lookup(name: str, rows: int, variant: str) -> tuple[Op, list[Op]]:
+        """Forward lookup; backward: zero a dense gradient table, scatter-add the tokens' rows
+        (sorting them first for long inputs), accumulate it into the table's gradient."""
+        grad = [Op(f"{name}.bwd", OpKind.EMBEDDING, Phase.BACKWARD, (c.tokens, c.h), dt, th,
+                   rows * c.h * dt + 3 * th * dt, 0.0, variant, sort)]
+        if name == "embedding" and _tied_on_one_stage(job):  # + the logits' weight gradient
+            grad.append(Op("embedding.tied_grad_sum", OpKind.ELEMENTWISE, Phase.BACKWARD_WEIGHT,
+                           (rows * c.h,), dt, rows * c.h, 3 * rows * c.h * dt, 0.0, "add"))
+        grad.append(_grad_accum(f"{name}.grad_accum", rows * c.h, gb))
+        return Op(name, OpKind.EMBEDDING, Phase.FORWARD, (c.tokens, c.h), dt, th, 2 * th * dt, 0.0,
+                  variant), grad
+
+    fwd: list[Op] = []
+    bwd: list[Op] = []
+    if c.t > 1:  # ids outside this rank's shard look up row 0 ...
+        fwd.append(_small("embedding.vocab_mask", Phase.FORWARD, VOCAB_MASK_KERNELS, c.tokens,
+                          VOCAB_MASK_KERNELS * 2 * 8 * c.tokens))
+    words, words_grad = lookup("embedding", vocab, "")
+    fwd.append(words)
+    if c.t > 1:  # ... and their rows are zeroed before the all-reduce
+        fwd.append(Op("embedding.vocab_mask_rows", OpKind.ELEMENTWISE, Phase.FORWARD, (th,), dt, th,
+                      2 * th * dt, 0.0, "masked_fill"))
+    if m.position_embedding is PositionEmbedding.LEARNED:
+        positions, positions_grad = lookup("position_embedding", m.seq_length, "position")
+        add_f, _ = _pointwise("embedding.add", OpKind.ELEMENTWISE, th, dt, 2, 1)
+        fwd += [positions, add_f]  # the add's gradient flows to both tables: no kernel
+        bwd += positions_grad
+    bwd += words_grad
+    tr_f, tr_b = _pointwise("embedding.transpose", OpKind.ELEMENTWISE, th, dt, 1, 1, variant="copy",
+                            bwd_traffic=2.0)
+    drop_f, drop_b = _pointwise("embedding.dropout", OpKind.DROPOUT, c.sp_tokens * c.h, dt, 2, 1,
                                 MASK_BYTES * c.sp_tokens * c.h, "dropout", bwd_traffic=2.5)
+    fwd += [tr_f, drop_f]
+    bwd = [drop_b, tr_b, *bwd]
     reduce = _tp_comm(c, "embedding.reduce", False)
     comm = (reduce,) if reduce else ()
-    saved = drop_f.saved_bytes
-    return Block((lookup, drop_f), (drop_b, grad), (), comm, (), (), saved, 0.0)
+    return Block(tuple(fwd), tuple(bwd), (), comm, (), (), drop_f.saved_bytes, 0.0)
 
 
 def build_head(job: Job) -> Block:
-    """Final norm, vocab-parallel logits GEMM and cross-entropy loss (fp32 softmax)."""
+    """Final norm, vocab-parallel logits GEMM, Megatron's vocab-parallel cross-entropy on fp32
+    logits and the loss; the output weight's gradient accumulates here unless it is the tied
+    embedding table on this same stage (then the embedding block sums and accumulates it)."""
     m, c = job.model, _ctx(job)
     vocab = padded_vocab(m, c.t) // c.t
     norm_f, norm_b = _norm(c, "final_norm", m.norm)
@@ -268,18 +367,34 @@ def build_head(job: Job) -> Block:
     logits_f, logits_b = _gemm("logits", c.tokens, vocab, m.hidden_size, c.dt,
                                2 * c.tokens * m.hidden_size)
     n = c.tokens * vocab
+    cast = c.dt + FP32
+    # cast, max (read), subtract, exp, sum (read), divide over the (tokens, vocab shard) logits
     ce_f = Op("cross_entropy", OpKind.CROSS_ENTROPY, Phase.FORWARD, (c.tokens, vocab), c.dt,
-              5.0 * n, n * (c.dt + 2 * FP32), FP32 * n)
+              5.0 * n, n * (cast + FP32 + 2 * FP32 + 2 * FP32 + FP32 + 2 * FP32), FP32 * n, "",
+              CE_FWD_KERNELS)
+    # gradient multiply (in place) and the cast back to 16 bits
     ce_b = Op("cross_entropy.bwd", OpKind.CROSS_ENTROPY, Phase.BACKWARD, (c.tokens, vocab), c.dt,
-              2.0 * n, n * (FP32 + c.dt))
+              2.0 * n, n * (2 * FP32 + cast), 0.0, "", CE_BWD_KERNELS)
+    loss_f = _small("loss", Phase.FORWARD, LOSS_FWD_KERNELS, c.tokens, LOSS_FWD_KERNELS * 8 * c.tokens)
+    loss_b = _small("loss.bwd", Phase.BACKWARD, LOSS_BWD_KERNELS, c.tokens,
+                    LOSS_BWD_KERNELS * 8 * c.tokens)
     comm: list[CommOp] = [gather] if gather else []
-    if c.t > 1:  # max and sum-exp of the vocab-parallel softmax, plus the target logit
-        comm.append(CommOp("cross_entropy.reduce", CollectiveKind.ALL_REDUCE, 3 * FP32 * c.tokens,
-                           CommGroup.TP))
+    if c.t > 1:  # max and sum-exp of the vocab-parallel softmax, and the target logit
+        comm += [CommOp(f"cross_entropy.{x}", CollectiveKind.ALL_REDUCE, FP32 * c.tokens, CommGroup.TP)
+                 for x in ("max", "target", "sum_exp")]
     bwd_comm = tuple(x for x in (_mirror(gather),) if x is not None)
-    fwd = (norm_f, logits_f, ce_f)
+    gb = _grad_bytes(job)
+    norm_tensors = 2 if m.norm is Norm.LAYERNORM else 1
+    numel = int(c.sp_tokens * c.h)
+    params = [Op("final_norm.wgrad", OpKind.NORM, Phase.BACKWARD_WEIGHT, (numel,), c.dt, 2 * numel,
+                 2 * numel * c.dt, 0.0, f"{m.norm.value}_wgrad")]
+    params += [_grad_accum(f"final_norm.grad_accum.{i}", c.h, gb) for i in range(norm_tensors)]
+    if not _tied_on_one_stage(job):
+        params.append(_grad_accum("logits.grad_accum", vocab * c.h, gb))
+    fwd = (norm_f, logits_f, ce_f, loss_f)
     saved = sum(op.saved_bytes for op in fwd)
-    return Block(fwd, (ce_b, *logits_b, norm_b), (), tuple(comm), bwd_comm, (), saved, 0.0)
+    return Block(fwd, (loss_b, ce_b, *logits_b, *params, norm_b), (), tuple(comm), bwd_comm, (),
+                 saved, 0.0)
 
 
 def build_graph(job: Job) -> JobGraph:

@@ -70,7 +70,8 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTimer,
         return sum(comm_time(op) for op in ops)
 
     def host(ops: tuple[Op, ...], comms: tuple[CommOp, ...]) -> float:
-        return len(ops) * efficiency.host_overhead_s + len(comms) * efficiency.collective_overhead_s
+        launches = sum(op.kernels for op in ops)
+        return launches * efficiency.host_overhead_s + len(comms) * efficiency.collective_overhead_s
 
     fwd, fwd_c = compute(block.forward), comm(block.forward_comm)
     bwd, bwd_c = compute(block.backward), comm(block.backward_comm)

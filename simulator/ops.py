@@ -40,7 +40,9 @@ MATMUL_KINDS = frozenset({OpKind.GEMM, OpKind.BMM, OpKind.FLASH_ATTENTION})
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    """One GPU kernel (or fused kernel group) of one micro-batch on one GPU."""
+    """One GPU kernel (or a short sequence of kernels costed together) of one micro-batch on one
+    GPU. `kernels` counts the launches it stands for: each pays the GPU launch gap and the host's
+    dispatch cost, which is what bounds small models (simulator.lowering)."""
 
     name: str
     kind: OpKind
@@ -51,6 +53,7 @@ class Op:
     bytes: float  # HBM traffic
     saved_bytes: float = 0.0  # activations kept for backward (forward ops only)
     variant: str = ""
+    kernels: int = 1
 
     @property
     def profile_key(self) -> tuple[str, str, str, tuple[int, ...], int]:

@@ -173,6 +173,14 @@ def flops(r: Rows) -> dict[str, np.ndarray]:
     return {"model": model, "hardware": model + tokens * r.L * extra}
 
 
+def fused_softmax(r: Rows) -> np.ndarray:
+    """1 where Megatron's fused softmax kernel runs (simulator.graph.fused_softmax_available)."""
+    heads = r.a / r.t
+    shape_ok = (r.s > 16) & (r.s <= 4096) & (r.s % 4 == 0)
+    per_block = r.xp.where(r.s > 128, 4.0, 8.0)
+    return r.xp.where(shape_ok & ((r.b * heads) % per_block == 0), 1.0, 0.0)
+
+
 def layer_activations(r: Rows) -> dict[str, np.ndarray]:
     """Saved and transient bytes of one layer for one micro-batch (Korthikanti et al. 2022)."""
     T, hd = r.b * r.s, r.h / r.a
@@ -181,7 +189,8 @@ def layer_activations(r: Rows) -> dict[str, np.ndarray]:
     shard = r.xp.where(r.sp > 0, 1 / r.t, 1.0)
     scores = r.b * heads * r.s * r.s
     qk = 2 * T * heads * hd + 2 * T * groups * hd
-    core = qk + 3 * scores + 2 * scores + 2 * T * groups * hd
+    probs = r.xp.where(fused_softmax(r) > 0, 2.0, 4.0) * scores  # the unfused softmax keeps fp32
+    core = qk + probs + scores + 2 * scores + 2 * T * groups * hd
     flash = 2 * T * heads * hd + 4 * T * groups * hd + 4 * r.b * heads * r.s
     up = r.f / r.t * (1 + r.gated)
     rest = (4 * sp_tokens * r.h + 2 * 2 * T * r.h * shard + 2 * T * heads * hd + 2 * sp_tokens * r.h

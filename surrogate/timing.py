@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from surrogate.physics import Rows
+from surrogate.physics import Rows, fused_softmax
 
 TILES = ((256, 128, 1.0), (128, 128, 0.92), (128, 64, 0.8), (64, 64, 0.6))  # simulator.costs
 _TILE_M, _TILE_N = tuple({t[0] for t in TILES}), tuple({t[1] for t in TILES})
@@ -99,8 +99,16 @@ def _core(r: Rows, T: np.ndarray, heads: np.ndarray, hd: np.ndarray) -> dict[str
     scores = bh * r.s * r.s
     qk_f, qk_b = gemm_s(r, bh, r.s, r.s, hd)
     av_f, av_b = gemm_s(r, bh, r.s, hd, r.s)
-    soft_f = kernel_s(r, 5 * scores, 2 * scores * DT) + kernel_s(r, scores, 2.5 * scores * DT)
-    soft_b = kernel_s(r, 10 * scores, 3 * scores * DT) + kernel_s(r, 2 * scores, 2.5 * scores * DT)
+    # fused softmax, or Megatron's five-kernel fp32 fallback (simulator.graph._softmax)
+    fused = fused_softmax(r) > 0
+    unfused_launches = 4 * r.hw["launch_s"]
+    soft_f = r.xp.where(fused, kernel_s(r, 5 * scores, 2 * scores * DT),
+                        kernel_s(r, 5 * scores, 37 * scores) + unfused_launches) \
+        + kernel_s(r, scores, 2.5 * scores * DT)
+    soft_b = r.xp.where(fused, kernel_s(r, 10 * scores, 3 * scores * DT),
+                        kernel_s(r, 10 * scores, 41 * scores) + unfused_launches) \
+        + kernel_s(r, 2 * scores, 2.5 * scores * DT)
+    extra = r.xp.where(fused, 0.0, 4.0)
     fl = 2.0 * bh * r.s * r.s * hd
     flash_f = kernel_s(r, fl, 4 * T * heads * hd * DT, gemm_efficiency(r, bh, r.s, hd, r.s))
     flash_b = kernel_s(r, 2.5 * fl, 8 * T * heads * hd * DT, gemm_efficiency(r, bh, r.s, hd, r.s))
@@ -108,7 +116,7 @@ def _core(r: Rows, T: np.ndarray, heads: np.ndarray, hd: np.ndarray) -> dict[str
     return {"fwd": r.xp.where(fa, flash_f, qk_f + av_f + soft_f),
             "bwd": r.xp.where(fa, flash_b, qk_b + av_b + soft_b),
             "unfused_fwd": qk_f + av_f + soft_f,
-            "n_fwd": r.xp.where(fa, 1.0, 4.0), "n_bwd": r.xp.where(fa, 1.0, 6.0)}
+            "n_fwd": r.xp.where(fa, 1.0, 4.0 + extra), "n_bwd": r.xp.where(fa, 1.0, 6.0 + extra)}
 
 
 def layer_times(r: Rows) -> dict[str, np.ndarray]:
@@ -186,8 +194,14 @@ def iteration(r: Rows, stage_params: np.ndarray, vocab_p: np.ndarray) -> dict[st
     m, p, v = r.m, r.p, r.v
     logits_f, logits_b = gemm_s(r, 1.0, T, vocab_p / r.t, r.h)
     logits = logits_f + logits_b
-    head = _window(r, logits + 2 * kernel_s(r, 5 * T * vocab_p / r.t, T * vocab_p / r.t * 10),
-                   r.xp.zeros_like(T), r.xp.full_like(T, 8.0), r.xp.where(r.t > 1, 3.0, 0.0))
+    # cross-entropy on fp32 logits: 38 bytes per logit forward, 14 backward (simulator.graph)
+    n = T * vocab_p / r.t
+    ce = kernel_s(r, 5 * n, 38 * n) + kernel_s(r, 2 * n, 14 * n) + 24 * r.hw["launch_s"]
+    # the word-embedding gradient table: zeroed, (tied) summed, accumulated
+    table = vocab_p * r.h / r.t
+    emb_grad = kernel_s(r, table, table * (DT + 3 * DT + 3 * r.xp.where(r.bf16 > 0, 4.0, 2.0)))
+    head = _window(r, logits + ce + emb_grad, r.xp.zeros_like(T), r.xp.full_like(T, 60.0),
+                   r.xp.where(r.t > 1, 4.0, 0.0))
     stage = r.L / p * layer["total"] + head + 2 * v * r.hw["mb_s"]
     slots = m + (p - 1) / v
     bubble = (p - 1) / v / slots

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from simulator import simulate
 from simulator.errors import DataError
 from vtrain_ml.accuracy.measurements import read_measurements, row_to_job
+from vtrain_ml.accuracy.predict import jobs_for
 
 SHARED = Path(__file__).resolve().parents[2] / "data" / "measured"
 SINGLE_HEADER = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
@@ -67,3 +69,11 @@ def test_missing_file_and_file_of_only_bad_rows_are_errors(tmp_path):
     path = write(tmp_path, SINGLE_HEADER + "\n8,8,1,1024,16,12,1024,2,2,1,90\n")
     with pytest.raises(DataError, match="no valid measurement rows"):
         read_measurements([path])
+
+
+def test_the_multi_node_runs_cannot_have_fit_a_40gb_a100():
+    """Why validation assumes the 80 GB A100: many measured runs exceed 40 GiB per GPU."""
+    rows = read_measurements([SHARED / "a100_multi_node.csv"]).rows
+    too_big = [not simulate(job).fits_in_memory for job in jobs_for(rows, "a100-40gb")]
+    fits_80 = [simulate(job).fits_in_memory for job in jobs_for(rows, "a100-80gb")]
+    assert sum(too_big) >= 10 and all(fits_80)

@@ -39,3 +39,19 @@ def test_timing_stats_are_ordered_and_count_repeats():
 def test_stats_percentiles():
     s = Stats.of([1.0, 2.0, 3.0, 4.0, 5.0])
     assert (s.median_s, s.repeats) == (3.0, 5)
+
+
+def test_megatron_fallback_and_small_kernels_run_forward_and_backward():
+    """Ops only some layouts emit: the unfused softmax (2 local heads at micro-batch 1), the
+    vocab-shard masks, the embedding transpose."""
+    from simulator.graph import build_embedding, build_layer
+    from tests.conftest import make_job
+
+    job = make_job(model={"hidden_size": 256, "seq_length": 256},
+                   parallel={"tp": 8, "pp": 1, "dp": 1})
+    layer, emb = build_layer(job), build_embedding(job)
+    ops = [op for op in (*layer.forward, *layer.backward, *emb.forward, *emb.backward)
+           if op.variant in ("unfused_fp32", "small", "copy", "masked_fill")]
+    assert {op.variant for op in ops} == {"unfused_fp32", "small", "copy", "masked_fill"}
+    for op in ops:
+        make_kernel(op, 256, Inputs(torch.device("cpu"), torch.bfloat16, 0))()

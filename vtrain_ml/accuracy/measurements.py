@@ -5,6 +5,12 @@ Two layouts, told apart by the header: the single-node file and the multi-node f
 full activation recompute, fused softmax / bias-GeLU, no flash attention, no sequence parallelism,
 1F1B, data-parallel all-reduce after backward without bucketing, vocabulary 50257, learned position
 embeddings, 8 GPUs per node on NVLink (150 GB/s), 800 Gbps between nodes, Adam.
+
+The files do not say which A100 was used; `validate` defaults to the 80 GB part (a100-80gb)
+because the runs could not have fit in 40 GB: 20 of the 51 multi-node rows need more than 40 GiB
+per GPU (the simulator marks them as not fitting a100-40gb). E.g. the 3.6B model at tp = pp = 1
+holds 16 bytes of weights, gradients and Adam state per parameter (58 GB) before activations.
+The 80 GB part also has the faster HBM2e (2039 vs 1555 GB/s), which memory-bound kernels see.
 """
 
 from __future__ import annotations
