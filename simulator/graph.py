@@ -283,7 +283,8 @@ EMBEDDING_BWD_SORT_ABOVE = 3072
 # passes) plus 12 small index/mask/log kernels; its backward: 6 small kernels plus the gradient
 # multiply and the cast back to 16 bits ...
 CE_FWD_KERNELS, CE_BWD_KERNELS = 18, 8
-# ... and the loss itself: masked mean over tokens and the data-parallel average for logging.
+# ... and the loss itself: masked mean over tokens and the data-parallel average for logging
+# (that tiny all-reduce is not modelled as a collective).
 LOSS_FWD_KERNELS, LOSS_BWD_KERNELS = 8, 5
 
 
