@@ -226,6 +226,15 @@ def build_layer(job: Job) -> Block:
                            tuple(attn_core), c)
 
 
+def _norm_weight_grad(job: Job, c: _Ctx, name: str) -> tuple[Op, list[int]]:
+    """A norm's weight (and bias) gradient: a reduction over the tokens; and its tensors' sizes."""
+    norm = job.model.norm
+    numel = int(c.sp_tokens * c.h)
+    op = Op(f"{name}.wgrad", OpKind.NORM, Phase.BACKWARD_WEIGHT, (numel,), c.dt, 2 * numel,
+            2 * numel * c.dt, 0.0, f"{norm.value}_wgrad")
+    return op, [c.h] * (2 if norm is Norm.LAYERNORM else 1)
+
+
 def _parameter_gradient_ops(job: Job, c: _Ctx, linears: dict[str, tuple[int, int]]) -> list[Op]:
     """Kernels that produce and accumulate parameter gradients besides the weight-gradient GEMMs.
 
@@ -244,12 +253,10 @@ def _parameter_gradient_ops(job: Job, c: _Ctx, linears: dict[str, tuple[int, int
             ops.append(Op(f"{name}.bias_grad", OpKind.ELEMENTWISE, Phase.BACKWARD_WEIGHT, (numel,),
                           c.dt, numel, numel * c.dt, 0.0, "bias_grad"))
             tensors.append(n)
-    norm_tensors = 2 if m.norm is Norm.LAYERNORM else 1
     for name in ("input_norm", "post_attn_norm"):
-        numel = int(c.sp_tokens * c.h)
-        ops.append(Op(f"{name}.wgrad", OpKind.NORM, Phase.BACKWARD_WEIGHT, (numel,), c.dt,
-                      2 * numel, 2 * numel * c.dt, 0.0, f"{m.norm.value}_wgrad"))
-        tensors += [c.h] * norm_tensors
+        wgrad, params = _norm_weight_grad(job, c, name)
+        ops.append(wgrad)
+        tensors += params
     return ops + [_grad_accum(f"grad_accum.{i}", numel, _grad_bytes(job))
                   for i, numel in enumerate(tensors)]
 
@@ -385,11 +392,9 @@ def build_head(job: Job) -> Block:
                  for x in ("max", "target", "sum_exp")]
     bwd_comm = tuple(x for x in (_mirror(gather),) if x is not None)
     gb = _grad_bytes(job)
-    norm_tensors = 2 if m.norm is Norm.LAYERNORM else 1
-    numel = int(c.sp_tokens * c.h)
-    params = [Op("final_norm.wgrad", OpKind.NORM, Phase.BACKWARD_WEIGHT, (numel,), c.dt, 2 * numel,
-                 2 * numel * c.dt, 0.0, f"{m.norm.value}_wgrad")]
-    params += [_grad_accum(f"final_norm.grad_accum.{i}", c.h, gb) for i in range(norm_tensors)]
+    wgrad, norm_params = _norm_weight_grad(job, c, "final_norm")
+    params = [wgrad, *(_grad_accum(f"final_norm.grad_accum.{i}", numel, gb)
+                       for i, numel in enumerate(norm_params))]
     if not _tied_on_one_stage(job):
         params.append(_grad_accum("logits.grad_accum", vocab * c.h, gb))
     fwd = (norm_f, logits_f, ce_f, loss_f)
