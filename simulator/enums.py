@@ -38,6 +38,15 @@ class PositionEmbedding(StrEnum):
     ROPE = "rope"
 
 
+class Framework(StrEnum):
+    """The training software whose semantics the graph and memory model follow. The differences
+    are one table (`simulator.framework`), not conditions spread through the graph."""
+
+    MEGATRON_LM = "megatron-lm"  # NVIDIA Megatron-LM / Megatron-Core
+    MEGATRON_DEEPSPEED = "megatron-deepspeed"  # vTrain's measured runs
+    PYTORCH = "pytorch"  # plain PyTorch / Hugging Face eager with torch.autocast
+
+
 class Optimizer(StrEnum):
     ADAM = "adam"
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
-from simulator.enums import Norm, Optimizer, PositionEmbedding, Precision, Recompute, Schedule
+from simulator.enums import Framework, Norm, Optimizer, PositionEmbedding, Precision, Recompute, Schedule
 from simulator.errors import ConfigError
 
 GiB = 1024**3
@@ -39,6 +39,8 @@ class ModelSpec(Frozen):
     use_bias: bool = True
     tied_embeddings: bool = True
     position_embedding: PositionEmbedding = PositionEmbedding.LEARNED
+    hidden_dropout: float = Field(0.1, ge=0, lt=1)  # Megatron's --hidden-dropout (Llama recipes: 0)
+    attention_dropout: float = Field(0.1, ge=0, lt=1)  # Megatron's --attention-dropout
     published_params: float | None = None  # documentation of presets, parameters as published
 
     @property
@@ -61,6 +63,9 @@ class TrainingSpec(Frozen):
     recompute: Recompute = Recompute.NONE
     flash_attention: bool = False
     optimizer: Optimizer = Optimizer.ADAM
+    framework: Framework = Framework.MEGATRON_LM
+    fused_softmax: bool = True  # the stack has Megatron's compiled scale-mask-softmax kernels
+    gradient_accumulation_fusion: bool | None = None  # None: the framework's default
     train_tokens: PositiveFloat | None = None  # token budget for time/cost to train
 
 
@@ -76,6 +81,8 @@ class ParallelPlan(Frozen):
     distributed_optimizer: bool = False  # ZeRO-1: optimizer states sharded over dp
     overlap_grad_reduce: bool = False  # bucketed dp reduction overlapped with backward
     bucket_size_mb: PositiveFloat = 25.0
+    first_stage_layers: PositiveInt | None = None  # Megatron's --decoder-first-pipeline-num-layers
+    last_stage_layers: PositiveInt | None = None  # --decoder-last-pipeline-num-layers
 
 
 class ClusterSpec(Frozen):
