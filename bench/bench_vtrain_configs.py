@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not an installed copy
+
 from simulator.errors import VTrainError
 from simulator.loaders import read_job
 from simulator.simulate import simulate

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator import load_job, simulate
+from simulator import ConfigError, load_job, simulate
 from vtrain_ml.compat.vtrain import main, vTrain, vTrainConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "vtrain_configs"
@@ -49,6 +49,18 @@ def test_the_gpu_streams_end_with_their_stage_and_compute_never_exceeds_the_end(
     assert result["Comm"] <= max(result.values())
     assert sim.simulation is not None
     assert sim.simulation.num_microbatches == 4  # (16 // dp 2) // micro-batch 2
+
+
+def test_show_graph_returns_the_timeline_figure(small_config):
+    pytest.importorskip("matplotlib")
+    sim = vTrain(vTrainConfig.load_from_file(small_config))
+    with pytest.raises(ConfigError, match="call sim"):
+        sim.show_graph()
+    sim()
+    figure = sim.show_graph()
+    ax = figure.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["GPU0", "GPU1"]
+    assert ax.get_xlim()[1] == pytest.approx(sim.simulation.iteration_time_s * 1e3)
 
 
 def test_config_attributes_are_vtrains_with_derived_values():

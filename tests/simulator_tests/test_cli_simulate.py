@@ -93,6 +93,28 @@ def test_compared_values_give_one_row_each_with_the_same_numbers_as_alone(tmp_pa
         assert row["dp"] == 8 // (row["tp"] * 2)
 
 
+def test_a_switch_given_both_compares_with_and_without(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, str(write_job(tmp_path)), "--distributed-optimizer", "both", "--json")
+    rows = json.loads(out)
+    assert code == 0
+    assert [r["variant"] for r in rows] == ["--no-distributed-optimizer", "--distributed-optimizer"]
+    assert rows[1]["peak_memory_GiB"] < rows[0]["peak_memory_GiB"]  # optimizer states sharded over dp
+
+
+def test_gpu_types_are_compared_side_by_side(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, str(write_job(tmp_path)), "--hardware", "a100-80gb,h100-sxm-80gb",
+                           "--json")
+    rows = json.loads(out)
+    assert code == 0 and [r["variant"] for r in rows] == ["--hardware a100-80gb", "--hardware h100-sxm-80gb"]
+    assert rows[1]["iteration_time_s"] < rows[0]["iteration_time_s"]
+
+
+def test_virtual_stages_imply_the_interleaved_schedule(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, str(write_job(tmp_path)), "--virtual-stages", "2", "--json")
+    job = json.loads(out)["job"]
+    assert code == 0 and job["schedule"] == "interleaved_1f1b" and job["virtual_stages"] == 2
+
+
 def test_several_job_files_are_compared_in_one_table(tmp_path, capsys):
     a = write_job(tmp_path, "a.yaml")
     b = write_job(tmp_path, "b.yaml", parallel={"schedule": "gpipe"})

@@ -156,6 +156,41 @@ class vTrain:
         self.simulation = simulate(loaded.job)
         return vtrain_result(self.simulation), vtrain_breakdown(self.simulation)
 
+    def show_graph(self) -> Any:
+        """vTrain's timeline plot (one row per pipeline stage: forward, backward, optimizer step,
+        communication) of the last call, as a matplotlib Figure. vTrain calls `plt.show()`; this
+        returns the Figure (call `.savefig(...)`, or `plt.show()` yourself)."""
+        if self.simulation is None:
+            raise ConfigError("there is no simulated execution graph: call sim() first")
+        return timeline_figure(self.simulation)
+
+
+# vTrain's show_graph colours (src/graph.py): forward blues, backward greens, update reds, comm grey
+_COLOURS = {"F": "lightskyblue", "B": "limegreen", "optimizer": "lightcoral"}
+
+
+def timeline_figure(sim: SimulationResult) -> Any:
+    """The iteration's timeline, one row per pipeline stage (milliseconds on the x axis)."""
+    try:
+        from matplotlib.figure import Figure  # no pyplot: no backend, no global state
+    except ImportError:
+        raise ConfigError("show_graph needs matplotlib: pip install matplotlib") from None
+    from simulator.render_trace import chrome_trace
+
+    spans = [e for e in chrome_trace(sim)["traceEvents"] if e["ph"] == "X" and e["tid"] in (0, 1, 5)]
+    stages = len(sim.stages)
+    fig = Figure(figsize=(16, 0.6 * stages + 1))
+    ax = fig.subplots()
+    for e in spans:
+        colour = _COLOURS.get(e["cat"], "darkgrey")
+        row = stages - 1 - e["pid"]
+        ax.broken_barh([(e["ts"] / 1e3, e["dur"] / 1e3)], (row + 0.1, 0.8), facecolors=colour)
+    ax.set_yticks([stages - 1 - s + 0.5 for s in range(stages)], [f"GPU{s}" for s in range(stages)])
+    ax.set_xlabel("time (ms)")
+    ax.set_xlim(0, sim.iteration_time_s * 1e3)
+    fig.tight_layout()
+    return fig
+
 
 def _stage_seconds(sim: SimulationResult) -> dict[str, np.ndarray]:
     """Per pipeline stage (one GPU of each): when it ends, its compute, its communication, and
