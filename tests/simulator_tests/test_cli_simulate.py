@@ -73,6 +73,12 @@ def test_an_invalid_override_is_one_line_naming_the_flag(tmp_path, capsys):
                           "--distributed-optimizer maybe", "on, off or both")
 
 
+
+def test_a_switch_before_the_job_file_does_not_take_it_as_its_value(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, "--sequence-parallel", str(write_job(tmp_path)), "--json")
+    assert code == 0 and json.loads(out)["job"]["sequence_parallel"] is True
+
+
 @pytest.mark.parametrize("price", ["-3", "-0.01", "nan"])
 def test_negative_price_is_refused(price, tmp_path, capsys):
     code, out, err = run_cli(capsys, str(write_job(tmp_path)), f"--price={price}")

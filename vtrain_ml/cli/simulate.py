@@ -35,6 +35,10 @@ TEXT_OPTIONS = {"schedule": "--schedule", "recompute": "--recompute", "precision
 BOOL_OPTIONS = {"sequence_parallel": "--sequence-parallel",
                 "distributed_optimizer": "--distributed-optimizer",
                 "overlap_grad_reduce": "--overlap-grad-reduce", "flash_attention": "--flash-attention"}
+INT_HELP = {"num_gpus": "GPU count (dp follows: num_gpus / (tp*pp))", "tp": "tensor-parallel size",
+            "pp": "pipeline-parallel size", "dp": "data-parallel size (the GPU count follows)",
+            "micro_batch_size": "micro-batch size", "global_batch_size": "global batch size",
+            "virtual_stages": "model chunks per stage (> 1: interleaved 1F1B)"}
 BOOL_WORDS = {"on": (True,), "true": (True,), "yes": (True,), "off": (False,), "false": (False,),
               "no": (False,), "both": (False, True)}
 
@@ -55,12 +59,13 @@ def parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("layout overrides (a comma-separated list compares every value)")
     g.add_argument("--hardware", metavar="NAME_OR_FILE", help="GPU type or hardware file")
     for dest, flag in INT_OPTIONS.items():
-        g.add_argument(flag, dest=dest, metavar="N")
+        g.add_argument(flag, dest=dest, metavar="N", help=INT_HELP[dest])
     g.add_argument("--schedule", metavar="S", help="gpipe, 1f1b or interleaved_1f1b")
     g.add_argument("--recompute", metavar="R", help="none, selective or full")
     g.add_argument("--precision", metavar="P", help="fp16 or bf16")
     for dest, flag in BOOL_OPTIONS.items():
-        g.add_argument(flag, dest=dest, nargs="?", const="on", metavar="on|off|both")
+        g.add_argument(flag, dest=dest, nargs="?", const="on", metavar="on|off|both",
+                       help="on when given alone; both compares the two")
     add_common(p)
     return p
 
@@ -204,5 +209,16 @@ def _main(args: argparse.Namespace) -> int:
     return _many(args, batch.job_files(sources), sweep)
 
 
+def switches_alone_mean_on(argv: Sequence[str]) -> list[str]:
+    """`--sequence-parallel job.yaml` is the switch, then a job file: a switch does not take an
+    existing path (or nothing) as its value."""
+    out = []
+    for i, arg in enumerate(argv):
+        following = argv[i + 1] if i + 1 < len(argv) else None
+        alone = following is None or following.startswith("-") or Path(following).exists()
+        out.append(f"{arg}=on" if arg in BOOL_OPTIONS.values() and alone else arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run(_main, parser(), argv)
+    return run(_main, parser(), switches_alone_mean_on(sys.argv[1:] if argv is None else argv))
