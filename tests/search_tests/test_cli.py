@@ -106,3 +106,19 @@ def test_mlflow_run_holds_parameters_metrics_table_and_plot(capsys: pytest.Captu
     artifacts = {p.name for p in store.rglob("*") if p.is_file()}
     assert {"top_plans.json", "pareto.png"} <= artifacts
     assert "best_iteration_time_s" in artifacts  # a metric file of the file store
+
+
+def test_a_corrupt_surrogate_file_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    names = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}
+    for name in names.values():
+        (folder / name).write_bytes(b"\x00garbage")
+    (folder / "metadata.json").write_text(json.dumps({
+        "schema_version": 1, "feature_names": ["a"], "boosters": names, "best_iterations": {},
+        "hardware": {}, "bounds": {}, "n_train": 1, "hyperparameters": {}}))
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(tiny_dict(surrogate=str(folder), storage="memory")))
+    assert main(["--config", str(path)]) == 2
+    line = _one_error_line(capsys)
+    assert "iteration_time.ubj is not a readable XGBoost model" in line and "retrain" in line

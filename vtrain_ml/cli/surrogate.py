@@ -109,6 +109,7 @@ def _hardware(names: Sequence[str]) -> dict[str, Any]:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from surrogate.artifact import hardware_source
     from surrogate.generate import Backend, GenerateConfig, generate
     from surrogate.space import Method, load_space
 
@@ -116,7 +117,7 @@ def _generate(args: argparse.Namespace) -> int:
     names = tuple(args.hardware) if args.hardware else space.hardware
     space = space.with_hardware(tuple(names))
     hardware = _hardware(names)
-    sources = dict(zip(hardware, names, strict=True))
+    sources = {name: hardware_source(given) for name, given in zip(hardware, names, strict=True)}
     config = GenerateConfig(space, hardware, args.n, args.seed, Method(args.method),
                             args.chunk_size, args.jobs, Backend(args.backend), sources)
     report = generate(config, args.out, resume=args.resume, progress=not args.no_progress)

@@ -21,6 +21,7 @@ from simulator.errors import ConfigError
 from simulator.specs import Frozen, parse
 
 DEFAULT_STORAGE = "sqlite:///runs/search.db"
+HARDWARE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 class Objective(StrEnum):
@@ -110,7 +111,11 @@ class SearchConfig(Frozen):
         if self.study:
             return self.study
         model = self.model if isinstance(self.model, str) else "arch" if self.architecture else "custom"
-        return f"{model}-{self.hardware}-{self.max_gpus}-{self.objective.value}-{self.space_hash()}"
+        # a hardware file by its stem: a study name is typed on command lines, a path is not a name
+        # (the content hash still tells two paths of one stem apart)
+        path = Path(self.hardware)
+        hardware = path.stem if path.suffix in HARDWARE_SUFFIXES else self.hardware
+        return f"{model}-{hardware}-{self.max_gpus}-{self.objective.value}-{self.space_hash()}"
 
     def storage_url(self) -> str:
         return self.storage or DEFAULT_STORAGE

@@ -116,7 +116,7 @@ def run_search(config: SearchConfig, resume: bool = False, hooks: Hooks | None =
     hooks = hooks or Hooks()
     space = SearchSpace(config)
     check_feasible(space)
-    study = open_study(config, resume)
+    study = open_study(config, resume, hardware_fingerprint(space.hardware))
     given = load_surrogate(config, space, hooks)
     factory = factory or default_factory(config.seed, space.hardware)
     scorer = prepare_scorer(config, space, study, hooks, factory, given)

@@ -70,8 +70,12 @@ def sampler_for(config: SearchConfig) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=config.seed, multivariate=True, n_startup_trials=10)
 
 
-def open_study(config: SearchConfig, resume: bool) -> optuna.Study:
-    """Create the study, or load it with `resume` (it must exist and match this search)."""
+def open_study(config: SearchConfig, resume: bool, hardware_hash: str | None = None) -> optuna.Study:
+    """Create the study, or load it with `resume` (it must exist and match this search).
+
+    hardware_hash: the content hash of the GPU spec; a recalibrated hardware file keeps its path
+    (and so the study name) but changes every exact result, so resuming across it is refused.
+    """
     storage = open_storage(config.storage_url())
     name = config.study_name()
     sampler = sampler_for(config)
@@ -85,6 +89,10 @@ def open_study(config: SearchConfig, resume: bool) -> optuna.Study:
         if stored != config.space_hash():
             raise ConfigError(f"study '{name}' was created by a different search (space hash {stored}, "
                               f"this one {config.space_hash()}); use another --study name")
+        stored_hw = study.user_attrs.get("hardware_hash")
+        if hardware_hash and stored_hw and stored_hw != hardware_hash:
+            raise ConfigError(f"study '{name}' was run on hardware {config.hardware} with hash {stored_hw}; "
+                              f"it now hashes {hardware_hash} (recalibrated?); use another --study name")
         return study
     try:
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
@@ -93,6 +101,8 @@ def open_study(config: SearchConfig, resume: bool) -> optuna.Study:
         raise ConfigError(f"study '{name}' already exists in {config.storage_url()}; pass --resume to "
                           f"continue it, or --study NAME to start another") from None
     study.set_user_attr("space_hash", config.space_hash())
+    if hardware_hash:
+        study.set_user_attr("hardware_hash", hardware_hash)
     study.set_user_attr("config", json.loads(config.model_dump_json()))
     return study
 
