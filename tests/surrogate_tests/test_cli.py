@@ -49,7 +49,7 @@ def test_bad_input_gives_one_line_and_exit_code_2(tmp_path, capsys) -> None:
 
 
 def test_train_with_tuning_and_mlflow(tmp_path, tiny_samples, capsys, monkeypatch) -> None:
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     out = tmp_path / "m"
     assert main(["train", "--samples", str(tiny_samples), "--out", str(out), "--n-estimators", "20",
                  "--tune-trials", "2", "--jobs", "1", "--mlflow", "--json"]) == 0
