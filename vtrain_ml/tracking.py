@@ -19,17 +19,13 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_DB = Path("runs") / "mlflow.db"
-DEFAULT_ARTIFACTS = Path("runs") / "mlartifacts"
+ARTIFACTS = "mlartifacts"  # next to a SQLite tracking database
 PACKAGES = ("simulator", "surrogate", "vtrain_ml")
 
 
 def tracking_uri() -> str:
     """MLFLOW_TRACKING_URI, else the SQLite database runs/mlflow.db of this directory (absolute)."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or _default_uri()
-
-
-def _default_uri() -> str:
-    return f"sqlite:///{DEFAULT_DB.resolve()}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_DB.resolve()}"
 
 
 def _allow_file_store(uri: str) -> None:
@@ -40,9 +36,10 @@ def _allow_file_store(uri: str) -> None:
 
 
 def _experiment_id(name: str, uri: str) -> str:
-    """The experiment's id, created if needed. With our default database its artifacts go to
-    runs/mlartifacts by absolute path: MLflow's default for a database store is ./mlruns of
-    whatever directory the process runs in, which another directory would not find."""
+    """The experiment's id, created if needed. With a SQLite database (ours by default) its
+    artifacts go to mlartifacts/ next to the database file, by absolute path: MLflow's default
+    for a database store is ./mlruns of whatever directory the process runs in, which a process
+    in another directory would not find (a tracking server chooses its own)."""
     from mlflow import MlflowClient
 
     client = MlflowClient(uri)
@@ -50,8 +47,9 @@ def _experiment_id(name: str, uri: str) -> str:
     if found is not None:
         return str(found.experiment_id)
     location = None
-    if uri == _default_uri():  # (mlflow.set_tracking_uri also sets MLFLOW_TRACKING_URI)
-        location = (DEFAULT_ARTIFACTS.resolve() / name).as_uri()
+    if uri.startswith("sqlite:///"):
+        database = Path(uri.removeprefix("sqlite:///")).resolve()
+        location = (database.parent / ARTIFACTS / name).as_uri()
     return str(client.create_experiment(name, artifact_location=location))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,13 @@ def test_no_valid_layout_for_the_gpu_count(capsys: pytest.CaptureFixture[str], t
     code = main(["--model", "mt-nlg-530b", "--max-gpus", "8", "--global-batch", "1920",
                  "--storage", f"sqlite:///{tmp_path / 'x.db'}"])
     assert code == 2
-    assert "no valid layout of 8" in _one_error_line(capsys)
+    line = _one_error_line(capsys)
+    assert "no feasible layout of mt-nlg-530b on 8 a100-80gb GPUs" in line
+    assert "need more than max_gpus=8 GPUs" in line and "break a layout rule (num_layers=105" in line
+    # the space's pp choices are the divisors of 105 up to 8 (1, 3, 5, 7): tp=8 pp=7 dp=3 with the
+    # distributed optimizer is the fewest GPUs whose weights, gradients and states fit in 80 GiB
+    assert "uses 168 GPUs (tp=8, pp=7, dp=3): raise --max-gpus to at least that" in line
+    assert not re.search(r"\(\d+x\)", line), "counts are in words, not '(12888x)'"
 
 
 def test_storage_that_cannot_be_opened(capsys: pytest.CaptureFixture[str]) -> None:

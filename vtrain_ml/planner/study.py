@@ -10,8 +10,6 @@ no finished trial is lost when a process is killed.
 from __future__ import annotations
 
 import json
-import sqlite3
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -23,42 +21,9 @@ from vtrain_ml.planner.config import Objective, SearchConfig
 from vtrain_ml.planner.evaluation import Evaluation
 from vtrain_ml.planner.objective import DIRECTIONS, constraint_values, objective_values
 from vtrain_ml.planner.space import Candidate, SearchSpace
+from vtrain_ml.planner.storage import open_storage
 
 EXACT_SOURCES = ("sample", "exact")
-
-
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An Optuna storage from a URL: any SQLAlchemy URL (SQLite, PostgreSQL, MySQL), a journal
-    file (``journal:///path/to/file.log``), or ``memory`` (fast, gone when the process ends).
-    Failures become one `ConfigError` line."""
-    if url == "memory":
-        return optuna.storages.InMemoryStorage()
-    try:
-        if url.startswith("journal:///"):
-            path = Path(url.removeprefix("journal:///"))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            from optuna.storages.journal import JournalFileBackend
-
-            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
-        kwargs: dict[str, Any] = {}
-        if url.startswith("sqlite:///"):
-            path = Path(url.removeprefix("sqlite:///"))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            kwargs = {"creator": lambda: _sqlite_connect(path)}
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-    except Exception as exc:  # SQLAlchemy/driver errors of every kind: one line for the user
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"cannot open storage {url}: {first}") from None
-
-
-def _sqlite_connect(path: Path) -> sqlite3.Connection:
-    """SQLite tuned for a search: write-ahead log (readers never block the writer, several local
-    processes share one study) and no fsync per commit (a committed trial survives a killed
-    process; only an OS crash could lose the last ones). Waits up to 60 s for the write lock."""
-    connection = sqlite3.connect(str(path), timeout=60)
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("PRAGMA synchronous=NORMAL")
-    return connection
 
 
 def sampler_for(config: SearchConfig) -> optuna.samplers.BaseSampler:
