@@ -131,7 +131,16 @@ class SearchConfig(Frozen):
         return f"{model}-{hardware}-{self.max_gpus}-{self.objective.value}-{self.space_hash()}"
 
     def storage_url(self) -> str:
-        return self.storage or default_storage(self.study_name())
+        """The storage URL, a file in it by absolute path (a resume command works anywhere)."""
+        return absolute_url(self.storage) if self.storage else default_storage(self.study_name())
+
+
+def absolute_url(url: str) -> str:
+    """A journal or SQLite URL with its file made absolute (relative to the working directory)."""
+    for prefix in (JOURNAL, SQLITE):
+        if url.startswith(prefix):
+            return f"{prefix}{Path(url.removeprefix(prefix)).resolve()}"
+    return url
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SearchConfig:

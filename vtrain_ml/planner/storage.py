@@ -59,11 +59,11 @@ class SyncBatchedJournalFile(BaseJournalBackend):
     """Optuna's journal file, appended and flushed at once, synced to disk at most once per
     `sync_interval_s` and at exit (see the module docstring)."""
 
-    def __init__(self, path: str, sync_interval_s: float = SYNC_INTERVAL_S) -> None:
+    def __init__(self, path: str, sync_interval_s: float | None = None) -> None:
         self._path = path
         self._reader = JournalFileBackend(path)  # creates the file; reads it as Optuna does
         self._lock = JournalFileSymlinkLock(path)  # the lock file JournalFileBackend takes
-        self._interval = sync_interval_s
+        self._interval = SYNC_INTERVAL_S if sync_interval_s is None else sync_interval_s
         self._synced = time.monotonic()
         weakref.finalize(self, _fsync, path)
 
