@@ -11,8 +11,13 @@ $(BIN)/activate: pyproject.toml
 	touch $(BIN)/activate
 
 .PHONY: example test lint
+# The main job first: the best layout of MT-NLG 530B on up to 3,360 A100s (case study 1, ~15 s),
+# a fresh study each time; then one iteration of the hand-picked MT-NLG plan in detail.
 example: $(BIN)/activate
-	$(BIN)/python -m vtrain_ml.simulate examples/mtnlg_530b.yaml
+	rm -f runs/example.journal runs/example.journal.lock
+	$(BIN)/vtrain-search --config examples/case_study_1_mtnlg.yaml --study example \
+		--storage journal:///runs/example.journal --csv runs/example-plans.csv
+	$(BIN)/vtrain-simulate examples/mtnlg_530b.yaml
 
 lint: $(BIN)/activate
 	$(BIN)/ruff check simulator vtrain_ml profiler surrogate tests bench

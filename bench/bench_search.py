@@ -1,6 +1,7 @@
 """Benchmark of `python -m vtrain_ml.search` against exhaustive and random exact evaluation.
 
     .venv/bin/python bench/bench_search.py [--random 20000] [--seeds 0 1 2] [--skip-large]
+    .venv/bin/python bench/bench_search.py --storage-only [--rounds 3]
 
 1. Case study 1 (MT-NLG 530B, up to 3,360 A100s; examples/case_study_1_mtnlg.yaml): the search's
    best exact iteration time against the exhaustive optimum, the fraction of the exhaustive
@@ -8,6 +9,10 @@
 2. A large space (case study 3, architecture and layout together, 2.5 million combinations):
    the largest model the search finds within the budget against the best of N random exact
    evaluations.
+3. (--storage-only) What the study's storage costs: the case-study-1 search run side by side,
+   in alternating order, on memory (no durability), SQLite (the previous default), the journal
+   file with an fsync per append (Optuna's JournalFileBackend behaviour) and the journal file
+   with batched fsync (the default); best wall time of each over the rounds, as ratios to memory.
 Prints numbers; asserts nothing (wall times depend on the machine).
 """
 
@@ -123,17 +128,52 @@ def large_space(n_random: int, seeds: list[int], folder: Path) -> None:
     print(f"search / random best = {ratios} (seeds {seeds}; target >= 0.98)")
 
 
+def storage_cost(rounds: int, folder: Path) -> None:
+    """Side by side, alternating order: the same search on each storage, a fresh study each time."""
+    from vtrain_ml.planner import storage
+
+    config = load_config(CASE1)
+    kinds = ["memory", "sqlite (previous default)", "journal, fsync per append (Optuna's file backend)",
+             "journal, batched fsync (default)"]
+    walls: dict[str, list[float]] = {k: [] for k in kinds}
+    answers = set()
+    print("== Storage cost: case study 1 search (200 trials, focused surrogate) ==")
+    for r in range(rounds):
+        order = kinds if r % 2 == 0 else kinds[::-1]
+        for kind in order:
+            url = ("memory" if kind == "memory" else
+                   f"sqlite:///{folder / f'round{r}.db'}" if kind.startswith("sqlite") else
+                   f"journal:///{folder / f'round{r}-{kinds.index(kind)}.journal'}")
+            storage.SYNC_INTERVAL_S = 0.0 if "per append" in kind else 1.0
+            began = time.perf_counter()
+            found = run_search(config.model_copy(update={"storage": url}))
+            walls[kind].append(time.perf_counter() - began)
+            assert found.best is not None
+            answers.add(round(found.best.exact.iteration_time_s, 6))
+    storage.SYNC_INTERVAL_S = 1.0
+    base = min(walls["memory"])
+    for kind in kinds:
+        print(f"{kind:<52} best {min(walls[kind]):6.1f} s  (all: "
+              + ", ".join(f"{w:.1f}" for w in walls[kind]) + f")  {min(walls[kind]) / base:5.2f}x memory")
+    print(f"same answer on every storage: {len(answers) == 1} ({sorted(answers)} s/iteration)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--random", type=int, default=20_000, help="random exact evaluations (large space)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--skip-large", action="store_true")
+    parser.add_argument("--storage-only", action="store_true", help="only the storage-cost comparison")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the storage comparison")
     args = parser.parse_args()
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     print(f"machine: {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp:
+        if args.storage_only:
+            storage_cost(args.rounds, Path(tmp))
+            return
         case_study_1(args.seeds, Path(tmp))
         if not args.skip_large:
             large_space(args.random, args.seeds, Path(tmp))

@@ -4,15 +4,23 @@ Resumable: each measured op is journaled as soon as it is timed (`profiler.store
 resumed run skips every key already in the journal or in the finished table. An op that cannot
 run on this device (out of memory, unsupported dtype) is logged and left to the interpolated or
 analytic model instead of stopping the run.
+
+The time budget per op (`TimingConfig.budget_s`, `--budget-s`) holds: `profiler.timing` never
+starts a call that would overrun it, and an op whose *first* call alone would (a large fp16 GEMM
+on a CPU takes minutes) is not started at all. Its call time is predicted from this device's
+measured rates (`probe_rates`: a GEMM and a copy in the profile's dtype; a roofline, Williams et
+al. 2009) and the op is left to the interpolated or analytic model with the reason.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +73,47 @@ def op_row(op: Op, stats: Stats) -> dict[str, Any]:
 
 
 
+@dataclass(frozen=True)
+class DeviceRates:
+    """FLOP/s and bytes/s this device reaches in the profile's dtype (`probe_rates`)."""
+
+    flops_per_s: float
+    bytes_per_s: float
+
+    def call_s(self, op: Op) -> float:
+        """Roofline prediction of one call of `op`."""
+        return max(op.flops / self.flops_per_s, op.bytes / self.bytes_per_s)
+
+
+def _best_s(fn: Callable[[], Any], device: torch.device, repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first call warms up
+        start = time.perf_counter()
+        fn()
+        if device.type == "cuda":  # pragma: no cover - GPU only
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return max(best, 1e-9)
+
+
+def probe_rates(device: torch.device, dtype: torch.dtype, probe_s: float = 0.01) -> DeviceRates:
+    """Measured GEMM and copy rates: square GEMMs double in size (256 -> 4096) until one takes
+    `probe_s`, so that the rate is near what large ops reach without a slow probe on a CPU."""
+    gen = torch.Generator().manual_seed(0)
+    n, flops_per_s = 256, 0.0
+    while True:
+        a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+        seconds = _best_s(partial(torch.matmul, a, a), device)
+        flops_per_s = max(flops_per_s, 2.0 * n**3 / seconds)
+        if seconds >= probe_s or n >= 4096:
+            break
+        n *= 2
+    x = torch.zeros(1 << 22, device=device, dtype=dtype)
+    y = torch.empty_like(x)
+    copy_s = _best_s(lambda: y.copy_(x), device)
+    return DeviceRates(flops_per_s, 2.0 * x.numel() * x.element_size() / copy_s)
+
+
 def measure_op(op: Op, row: int, device: torch.device, dtype: torch.dtype, seed: int,
                timing: TimingConfig) -> Stats:
     """Time one op with seeded random inputs (seed mixed with the op's key: order-independent)."""
@@ -91,9 +140,18 @@ def profile_ops(run: OpsRun, progress: Progress | None = None) -> OpsReport:
     dtype = TORCH_DTYPES[run.request.precision]
     todo = [op for op in selection.unique if row_key(op_row(op, Stats(0, 0, 0, 0))) not in done_keys]
     failed: list[str] = []
+    budget = run.timing.budget_s
+    rates = probe_rates(device, dtype) if todo and budget > 0 else None
     for i, op in enumerate(todo):
         if progress:
             progress(i, len(todo), op)
+        predicted = rates.call_s(op) if rates is not None else 0.0
+        if predicted > budget > 0:
+            failed.append(f"{op.name} {op.profile_key}: one call would take ~{predicted:.3g} s on this "
+                          f"device, over --budget-s {budget:g}; left to the interpolated or analytic "
+                          f"model (raise --budget-s to measure it)")
+            log.warning("not measuring %s %s: %s", op.name, op.shape, failed[-1])
+            continue
         try:
             stats = measure_op(op, selection.row_hints.get(op.profile_key, 0), device, dtype,
                                run.seed, run.timing)

@@ -17,14 +17,22 @@ from simulator.specs import HardwareSpec, ModelSpec, parse
 
 
 def data_dir() -> Path:
-    """The repository's data/ folder (override with the VTRAIN_DATA_DIR environment variable)."""
+    """The data/ folder: presets, hardware, measurements, spaces (VTRAIN_DATA_DIR overrides it).
+
+    An installed wheel carries it as package data inside this package (`simulator/data`,
+    mapped from the repository's top-level data/ by pyproject.toml); a source checkout or an
+    editable install reads the repository's data/ next to this package. Either way the answer
+    does not depend on the working directory.
+    """
     override = os.environ.get("VTRAIN_DATA_DIR")
-    return Path(override) if override else _repository_data()
+    return Path(override) if override else _packaged_data()
 
 
 @lru_cache(maxsize=1)
-def _repository_data() -> Path:
-    return Path(__file__).resolve().parents[1] / "data"
+def _packaged_data() -> Path:
+    here = Path(__file__).resolve().parent
+    installed = here / "data"
+    return installed if installed.is_dir() else here.parent / "data"
 
 
 def read_yaml(path: Path) -> Any:

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
 
 from simulator.catalog import data_dir, hardware_fingerprint, read_yaml, resolve_hardware
 from simulator.errors import ConfigError, DataError, ProfileError
@@ -28,6 +31,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 METADATA = "metadata.json"
+XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}
 
 
@@ -75,7 +79,18 @@ def save_surrogate(model: Surrogate, folder: Path, extra: Mapping[str, Any]) -> 
     return folder
 
 
+# key -> (type, what it is): the fields loading needs, checked before anything is built from them
+REQUIRED: dict[str, tuple[type, str]] = {
+    "feature_names": (list, "the feature names"), "boosters": (dict, "the booster files"),
+    "best_iterations": (dict, "the boosting rounds"), "hardware": (dict, "the hardware specs"),
+    "bounds": (dict, "the training ranges"), "n_train": (int, "the training row count"),
+    "hyperparameters": (dict, "the hyperparameters"),
+}
+
+
 def read_metadata(folder: Path) -> dict[str, Any]:
+    """metadata.json, checked: a model folder damaged or written by something else is one
+    `DataError` line naming the file and the field, never a KeyError from deep inside."""
     path = folder / METADATA
     data = read_json_file(path, DataError, f"{folder} is not a surrogate model folder (no {METADATA}); "
                           "train one with `python -m vtrain_ml.surrogate train`", "retrain the model")
@@ -83,7 +98,57 @@ def read_metadata(folder: Path) -> dict[str, Any]:
         version = data.get("schema_version") if isinstance(data, dict) else None
         raise DataError(f"{path} has schema_version {version}, this vtrain-ml reads "
                         f"{SCHEMA_VERSION}; retrain the model")
+    for key, (kind, what) in REQUIRED.items():
+        if not isinstance(data.get(key), kind):
+            got = "missing" if key not in data else f"a {type(data[key]).__name__}"
+            raise DataError(f"{path}: '{key}' ({what}) is {got}, expected a {kind.__name__}; "
+                            f"the model folder is damaged, retrain the model")
+    if set(data["boosters"]) != set(BOOSTER_FILES):
+        raise DataError(f"{path}: 'boosters' names {sorted(data['boosters'])}, expected "
+                        f"{sorted(BOOSTER_FILES)}; retrain the model")
+    for name, entry in data["hardware"].items():
+        if not isinstance(entry, dict) or not {"hash", "source", "spec"} <= set(entry):
+            raise DataError(f"{path}: hardware '{name}' lacks its hash, source or spec; retrain the model")
     return dict(data)
+
+
+def _stored_spec(path: Path, name: str, spec: Any) -> HardwareSpec:
+    try:
+        return HardwareSpec.model_validate(spec)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise DataError(f"{path}: hardware '{name}' field {where}: {first['msg']}; "
+                        f"retrain the model") from None
+
+
+def load_booster(path: Path, n_features: int) -> Any:
+    """One saved XGBoost model; a missing, truncated or foreign file is one `DataError` line
+    (XGBoost itself raises a multi-line C++ stack)."""
+    import xgboost as xgb
+
+    if not path.is_file():
+        raise DataError(f"model file {path} is missing; the model folder is incomplete, retrain the model")
+    booster = xgb.Booster()
+    try:
+        booster.load_model(str(path))
+    except (xgb.core.XGBoostError, OSError, ValueError) as exc:
+        first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        first = XGBOOST_PREFIX.sub("", first.strip()).removeprefix("Check failed: ")
+        raise DataError(f"model file {path} is not a readable XGBoost model ({first[:160]}); "
+                        f"the file is corrupt, retrain the model") from None
+    if booster.num_features() != n_features:
+        raise DataError(f"model file {path} expects {booster.num_features()} features, its metadata "
+                        f"names {n_features}; the folder mixes two models, retrain the model")
+    return booster
+
+
+def hardware_source(name_or_file: str) -> str:
+    """What a model records as where its hardware came from: a catalog name as given, a
+    hardware file as its absolute path (so that the staleness check finds the file again from
+    any working directory)."""
+    path = Path(name_or_file)
+    return str(path.resolve()) if path.is_file() else name_or_file
 
 
 def current_hardware(source: str) -> HardwareSpec:
@@ -112,8 +177,6 @@ def stale_hardware(metadata: Mapping[str, Any]) -> list[str]:
 
 
 def load_surrogate(cls: type[Surrogate], folder: Path, allow_stale: bool) -> Surrogate:
-    import xgboost as xgb
-
     meta = read_metadata(folder)
     stale = stale_hardware(meta)
     if stale and not allow_stale:
@@ -122,17 +185,14 @@ def load_surrogate(cls: type[Surrogate], folder: Path, allow_stale: bool) -> Sur
                            "or pass --allow-stale / allow_stale=True")
     for problem in stale:
         log.warning("using a stale surrogate: %s", problem)
-    hp = dict(meta["hyperparameters"])
-    model = cls(**hp)
+    model = cls(**dict(meta["hyperparameters"]))
     model.allow_stale = allow_stale
-    model.boosters_ = {}
-    for key, name in meta["boosters"].items():
-        booster = xgb.Booster()
-        booster.load_model(str(folder / name))
-        model.boosters_[key] = booster
-    model.feature_names_ = list(meta["feature_names"])
+    model.feature_names_ = [str(f) for f in meta["feature_names"]]
+    model.boosters_ = {key: load_booster(folder / str(name), len(model.feature_names_))
+                       for key, name in meta["boosters"].items()}
     model.best_iterations_ = dict(meta["best_iterations"])
-    model.hardware_ = {n: HardwareSpec.model_validate(e["spec"]) for n, e in meta["hardware"].items()}
+    path = folder / METADATA
+    model.hardware_ = {n: _stored_spec(path, n, e["spec"]) for n, e in meta["hardware"].items()}
     model.hardware_hashes_ = {n: e["hash"] for n, e in meta["hardware"].items()}
     model.hardware_sources_ = {n: e["source"] for n, e in meta["hardware"].items()}
     model.bounds_ = dict(meta["bounds"])

@@ -10,6 +10,7 @@ Throughput: all evaluated rows predicted in one batch, features included.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import pandas as pd
 from scipy import stats
 
 from simulator.errors import DataError
+from simulator.specs import HardwareSpec
 from surrogate.features import JOB_COLUMNS
 
 
@@ -24,11 +26,14 @@ def ape(predicted: np.ndarray, actual: np.ndarray) -> np.ndarray:
     return np.abs(predicted - actual) / np.abs(actual)
 
 
-def _region_errors(df: pd.DataFrame, errors: np.ndarray) -> dict[str, dict[str, float]]:
+def _region_errors(df: pd.DataFrame, errors: np.ndarray,
+                   hardware: Mapping[str, HardwareSpec] | None) -> dict[str, dict[str, float]]:
+    """Mean time error per region; `hardware` maps the table's GPU names to their specs (a
+    calibrated file's name is in no catalog, so it must come from the model, never be looked up)."""
     from surrogate.physics import rows_from_columns, stage_params
 
-    params = stage_params(rows_from_columns({c: df[c].to_numpy() for c in JOB_COLUMNS}, None))["total"] \
-        if len(df) else np.array([])
+    columns = {c: df[c].to_numpy() for c in JOB_COLUMNS}
+    params = stage_params(rows_from_columns(columns, hardware))["total"] if len(df) else np.array([])
     regions = {
         "schedule": df["schedule"].astype(str).to_numpy(),
         "recompute": df["recompute"].astype(str).to_numpy(),
@@ -42,8 +47,12 @@ def _region_errors(df: pd.DataFrame, errors: np.ndarray) -> dict[str, dict[str, 
     return out
 
 
-def evaluate(model: Any, df: pd.DataFrame, hardware: Any = None) -> dict[str, Any]:
-    """Metrics of `model` (a `Surrogate`) on a samples table with simulator targets."""
+def evaluate(model: Any, df: pd.DataFrame,
+             hardware: Mapping[str, HardwareSpec] | None = None) -> dict[str, Any]:
+    """Metrics of `model` (a `Surrogate`) on a samples table with simulator targets.
+
+    hardware: GPU name -> spec of the table's rows (default: the specs the model was trained with).
+    """
     for c in ("iteration_time_s", "peak_memory_bytes", "fits_in_memory"):
         if c not in df.columns:
             raise DataError(f"evaluation samples lack column {c}; use a samples folder from generate")
@@ -70,7 +79,7 @@ def evaluate(model: Any, df: pd.DataFrame, hardware: Any = None) -> dict[str, An
         "memory_p95_ape": float(np.quantile(m_err, 0.95)),
         "fits_accuracy": float(fits.mean()),
         "batch_predictions_per_s": float(len(df) / seconds),
-        "by_region": _region_errors(df, t_err),
+        "by_region": _region_errors(df, t_err, hardware or getattr(model, "hardware_", None)),
     }
 
 

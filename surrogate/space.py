@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field, PositiveInt, model_validator
 
-from simulator.catalog import read_yaml
+from simulator.catalog import data_dir, read_yaml
 from simulator.enums import Precision, Recompute, Schedule
 from simulator.errors import ConfigError
 from simulator.specs import Frozen, parse
@@ -112,9 +112,14 @@ def space_from_dict(data: Any) -> Space:
     return parse(Space, data, "space")
 
 
+def default_space_path() -> Path:
+    """The shipped default space (inside the installed package, or the repository's data/)."""
+    return data_dir() / "spaces" / "default.yaml"
+
+
 def load_space(path: str | Path) -> Space:
     """Read and validate a space file; unknown keys are rejected with the closest known key."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"space file {path} does not exist (see data/spaces/default.yaml)")
+        raise ConfigError(f"space file {path} does not exist (the default space is {default_space_path()})")
     return space_from_dict(read_yaml(path))

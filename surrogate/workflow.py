@@ -118,6 +118,7 @@ class RetrainConfig:
 def retrain(model_path: str | Path, out: str | Path, config: RetrainConfig,
             samples_out: str | Path | None = None) -> dict[str, Any]:
     """Regenerate the old model's space under a new hardware profile, train, compare errors."""
+    from surrogate.artifact import hardware_source
     from surrogate.generate import GenerateConfig, generate
     from surrogate.space import space_from_dict
 
@@ -133,7 +134,7 @@ def retrain(model_path: str | Path, out: str | Path, config: RetrainConfig,
     n = config.n or int(meta.get("n_train", 0) / (1 - TEST_FRACTION)) or 1000
     samples = Path(samples_out) if samples_out else Path(out) / "samples"
     gen = generate(GenerateConfig(space, {spec.name: spec}, n, config.seed, jobs=config.jobs,
-                                  sources={spec.name: config.hardware}),
+                                  sources={spec.name: hardware_source(config.hardware)}),
                    samples, resume=config.resume, progress=config.progress)
     result = train(samples, out, TrainConfig(seed=config.seed,
                                              xgb_params=_tuned(meta.get("hyperparameters", {}))))

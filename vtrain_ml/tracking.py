@@ -1,9 +1,13 @@
 """MLflow, in one place: runs, parameters, metrics, figures, tables and the surrogate as a pyfunc.
 
-The only module of vtrain-ml that imports MLflow (lazily, inside functions). Runs go to a local
-file store under ``runs/mlruns`` unless MLFLOW_TRACKING_URI names another tracking server.
-The logged surrogate carries its code (simulator, surrogate, vtrain_ml) so that
-``mlflow.pyfunc.load_model(uri).predict(df)`` works without vtrain-ml installed.
+The only module of vtrain-ml that imports MLflow (lazily, inside functions). Runs go to a SQLite
+database, ``runs/mlflow.db`` (a tracking backend MLflow supports out of the box; MLflow 3 refuses a
+plain file store unless opted in), with artifacts in ``runs/mlartifacts``, both by absolute path so
+that a run logged here is found from any directory; MLFLOW_TRACKING_URI names another tracking
+server. The logged surrogate carries its code (simulator, surrogate, vtrain_ml) *and* the data
+folder (hardware catalog and aliases, read when the model loads) so that
+``mlflow.pyfunc.load_model(uri).predict(df)`` works in a fresh process, from any directory,
+without vtrain-ml installed.
 """
 
 from __future__ import annotations
@@ -14,19 +18,39 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-DEFAULT_STORE = Path("runs") / "mlruns"
+DEFAULT_DB = Path("runs") / "mlflow.db"
+ARTIFACTS = "mlartifacts"  # next to a SQLite tracking database
 PACKAGES = ("simulator", "surrogate", "vtrain_ml")
 
 
 def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_STORE.resolve().as_uri()
+    """MLFLOW_TRACKING_URI, else the SQLite database runs/mlflow.db of this directory (absolute)."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_DB.resolve()}"
 
 
 def _allow_file_store(uri: str) -> None:
-    """MLflow >= 3.x refuses a plain file store unless opted in; the issue asks for one by default
-    (no database server or SQLAlchemy needed). Any other URI is left to MLflow."""
+    """A file store the user asked for by URI is used: MLflow >= 3 refuses one unless opted in
+    (loading its models elsewhere then needs MLFLOW_ALLOW_FILE_STORE=true too)."""
     if uri.startswith("file:") or "://" not in uri:
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+
+
+def _experiment_id(name: str, uri: str) -> str:
+    """The experiment's id, created if needed. With a SQLite database (ours by default) its
+    artifacts go to mlartifacts/ next to the database file, by absolute path: MLflow's default
+    for a database store is ./mlruns of whatever directory the process runs in, which a process
+    in another directory would not find (a tracking server chooses its own)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return str(found.experiment_id)
+    location = None
+    if uri.startswith("sqlite:///"):
+        database = Path(uri.removeprefix("sqlite:///")).resolve()
+        location = (database.parent / ARTIFACTS / name).as_uri()
+    return str(client.create_experiment(name, artifact_location=location))
 
 
 @contextlib.contextmanager
@@ -36,8 +60,10 @@ def start_run(experiment: str, run_name: str | None = None) -> Iterator[Any]:
 
     uri = tracking_uri()
     _allow_file_store(uri)
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment(experiment)
+    mlflow.set_experiment(experiment_id=_experiment_id(experiment, uri))
     with mlflow.start_run(run_name=run_name) as run:
         yield run
 
@@ -117,12 +143,29 @@ def log_surrogate(model_dir: str | Path, input_example: Any, name: str = "surrog
 
     output = Surrogate.load(model_dir, allow_stale=True).predict(input_example)
     signature = infer_signature(input_example, output)
-    root = Path(__file__).resolve().parents[1]
     info = mlflow.pyfunc.log_model(
         name=name, python_model=_pyfunc_class()(), artifacts={"surrogate": str(model_dir)},
-        code_paths=[str(root / p) for p in PACKAGES], signature=signature, input_example=input_example,
+        code_paths=bundled_paths(), signature=signature, input_example=input_example,
         pip_requirements=["xgboost-cpu", "pandas", "numpy", "scipy", "pydantic>=2", "pyyaml"])
     return str(info.model_uri)
+
+
+def bundled_paths() -> list[str]:
+    """The packages the pyfunc imports, and the data folder they read (hardware catalog).
+
+    MLflow copies each into the artefact's code/ folder and puts that folder first on sys.path
+    when loading, so code/simulator sits next to code/data exactly as in a source checkout
+    (`simulator.catalog.data_dir`). An installed wheel keeps data inside simulator/ already.
+    """
+    import importlib
+
+    from simulator.catalog import data_dir
+
+    folders = [Path(str(importlib.import_module(p).__file__)).parent for p in PACKAGES]
+    data = data_dir().resolve()
+    if not data.is_relative_to(folders[0]):
+        folders.append(data)
+    return [str(f) for f in folders]
 
 
 def save_figures(figures: Mapping[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,13 @@ def test_no_valid_layout_for_the_gpu_count(capsys: pytest.CaptureFixture[str], t
     code = main(["--model", "mt-nlg-530b", "--max-gpus", "8", "--global-batch", "1920",
                  "--storage", f"sqlite:///{tmp_path / 'x.db'}"])
     assert code == 2
-    assert "no valid layout of 8" in _one_error_line(capsys)
+    line = _one_error_line(capsys)
+    assert "no feasible layout of mt-nlg-530b on 8 a100-80gb GPUs" in line
+    assert "need more than max_gpus=8 GPUs" in line and "break a layout rule (num_layers=105" in line
+    # the space's pp choices are the divisors of 105 up to 8 (1, 3, 5, 7): tp=8 pp=7 dp=3 with the
+    # distributed optimizer is the fewest GPUs whose weights, gradients and states fit in 80 GiB
+    assert "uses 168 GPUs (tp=8, pp=7, dp=3): raise --max-gpus to at least that" in line
+    assert not re.search(r"\(\d+x\)", line), "counts are in words, not '(12888x)'"
 
 
 def test_storage_that_cannot_be_opened(capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,11 +105,30 @@ def test_resume_by_study_name_alone_uses_the_stored_settings(capsys: pytest.Capt
 def test_mlflow_run_holds_parameters_metrics_table_and_plot(capsys: pytest.CaptureFixture[str],
                                                             tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    store = tmp_path / "mlruns"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", store.as_uri())
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)  # the default tracking database is runs/mlflow.db here
     path = tmp_path / "search.yaml"
     path.write_text(yaml.safe_dump(tiny_dict(space={**tiny_dict()["space"], "tp": [2]})))
     assert main(["--config", str(path), "--exhaustive", "--mlflow", "--quiet"]) == 0
-    artifacts = {p.name for p in store.rglob("*") if p.is_file()}
+    artifacts = {p.name for p in (tmp_path / "runs" / "mlartifacts").rglob("*") if p.is_file()}
     assert {"top_plans.json", "pareto.png"} <= artifacts
-    assert "best_iteration_time_s" in artifacts  # a metric file of the file store
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("vtrain-search").experiment_id])
+    assert run.data.metrics["best_iteration_time_s"] > 0
+
+
+def test_a_corrupt_surrogate_file_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    names = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}
+    for name in names.values():
+        (folder / name).write_bytes(b"\x00garbage")
+    (folder / "metadata.json").write_text(json.dumps({
+        "schema_version": 1, "feature_names": ["a"], "boosters": names, "best_iterations": {},
+        "hardware": {}, "bounds": {}, "n_train": 1, "hyperparameters": {}}))
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(tiny_dict(surrogate=str(folder), storage="memory")))
+    assert main(["--config", str(path)]) == 2
+    line = _one_error_line(capsys)
+    assert "iteration_time.ubj is not a readable XGBoost model" in line and "retrain" in line

@@ -88,7 +88,7 @@ def test_a_plan_failing_the_memory_bound_does_not_fit_in_the_simulator() -> None
 
 def test_no_feasible_layout_fails_early_with_reasons() -> None:
     config = tiny_config(model="mt-nlg-530b", max_gpus=8, global_batch=1920)
-    with pytest.raises(InfeasibleConfigError, match="no valid layout of 8"):
+    with pytest.raises(InfeasibleConfigError, match="no feasible layout of mt-nlg-530b on 8"):
         check_feasible(SearchSpace(config))
 
 

@@ -16,7 +16,8 @@ from optuna.trial import TrialState
 from tests.search_tests.conftest import tiny_config
 from tests.search_tests.standins import Constant
 from vtrain_ml.planner.runner import run_search
-from vtrain_ml.planner.study import complete_trials, open_storage, surrogate_trials
+from vtrain_ml.planner.storage import open_storage
+from vtrain_ml.planner.study import complete_trials, surrogate_trials
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +43,9 @@ def test_two_processes_work_on_one_study(tmp_path: Path, scheme: str) -> None:
 
 
 def test_a_killed_search_resumes_without_losing_finished_trials(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'k.db'}"
+    # the default storage: a journal file whose fsync is batched (vtrain_ml.planner.storage);
+    # SIGKILL must still lose nothing, because every append is flushed to the OS at once
+    url = f"journal:///{tmp_path / 'k.journal'}"
     worker = _worker(url, 100_000)
     name = tiny_config().study_name()
     finished: dict[int, tuple[float, ...]] = {}
@@ -50,7 +53,7 @@ def test_a_killed_search_resumes_without_losing_finished_trials(tmp_path: Path) 
     while time.monotonic() < deadline and len(finished) < 25:
         time.sleep(0.5)
         try:
-            study = optuna.load_study(study_name=name, storage=url)
+            study = optuna.load_study(study_name=name, storage=open_storage(url))
             finished = {t.number: tuple(t.values) for t in complete_trials(study)}
         except KeyError:
             continue
@@ -58,7 +61,7 @@ def test_a_killed_search_resumes_without_losing_finished_trials(tmp_path: Path) 
     worker.wait()
     assert len(finished) >= 25, "the worker made too little progress to test anything"
     report = run_search(tiny_config(url, trials=60), resume=True, factory=Constant)
-    study = optuna.load_study(study_name=name, storage=url)
+    study = optuna.load_study(study_name=name, storage=open_storage(url))
     after = {t.number: tuple(t.values) for t in complete_trials(study)}
     assert all(after.get(n) == v for n, v in finished.items())
     assert report.trials >= 60

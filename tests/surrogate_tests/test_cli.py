@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from vtrain_ml.cli.surrogate import main
@@ -48,7 +49,7 @@ def test_bad_input_gives_one_line_and_exit_code_2(tmp_path, capsys) -> None:
 
 
 def test_train_with_tuning_and_mlflow(tmp_path, tiny_samples, capsys, monkeypatch) -> None:
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     out = tmp_path / "m"
     assert main(["train", "--samples", str(tiny_samples), "--out", str(out), "--n-estimators", "20",
                  "--tune-trials", "2", "--jobs", "1", "--mlflow", "--json"]) == 0
@@ -57,3 +58,56 @@ def test_train_with_tuning_and_mlflow(tmp_path, tiny_samples, capsys, monkeypatc
     assert data["mlflow_model_uri"].startswith(("runs:/", "models:/"))
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["hyperparameters"]["max_depth"] == data["tuning"]["best_params"]["max_depth"]
+
+
+def _damaged_copy(tiny_model, tmp_path, damage) -> str:
+    import shutil
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(tiny_model.path, folder)
+    damage(folder)
+    return str(folder)
+
+
+def _job_file(tmp_path) -> str:
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({
+        "model": {"num_layers": 8, "hidden_size": 1024, "num_attention_heads": 16, "vocab_size": 51200,
+                  "seq_length": 1024},
+        "training": {"global_batch_size": 64, "micro_batch_size": 1, "precision": "bf16"},
+        "parallel": {"tp": 2, "pp": 2, "dp": 2}, "cluster": {"gpu": "a100-80gb", "num_gpus": 8}}))
+    return str(job)
+
+
+def _garbage_booster(folder) -> None:
+    (folder / "iteration_time.ubj").write_bytes(b"not a model\n")
+
+
+def _truncated_booster(folder) -> None:
+    path = folder / "peak_memory.ubj"
+    path.write_bytes(path.read_bytes()[:200])
+
+
+def _missing_booster(folder) -> None:
+    (folder / "iteration_time.ubj").unlink()
+
+
+def _metadata_without_features(folder) -> None:
+    meta = json.loads((folder / "metadata.json").read_text())
+    del meta["feature_names"]
+    (folder / "metadata.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(("damage", "expected"), [
+    (_garbage_booster, "iteration_time.ubj is not a readable XGBoost model"),
+    (_truncated_booster, "peak_memory.ubj is not a readable XGBoost model"),
+    (_missing_booster, "iteration_time.ubj is missing"),
+    (_metadata_without_features, "'feature_names' (the feature names) is missing"),
+])
+def test_a_damaged_model_folder_is_one_line_in_predict(tiny_model, tmp_path, capsys, damage,
+                                                       expected) -> None:
+    folder = _damaged_copy(tiny_model, tmp_path, damage)
+    assert main(["predict", "--model", folder, _job_file(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
+    assert expected in err and "retrain the model" in err

@@ -1,29 +1,23 @@
-"""python -m vtrain_ml.search: the fastest / cheapest layout (or largest model) for a GPU budget.
+"""vtrain-search (python -m vtrain_ml.search): the fastest / cheapest layout (or largest model)
+for a GPU budget.
 
-    python -m vtrain_ml.search --model mt-nlg-530b --hardware a100-80gb --max-gpus 3360 \\
+    vtrain-search --config examples/case_study_1_mtnlg.yaml [--exhaustive] [--json] [--csv F]
+    vtrain-search --model mt-nlg-530b --hardware a100-80gb --max-gpus 3360 \\
         --global-batch 1920 --seq 2048 [--objective time|cost|pareto|largest_model] ...
-    python -m vtrain_ml.search --config examples/case_study_1_mtnlg.yaml [--exhaustive] [--json]
+    vtrain-search --resume --study NAME --storage URL [--trials N]   # as printed by a search
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from simulator.errors import ConfigError
-from vtrain_ml.cli.common import add_common, run
-from vtrain_ml.planner.config import DEFAULT_STORAGE, Objective, SearchConfig, config_from_dict, load_config
-from vtrain_ml.planner.report import SearchReport, pareto_figure, render_table
-from vtrain_ml.planner.verify import VerifyEvent
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+from vtrain_ml.cli.common import add_common, invoked_as, run
+from vtrain_ml.cli.search_output import Progress, render, resume_command, warn_partial_front, where_it_lives
+from vtrain_ml.planner.config import Objective, SearchConfig, config_from_dict, default_storage, load_config
+from vtrain_ml.planner.report import SORT_KEYS
 
 # CLI flag -> SearchConfig field (values given on the command line override the --config file)
 FLAGS: dict[str, tuple[str, Any, str]] = {
@@ -38,9 +32,9 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "verify_top": ("--verify-top", int, "candidates verified per round (default 5)"),
     "initial_samples": ("--initial-samples", int, "exact samples for a focused surrogate (default 24)"),
     "surrogate": ("--surrogate", str, "trained surrogate (surrogate.model.Surrogate.save) to use"),
-    "storage": ("--storage", str, "Optuna storage URL (default sqlite:///runs/search.db; "
-                                  "journal:///file.log for a journal file, memory for a "
-                                  "throwaway run)"),
+    "storage": ("--storage", str, "Optuna storage URL (default journal:///runs/studies/STUDY.journal, "
+                                  "a journal file per study; sqlite:///file.db or any SQLAlchemy URL "
+                                  "for a database; memory for a throwaway run)"),
     "study": ("--study", str, "study name (default: derived from the search's content hash)"),
     "seed": ("--seed", int, "sampler and sampling seed"),
     "n_jobs": ("--n-jobs", int, "processes for exact simulation batches"),
@@ -49,6 +43,10 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "time_budget_days": ("--time-budget-days", float, "wall-clock budget (largest_model)"),
     "tokens_per_parameter": ("--tokens-per-parameter", float, "tokens per parameter (largest_model)"),
     "top": ("--top", int, "rows of the table (default 10)"),
+    "patience": ("--patience", int, "stop when the best exact plan (the exact front, for pareto) has not "
+                                    "changed for N verification rounds (default: run every trial)"),
+    "enumerate_below": ("--enumerate-below", int, "pareto: simulate every plan of a space with at most "
+                                                  "this many valid plans (default 1000; 0: always search)"),
 }
 
 
@@ -65,6 +63,9 @@ def parser() -> argparse.ArgumentParser:
                    help="continue (or join) an existing study; with --study alone, its stored settings")
     p.add_argument("--exhaustive", action="store_true", help="simulate every valid plan instead")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--csv", metavar="FILE", help="write every exactly evaluated plan as a CSV table")
+    p.add_argument("--sort", choices=sorted(SORT_KEYS),
+                   help="order of the table and the CSV (default: the objective's, best first)")
     p.add_argument("--plot", metavar="PNG", help="write the time-versus-cost plot")
     p.add_argument("--mlflow", action="store_true", help="log the search to MLflow")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -79,7 +80,7 @@ def build_config(args: argparse.Namespace) -> SearchConfig:
     if args.resume and args.study and "model" not in given:
         from vtrain_ml.planner.study import stored_config
 
-        url = given.get("storage") or DEFAULT_STORAGE
+        url = given.get("storage") or default_storage(args.study)
         return config_from_dict({**stored_config(url, args.study), **given}, where=f"study {args.study}")
     missing = [FLAGS[f][0] for f in ("max_gpus", "global_batch") if f not in given]
     if "model" not in given:
@@ -89,31 +90,23 @@ def build_config(args: argparse.Namespace) -> SearchConfig:
     return config_from_dict(given, where="command line")
 
 
-class Progress:
-    """Progress on stderr: messages, a trial counter (on a terminal) and each verification round."""
+def _pareto_enumeration(config: SearchConfig, progress: Progress) -> tuple[bool, int | None]:
+    """(enumerate instead of searching?, the number of valid plans when counted): a Pareto front
+    of a small space is cheaper to simulate exactly in full than to search, and then complete."""
+    if config.objective is not Objective.PARETO:
+        return False, None
+    from vtrain_ml.planner.space import SearchSpace
 
-    def __init__(self, total: int, quiet: bool) -> None:
-        self.total = total
-        self.quiet = quiet
-        self.tty = sys.stderr.isatty()
-
-    def message(self, text: str) -> None:
-        if not self.quiet:
-            sys.stderr.write(f"{text}\n")
-
-    def trial(self, number: int) -> None:
-        if self.tty and not self.quiet and number % 10 == 0:
-            sys.stderr.write(f"\r  trial {number + 1}/{self.total}")
-
-    def verified(self, event: VerifyEvent) -> None:
-        best = event.best_exact
-        where = "no feasible plan yet"
-        if best:
-            where = (f"best exact {best.iteration_time_s:.2f} s/iteration, ${best.cost_usd:,.0f}, "
-                     f"{best.num_gpus} GPUs, {best.parameters / 1e9:.1f}B params")
-        start = "\r" if self.tty else ""
-        self.message(f"{start}verify round {event.round}: {event.trials}/{self.total} trials, "
-                     f"+{event.verified} exact -> {event.exact_evaluations} exact evaluations; {where}")
+    space = SearchSpace(config)
+    if space.size > max(config.enumerate_below * 50, 20_000):
+        return False, None
+    valid = sum(space.build(p).valid for p in space.enumerate())
+    if 0 < valid <= config.enumerate_below:
+        progress.message(f"the space holds {valid:,} valid plans (enumerate_below="
+                         f"{config.enumerate_below:,}): simulating them all for the exact Pareto front "
+                         f"instead of searching")
+        return True, valid
+    return False, valid
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -122,83 +115,33 @@ def _main(args: argparse.Namespace) -> int:
     # Optuna logs every trial at INFO; our progress lines replace that unless --debug
     optuna.logging.set_verbosity(optuna.logging.DEBUG if args.debug else optuna.logging.WARNING)
     config = build_config(args)
-    progress = Progress(config.trials, args.quiet or args.json)
-    if args.exhaustive:
-        from vtrain_ml.planner.exhaustive import run_exhaustive
+    progress = Progress(args.quiet or args.json)
+    command = invoked_as("search")
+    enumerate_all, valid_plans = (True, None) if args.exhaustive else _pareto_enumeration(config, progress)
+    try:
+        if enumerate_all:
+            from vtrain_ml.planner.exhaustive import run_exhaustive
 
-        report = run_exhaustive(config, progress.message)
-    else:
-        from vtrain_ml.planner.runner import Hooks, run_search
+            report = run_exhaustive(config, progress.message)
+        else:
+            from vtrain_ml.planner.runner import Hooks, run_search
 
-        hooks = Hooks(message=progress.message, verified=progress.verified, trial=progress.trial)
-        report = run_search(config, resume=args.resume, hooks=hooks)
-    render(report, config, args)
+            def started(done: int) -> None:
+                progress.message(where_it_lives(config) + (f", resumed at {done} trials" if done else ""))
+                resume = resume_command(command, config)
+                if resume:
+                    progress.message(f"resume it (if stopped) or extend it (--trials N) with: {resume}")
+
+            hooks = Hooks(message=progress.message, verified=progress.verified, trial=progress.trial,
+                          started=started)
+            report = run_search(config, resume=args.resume, hooks=hooks)
+    finally:
+        progress.close()
+    if not args.quiet:
+        warn_partial_front(report, valid_plans)
+    render(report, config, args, command)
     return 0
-
-
-def render(report: SearchReport, config: SearchConfig, args: argparse.Namespace) -> None:
-    figure = pareto_figure(report) if args.plot or args.mlflow else None
-    if args.plot and figure is not None:
-        save_figure_atomic(figure, args.plot)
-    if args.mlflow:
-        log_to_mlflow(report, config, figure)
-    if args.json:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=1) + "\n")
-        return
-    title = {Objective.TIME: "the fastest plan", Objective.COST: "the cheapest plan",
-             Objective.PARETO: "time-versus-cost plans",
-             Objective.LARGEST_MODEL: "the largest model trained within the budget"}[config.objective]
-    sys.stdout.write(f"{report.mode} for {title} (exact simulator numbers):\n")
-    sys.stdout.write(render_table(report) + "\n")
-    if config.objective is Objective.PARETO and report.pareto:
-        sys.stdout.write("\nPareto front (time, cost):\n")
-        for o in report.pareto:
-            p = o.plan
-            sys.stdout.write(f"  {o.exact.iteration_time_s:8.2f} s  ${o.exact.cost_usd:12,.0f}  "
-                             f"tp={p['tp']} pp={p['pp']} dp={p['dp']} ({p['num_gpus']} GPUs)\n")
-    if args.plot:
-        sys.stdout.write(f"\nplot written to {args.plot}\n")
-
-
-def save_figure_atomic(figure: Figure, path: str) -> None:
-    """PNG written to a temporary file and renamed: a killed process leaves no half image."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        figure.savefig(tmp, format="png", dpi=120)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def log_to_mlflow(report: SearchReport, config: SearchConfig, figure: Figure | None) -> None:
-    """Parameters, metrics, the table of plans and the plot, through vtrain_ml.tracking."""
-    try:
-        from vtrain_ml import tracking
-    except ImportError:
-        raise ConfigError("--mlflow needs vtrain_ml.tracking (the surrogate extra)") from None
-    import pandas as pd
-
-    params = config.model_dump(mode="json")
-    metrics = {"exact_evaluations": report.exact_evaluations, "trials": report.trials,
-               "wall_s": report.wall_s}
-    if report.best:
-        metrics |= {"best_iteration_time_s": report.best.exact.iteration_time_s,
-                    "best_cost_usd": report.best.exact.cost_usd, "best_mfu": report.best.exact.mfu}
-    for key, value in report.surrogate.get("error", {}).items():
-        metrics[f"surrogate_{key}"] = value
-    table = pd.DataFrame([{**o.plan, **o.exact.to_dict()} for o in report.top])
-    with tracking.start_run("vtrain-search", f"{report.mode}-{config.study_name()}"):
-        tracking.log_params(params)
-        tracking.log_metrics(metrics)
-        tracking.log_table(table, "top_plans.json")
-        if figure is not None:
-            tracking.log_figure(figure, "pareto.png")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run(_main, parser(), argv)
-

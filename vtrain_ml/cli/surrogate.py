@@ -21,7 +21,8 @@ from vtrain_ml.cli.common import add_common, run
 
 def _add_generate(sub: Any) -> None:
     g = sub.add_parser("generate", help="sample a space and simulate it")
-    g.add_argument("--space", default="data/spaces/default.yaml", help="space YAML file")
+    g.add_argument("--space", help="space YAML file (default: the spaces/default.yaml shipped with "
+                                   "vtrain-ml)")
     g.add_argument("--hardware", action="append", metavar="NAME_OR_FILE",
                    help="GPU type(s) to sample (catalog id or hardware YAML; repeatable); "
                         "default: the space's list")
@@ -109,14 +110,15 @@ def _hardware(names: Sequence[str]) -> dict[str, Any]:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from surrogate.artifact import hardware_source
     from surrogate.generate import Backend, GenerateConfig, generate
-    from surrogate.space import Method, load_space
+    from surrogate.space import Method, default_space_path, load_space
 
-    space = load_space(args.space)
+    space = load_space(args.space or default_space_path())
     names = tuple(args.hardware) if args.hardware else space.hardware
     space = space.with_hardware(tuple(names))
     hardware = _hardware(names)
-    sources = dict(zip(hardware, names, strict=True))
+    sources = {name: hardware_source(given) for name, given in zip(hardware, names, strict=True)}
     config = GenerateConfig(space, hardware, args.n, args.seed, Method(args.method),
                             args.chunk_size, args.jobs, Backend(args.backend), sources)
     report = generate(config, args.out, resume=args.resume, progress=not args.no_progress)

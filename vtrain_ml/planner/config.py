@@ -20,7 +20,18 @@ from simulator.enums import Precision, Recompute, Schedule
 from simulator.errors import ConfigError
 from simulator.specs import Frozen, parse
 
-DEFAULT_STORAGE = "sqlite:///runs/search.db"
+HARDWARE_SUFFIXES = (".yaml", ".yml", ".json")
+JOURNAL = "journal:///"  # storage URL schemes (vtrain_ml.planner.storage opens them)
+SQLITE = "sqlite:///"
+MEMORY = "memory"
+STUDIES_DIR = Path("runs") / "studies"
+
+
+def default_storage(study: str) -> str:
+    """The default storage URL of a study: a journal file of its own, runs/studies/<study>.journal
+    of the working directory, by absolute path so that a printed resume command works anywhere
+    (why a journal: vtrain_ml.planner.storage)."""
+    return f"{JOURNAL}{(STUDIES_DIR / f'{study}.journal').resolve()}"
 
 
 class Objective(StrEnum):
@@ -87,11 +98,13 @@ class SearchConfig(Frozen):
     verify_top: PositiveInt = 5
     initial_samples: PositiveInt = 24  # exact samples for a focused surrogate
     surrogate: str | None = None
-    storage: str | None = None  # default: sqlite:///runs/search.db
+    storage: str | None = None  # default: default_storage(study name)
     study: str | None = None  # default: derived from the config's content hash
     seed: int = 0
     n_jobs: PositiveInt = 1
     max_exhaustive: PositiveInt = 200_000
+    patience: PositiveInt | None = None  # stop after N verification rounds without a better exact answer
+    enumerate_below: int = Field(default=1000, ge=0)  # Pareto: simulate every plan of a space this small
     baseline: dict[str, Any] | None = None  # a hand-picked plan (knob values) to compare against
     top: PositiveInt = 10  # rows of the report table
 
@@ -103,17 +116,31 @@ class SearchConfig(Frozen):
         """Content hash of what defines the study's trials (not run-length or output options)."""
         keep = self.model_dump(mode="json", exclude={"trials", "verify_every", "verify_top", "storage",
                                                      "study", "n_jobs", "max_exhaustive", "surrogate",
-                                                     "baseline", "top", "seed"})
+                                                     "baseline", "top", "seed", "patience",
+                                                     "enumerate_below"})
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:10]
 
     def study_name(self) -> str:
         if self.study:
             return self.study
         model = self.model if isinstance(self.model, str) else "arch" if self.architecture else "custom"
-        return f"{model}-{self.hardware}-{self.max_gpus}-{self.objective.value}-{self.space_hash()}"
+        # a hardware file by its stem: a study name is typed on command lines, a path is not a name
+        # (the content hash still tells two paths of one stem apart)
+        path = Path(self.hardware)
+        hardware = path.stem if path.suffix in HARDWARE_SUFFIXES else self.hardware
+        return f"{model}-{hardware}-{self.max_gpus}-{self.objective.value}-{self.space_hash()}"
 
     def storage_url(self) -> str:
-        return self.storage or DEFAULT_STORAGE
+        """The storage URL, a file in it by absolute path (a resume command works anywhere)."""
+        return absolute_url(self.storage) if self.storage else default_storage(self.study_name())
+
+
+def absolute_url(url: str) -> str:
+    """A journal or SQLite URL with its file made absolute (relative to the working directory)."""
+    for prefix in (JOURNAL, SQLITE):
+        if url.startswith(prefix):
+            return f"{prefix}{Path(url.removeprefix(prefix)).resolve()}"
+    return url
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SearchConfig:

@@ -9,7 +9,14 @@ from optuna.trial import FrozenTrial
 
 from simulator.errors import ConfigError
 from vtrain_ml.planner.evaluation import Evaluation, evaluate_exact
-from vtrain_ml.planner.report import PlanOutcome, SearchReport, plan_dict, summarize, surrogate_error
+from vtrain_ml.planner.report import (
+    PlanOutcome,
+    SearchReport,
+    plan_dict,
+    ranked_outcomes,
+    summarize,
+    surrogate_error,
+)
 from vtrain_ml.planner.space import Candidate, SearchSpace
 from vtrain_ml.planner.study import exact_trials, trial_exact
 
@@ -56,6 +63,7 @@ def make_report(space: SearchSpace, mode: str, outcomes: Sequence[PlanOutcome], 
                 study: str | None = None, storage: str | None = None) -> SearchReport:
     config = space.config
     best, top, pareto = summarize(config, space.hardware.memory_bytes, outcomes, config.top)
+    ranked, n_feasible = ranked_outcomes(config, space.hardware.memory_bytes, outcomes)
     info = dict(surrogate or {})
     if mode == "search":
         info["error"] = surrogate_error(outcomes)
@@ -63,4 +71,5 @@ def make_report(space: SearchSpace, mode: str, outcomes: Sequence[PlanOutcome], 
         objective=config.objective, mode=mode, best=best, top=top, pareto=pareto,
         evaluated=tuple(outcomes), exact_evaluations=exact_evaluations, trials=trials, wall_s=wall_s,
         space_size=space.size, baseline=baseline_outcome(space), surrogate=info, study=study,
-        storage=storage, pruned_values=space.pruned_values)
+        storage=storage, pruned_values=space.pruned_values, ranked=ranked, n_feasible=n_feasible,
+        complete=mode == "exhaustive")

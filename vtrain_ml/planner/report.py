@@ -7,11 +7,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from simulator.params import total_params
 from simulator.specs import GiB, Job
@@ -79,6 +80,13 @@ class SearchReport:
     study: str | None = None
     storage: str | None = None
     pruned_values: dict[str, dict[str, str]] = field(default_factory=dict)
+    ranked: tuple[PlanOutcome, ...] = field(default=(), repr=False)  # every evaluated plan, best first
+    n_feasible: int = 0  # the first n_feasible of `ranked` meet every constraint
+    complete: bool = False  # every valid plan of the space was simulated (the front is exact)
+
+    @property
+    def feasible(self) -> tuple[PlanOutcome, ...]:
+        return self.ranked[: self.n_feasible]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,8 +99,16 @@ class SearchReport:
             "space_size": self.space_size, "feasible_evaluated": sum(o.exact.fits_in_memory
                                                                     for o in self.evaluated),
             "surrogate": self.surrogate, "study": self.study, "storage": self.storage,
-            "pruned_values": self.pruned_values,
+            "pruned_values": self.pruned_values, "complete": self.complete,
         }
+
+
+def ranked_outcomes(config: SearchConfig, capacity_bytes: float,
+                    outcomes: Sequence[PlanOutcome]) -> tuple[tuple[PlanOutcome, ...], int]:
+    """Every outcome in the objective's order (feasible first), and how many are feasible."""
+    constraints = [constraint_values(config, capacity_bytes, o.exact) for o in outcomes]
+    order = rank(config.objective, [o.exact for o in outcomes], constraints)
+    return tuple(outcomes[i] for i in order), sum(all(c <= 0 for c in cs) for cs in constraints)
 
 
 def summarize(config: SearchConfig, capacity_bytes: float, outcomes: Sequence[PlanOutcome],
@@ -135,14 +151,92 @@ def _layout(plan: dict[str, Any]) -> str:
             f"mb{plan['micro_batch_size']:<2} {plan['recompute']:<9} {sched:<19} {flags:<3}")
 
 
-def render_table(report: SearchReport) -> str:
+# --sort keys: smaller first (MFU: larger first)
+SORT_KEYS: dict[str, Callable[[Evaluation], float]] = {
+    "time": lambda e: e.iteration_time_s, "cost": lambda e: e.cost_usd, "gpus": lambda e: e.num_gpus,
+    "mfu": lambda e: -e.mfu, "memory": lambda e: e.peak_memory_bytes,
+}
+
+
+def sorted_plans(plans: Sequence[PlanOutcome], key: str | None) -> list[PlanOutcome]:
+    """`plans` by a --sort key (ties: faster first); None keeps their order."""
+    if key is None:
+        return list(plans)
+    by = SORT_KEYS[key]
+    return sorted(plans, key=lambda o: (by(o.exact), o.exact.iteration_time_s))
+
+
+def table_rows(report: SearchReport, sort: str | None) -> tuple[PlanOutcome, ...]:
+    """The plans of the table: the objective's top plans, or the top by a --sort key."""
+    if sort is None:
+        return report.top
+    return tuple(sorted_plans(report.feasible, sort)[: len(report.top)])
+
+
+def plans_frame(report: SearchReport, sort: str | None = None) -> pd.DataFrame:
+    """Every exactly evaluated plan as a table (--csv): rank, feasibility, knobs, exact results."""
+    feasible = {id(o) for o in report.feasible}
+    ordered = sorted_plans(report.feasible, sort) + [o for o in report.ranked if id(o) not in feasible]
+    rows = [{"rank": i + 1, "feasible": id(o) in feasible, **o.plan,
+             **{k: v for k, v in o.to_dict().items() if k not in {"plan", "num_gpus", "parameters"}}}
+            for i, o in enumerate(ordered)]
+    return pd.DataFrame(rows)
+
+
+def describe_plan(plan: dict[str, Any]) -> str:
+    """One plan in words: 'tp=8 pp=21 dp=20 on 3,360 GPUs (micro-batch 1, full recompute, 1f1b)'."""
+    model = (f"{plan['parameters'] / 1e9:.1f}B parameters ({plan['num_layers']} layers x "
+             f"{plan['hidden_size']:,} hidden) with " if "num_layers" in plan else "")
+    sched = plan["schedule"] + (f" x{plan['virtual_stages']}" if plan["virtual_stages"] > 1 else "")
+    extras = [name for name, on in (("sequence parallel", plan["sequence_parallel"]),
+                                    ("distributed optimizer", plan["distributed_optimizer"]),
+                                    ("overlapped grad reduce", plan["overlap_grad_reduce"])) if on]
+    return (f"{model}tp={plan['tp']} pp={plan['pp']} dp={plan['dp']} on {plan['num_gpus']:,} GPUs "
+            f"(micro-batch {plan['micro_batch_size']}, {plan['recompute']} recompute, {sched}"
+            + "".join(f", {x}" for x in extras) + ")")
+
+
+def _cost_text(e: Evaluation, tokens: float | None) -> str:
+    if e.time_to_train_s is not None and e.cost_to_train_usd is not None:
+        budget = f"{tokens / 1e9:,.0f}B tokens" if tokens else "the token budget"
+        return f"{e.time_to_train_s / 86400:,.1f} days and ${e.cost_to_train_usd:,.0f} to train {budget}"
+    return f"${e.cost_per_iteration_usd:,.2f} per iteration"
+
+
+def recommendation(report: SearchReport, tokens: float | None = None) -> list[str]:
+    """The answer in words: the recommended plan, its time and cost (to train `tokens`, when the
+    search had a token budget), against the baseline."""
+    if report.best is None:
+        return ["no feasible plan found: see the reasons above, or widen the space"]
+    if report.objective is Objective.PARETO and report.pareto:
+        fast, cheap = report.pareto[0], report.pareto[-1]
+        return [f"fastest on the front: {describe_plan(fast.plan)}: {fast.exact.iteration_time_s:.2f} "
+                f"s/iteration, {_cost_text(fast.exact, tokens)}",
+                f"cheapest on the front: {describe_plan(cheap.plan)}: {cheap.exact.iteration_time_s:.2f} "
+                f"s/iteration, {_cost_text(cheap.exact, tokens)}"]
+    best = report.best.exact
+    lines = [f"recommended: {describe_plan(report.best.plan)}: {best.iteration_time_s:.2f} s/iteration, "
+             f"{_cost_text(best, tokens)}"]
+    if report.baseline is not None:
+        base = report.baseline.exact
+        saving = base.cost_usd - best.cost_usd
+        lines.append(f"  vs the baseline {describe_plan(report.baseline.plan)}: "
+                     f"{base.iteration_time_s:.2f} s/iteration, {_cost_text(base, tokens)}; the "
+                     f"recommendation is {base.iteration_time_s / best.iteration_time_s:.3f}x faster and "
+                     f"${abs(saving):,.0f} ({abs(100 * saving / base.cost_usd):.1f}%) "
+                     f"{'cheaper' if saving >= 0 else 'more expensive'}")
+    return lines
+
+
+def render_table(report: SearchReport, sort: str | None = None) -> str:
     """The top plans (exact numbers), the baseline, and how the answer was obtained."""
-    arch = bool(report.top and "num_layers" in report.top[0].plan)
+    rows_shown = table_rows(report, sort)
+    arch = bool(rows_shown and "num_layers" in rows_shown[0].plan)
     head = (f"{'#':>4} {'model (L/h/heads, params)':<28}" if arch else f"{'#':>4}") + \
         f" {'tp x pp x dp':<13} {'gpus':>5} {'mb':<4} {'recompute':<9} {'schedule':<19} flg " \
         f"{'iter s':>8} {'train days':>10} {'cost USD':>12} {'MFU%':>5} {'peak GiB':>8}"
     lines = [head, "-" * len(head)]
-    rows = [(str(i + 1), o) for i, o in enumerate(report.top)]
+    rows = [(str(i + 1), o) for i, o in enumerate(rows_shown)]
     if report.baseline:
         rows.append(("base", report.baseline))
     for tag, o in rows:
@@ -150,26 +244,30 @@ def render_table(report: SearchReport) -> str:
         model = (f" {p['num_layers']:>3}/{p['hidden_size']:<6}/{p['num_attention_heads']:<4} "
                  f"{p['parameters'] / 1e9:>8.1f}B   ") if arch else ""
         days = f"{e.time_to_train_s / 86400:10.1f}" if e.time_to_train_s else f"{'-':>10}"
-        lines.append(f"{tag:>4}{model} {_layout(p)} {e.iteration_time_s:8.2f} {days} {e.cost_usd:12,.0f} "
+        cost = f"{e.cost_usd:12,.0f}" if e.cost_usd >= 100 else f"{e.cost_usd:12,.4f}"
+        lines.append(f"{tag:>4}{model} {_layout(p)} {e.iteration_time_s:8.2f} {days} {cost} "
                      f"{100 * e.mfu:5.1f} {e.peak_memory_bytes / GiB:8.1f}")
     if not report.top:
         lines.append("   no feasible plan found")
     lines.append("")
     per_train = bool(report.top and report.top[0].exact.cost_to_train_usd)
+    best_first = {Objective.TIME: "fastest first", Objective.COST: "cheapest first",
+                  Objective.PARETO: "non-dominated first, then faster",
+                  Objective.LARGEST_MODEL: "largest model first"}[report.objective]
+    order = f"sorted by {sort}" if sort else best_first
     lines.append("flags: S sequence parallel, D distributed optimizer, O overlapped grad reduce; "
-                 f"cost = {'to train the token budget' if per_train else 'per iteration'}")
+                 f"cost = {'to train the token budget' if per_train else 'per iteration'}; {order}")
     err = report.surrogate.get("error", {})
     how = (f"{report.mode}: {report.trials} trials, {report.exact_evaluations} exact evaluations "
            f"(space of {report.space_size:,} combinations), {report.wall_s:.1f} s")
+    if report.surrogate.get("stopped_early"):
+        how += (f"; stopped early: the best exact answer did not change for {report.surrogate['patience']} "
+                f"verification rounds")
     lines.append(how)
     if err.get("verified_points"):
         lines.append(f"surrogate vs exact on {err['verified_points']} verified points: iteration time "
                      f"MAPE {err['time_mape_pct']:.1f}% (max {err['time_max_ape_pct']:.1f}%), "
                      f"peak memory MAPE {err['memory_mape_pct']:.1f}%")
-    if report.best and report.baseline:
-        b, x = report.baseline.exact, report.best.exact
-        lines.append(f"best vs baseline: {b.iteration_time_s / x.iteration_time_s:.2f}x faster, "
-                     f"{100 * (1 - x.cost_usd / b.cost_usd):+.1f}% cost saving")
     return "\n".join(lines)
 
 

@@ -5,9 +5,9 @@ The final answer is always the exact simulator's: the report is built from exact
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +17,8 @@ import optuna
 from simulator.catalog import hardware_fingerprint
 from simulator.errors import InfeasibleConfigError
 from simulator.specs import HardwareSpec
-from vtrain_ml.planner.config import SearchConfig
+from vtrain_ml.planner.config import Objective, SearchConfig
+from vtrain_ml.planner.diagnosis import no_feasible_plan
 from vtrain_ml.planner.evaluation import evaluate_exact_many
 from vtrain_ml.planner.exhaustive import plan_order
 from vtrain_ml.planner.objective import SurrogateObjective
@@ -44,7 +45,8 @@ class Hooks:
 
     message: Callable[[str], None] = lambda text: None
     verified: Callable[[VerifyEvent], None] = lambda event: None
-    trial: Callable[[int], None] = lambda number: None
+    trial: Callable[[int, int], None] = lambda done, total: None  # surrogate trials done of total
+    started: Callable[[int], None] = lambda done: None  # the study is open, holding `done` trials
 
 
 def default_factory(seed: int, hardware: HardwareSpec) -> Callable[[], SurrogateModel]:
@@ -57,38 +59,28 @@ def default_factory(seed: int, hardware: HardwareSpec) -> Callable[[], Surrogate
 
 
 def check_feasible(space: SearchSpace) -> None:
-    """Fail early, with the commonest reasons, when no combination of the space is feasible."""
-    params_iter = space.enumerate() if space.size <= 100_000 else None
-    reasons: Counter[str] = Counter()
-    if params_iter is not None:
-        for params in params_iter:
-            cand = space.build(params)
-            if cand.feasible:
-                return
-            reasons.update(r.split(";")[0].split(" = ")[0][:80] for r in cand.reasons[:1])
-    elif space.sample(1, space.config.seed, max_draws=50_000):
-        return
-    why = "; ".join(f"{r} ({n}x)" for r, n in reasons.most_common(3)) or "none found in 50,000 draws"
-    raise InfeasibleConfigError(f"no valid layout of {space.config.max_gpus} {space.hardware.name} GPUs "
-                                f"in the space: {why}")
+    """Fail early, saying why in user terms, when no combination of the space is feasible."""
+    why = no_feasible_plan(space)
+    if why is not None:
+        raise InfeasibleConfigError(why)
 
 
-def load_surrogate(config: SearchConfig, space: SearchSpace, hooks: Hooks) -> SurrogateModel | None:
-    """The `--surrogate` file, if given and trained for this hardware; None means train one."""
+def load_surrogate(config: SearchConfig, space: SearchSpace) -> tuple[SurrogateModel | None, str]:
+    """The `--surrogate` file, if given and trained for this hardware (None: train a focused one),
+    and the sentence that says which. Loaded before the study opens: a damaged file is an error
+    that leaves no empty study behind."""
     if not config.surrogate:
-        hooks.message("no --surrogate given: training a focused surrogate on "
+        return None, ("no --surrogate given: training a focused surrogate on "
                       f"{config.initial_samples} exact samples of the search space")
-        return None
     from surrogate.model import Surrogate
 
     model = Surrogate.load(config.surrogate)
     hashes = getattr(model, "hardware_hashes_", None) or {}
     known = set(hashes.values()) if isinstance(hashes, dict) else set(hashes)
     if known and hardware_fingerprint(space.hardware) not in known:
-        hooks.message(f"the surrogate {config.surrogate} was not trained for {space.hardware.name}: "
+        return None, (f"the surrogate {config.surrogate} was not trained for {space.hardware.name}: "
                       f"training a focused one on {config.initial_samples} exact samples instead")
-        return None
-    return model
+    return model, f"scoring with the surrogate {config.surrogate}"
 
 
 def prepare_scorer(config: SearchConfig, space: SearchSpace, study: optuna.Study, hooks: Hooks,
@@ -116,20 +108,27 @@ def run_search(config: SearchConfig, resume: bool = False, hooks: Hooks | None =
     hooks = hooks or Hooks()
     space = SearchSpace(config)
     check_feasible(space)
-    study = open_study(config, resume)
-    given = load_surrogate(config, space, hooks)
+    given, note = load_surrogate(config, space)
+    study = open_study(config, resume, hardware_fingerprint(space.hardware))
+    hooks.started(len(surrogate_trials(complete_trials(study))))
+    hooks.message(note)
     factory = factory or default_factory(config.seed, space.hardware)
     scorer = prepare_scorer(config, space, study, hooks, factory, given)
     verifier = ExactVerifier(space, scorer, config.verify_every, config.verify_top, config.n_jobs,
-                             hooks.verified, target_trials=config.trials)
-    remaining = config.trials - len(surrogate_trials(complete_trials(study)))
-    if remaining > 0:
-        study.optimize(SurrogateObjective(space, scorer), n_trials=remaining,
-                       callbacks=[verifier, lambda s, t: hooks.trial(t.number)])
+                             hooks.verified, target_trials=config.trials, patience=config.patience)
+    done = len(surrogate_trials(complete_trials(study)))
+    hooks.trial(done, config.trials)
+    if config.trials > done:
+        counter = itertools.count(done + 1)
+        study.optimize(SurrogateObjective(space, scorer), n_trials=config.trials - done,
+                       callbacks=[verifier, lambda s, t: hooks.trial(next(counter), config.trials)])
     verifier.verify(study)  # the last candidates seen get verified too
+    refined = verifier.refine_front(study) if config.objective is Objective.PARETO else 0
     trials = complete_trials(study)
     info: dict[str, Any] = {"focused": given is None, "initial_samples": config.initial_samples,
-                            "refits": scorer.refits_, "training_rows": len(scorer.data_)}
+                            "refits": scorer.refits_, "training_rows": len(scorer.data_),
+                            "stopped_early": verifier.stopped_early_, "patience": config.patience,
+                            "front_refinement_evaluations": refined}
     return make_report(space, "search", outcomes_from_trials(space, trials), len(exact_trials(trials)),
                        len(surrogate_trials(trials)), time.perf_counter() - start, info,
                        study.study_name, config.storage_url())

@@ -10,8 +10,6 @@ no finished trial is lost when a process is killed.
 from __future__ import annotations
 
 import json
-import sqlite3
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -23,42 +21,9 @@ from vtrain_ml.planner.config import Objective, SearchConfig
 from vtrain_ml.planner.evaluation import Evaluation
 from vtrain_ml.planner.objective import DIRECTIONS, constraint_values, objective_values
 from vtrain_ml.planner.space import Candidate, SearchSpace
+from vtrain_ml.planner.storage import open_storage
 
 EXACT_SOURCES = ("sample", "exact")
-
-
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An Optuna storage from a URL: any SQLAlchemy URL (SQLite, PostgreSQL, MySQL), a journal
-    file (``journal:///path/to/file.log``), or ``memory`` (fast, gone when the process ends).
-    Failures become one `ConfigError` line."""
-    if url == "memory":
-        return optuna.storages.InMemoryStorage()
-    try:
-        if url.startswith("journal:///"):
-            path = Path(url.removeprefix("journal:///"))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            from optuna.storages.journal import JournalFileBackend
-
-            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
-        kwargs: dict[str, Any] = {}
-        if url.startswith("sqlite:///"):
-            path = Path(url.removeprefix("sqlite:///"))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            kwargs = {"creator": lambda: _sqlite_connect(path)}
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-    except Exception as exc:  # SQLAlchemy/driver errors of every kind: one line for the user
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"cannot open storage {url}: {first}") from None
-
-
-def _sqlite_connect(path: Path) -> sqlite3.Connection:
-    """SQLite tuned for a search: write-ahead log (readers never block the writer, several local
-    processes share one study) and no fsync per commit (a committed trial survives a killed
-    process; only an OS crash could lose the last ones). Waits up to 60 s for the write lock."""
-    connection = sqlite3.connect(str(path), timeout=60)
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("PRAGMA synchronous=NORMAL")
-    return connection
 
 
 def sampler_for(config: SearchConfig) -> optuna.samplers.BaseSampler:
@@ -70,8 +35,12 @@ def sampler_for(config: SearchConfig) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=config.seed, multivariate=True, n_startup_trials=10)
 
 
-def open_study(config: SearchConfig, resume: bool) -> optuna.Study:
-    """Create the study, or load it with `resume` (it must exist and match this search)."""
+def open_study(config: SearchConfig, resume: bool, hardware_hash: str | None = None) -> optuna.Study:
+    """Create the study, or load it with `resume` (it must exist and match this search).
+
+    hardware_hash: the content hash of the GPU spec; a recalibrated hardware file keeps its path
+    (and so the study name) but changes every exact result, so resuming across it is refused.
+    """
     storage = open_storage(config.storage_url())
     name = config.study_name()
     sampler = sampler_for(config)
@@ -85,6 +54,10 @@ def open_study(config: SearchConfig, resume: bool) -> optuna.Study:
         if stored != config.space_hash():
             raise ConfigError(f"study '{name}' was created by a different search (space hash {stored}, "
                               f"this one {config.space_hash()}); use another --study name")
+        stored_hw = study.user_attrs.get("hardware_hash")
+        if hardware_hash and stored_hw and stored_hw != hardware_hash:
+            raise ConfigError(f"study '{name}' was run on hardware {config.hardware} with hash {stored_hw}; "
+                              f"it now hashes {hardware_hash} (recalibrated?); use another --study name")
         return study
     try:
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
@@ -93,6 +66,8 @@ def open_study(config: SearchConfig, resume: bool) -> optuna.Study:
         raise ConfigError(f"study '{name}' already exists in {config.storage_url()}; pass --resume to "
                           f"continue it, or --study NAME to start another") from None
     study.set_user_attr("space_hash", config.space_hash())
+    if hardware_hash:
+        study.set_user_attr("hardware_hash", hardware_hash)
     study.set_user_attr("config", json.loads(config.model_dump_json()))
     return study
 
