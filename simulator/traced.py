@@ -486,9 +486,40 @@ def simulate_traced(job: Job, profile: str | Profile, options: TracedOptions | N
                     fallback: KernelModel | None = None, network: Any = None) -> Any:
     """`simulate` with a traced profile's phase costs; `profile_coverage` reports the share of
     GPU time that was traced, scaled or analytic."""
+    return _simulate(traced_costs(profile, job, options, fallback), network)
+
+
+def _simulate(costs: TracedCosts, network: Any) -> Any:
     from simulator.simulate import simulate
 
-    costs = traced_costs(profile, job, options, fallback)
     kernels = TracedKernelModel(costs, costs.fallback)
-    result = simulate(job, kernels=kernels, network=network, blocks=costs)
+    result = simulate(costs.job, kernels=kernels, network=network, blocks=costs)
     return replace(result, profile_coverage=costs.coverage())
+
+
+def simulate_with_profile(job: Job, path: str, strict: bool = False
+                          ) -> tuple[Any, dict[str, str] | None]:
+    """`simulate` from any profile directory: traced phases when it has traces (op
+    measurements, if also present, cost what no trace covers), else its op measurements.
+    Returns the result and, for a traced profile, each phase's source."""
+    from simulator.profiled import (
+        ProfiledKernelModel,
+        check_device,
+        kernel_model_from_profile,
+        network_from_profile,
+        ops_from_table,
+    )
+    from simulator.simulate import simulate
+
+    profile = read_profile(path)
+    network = network_from_profile(path, job) if profile.collectives is not None else None
+    if not profile.traced:
+        kernels = kernel_model_from_profile(path, job, strict)
+        return simulate(job, kernels=kernels, network=network), None
+    check_device(profile, job, strict)
+    analytic = AnalyticKernelModel(job.hardware, job.training.precision)
+    fallback: KernelModel = analytic
+    if profile.ops is not None:
+        fallback = ProfiledKernelModel.from_measurements(ops_from_table(profile.ops), analytic)
+    costs = TracedCosts(profile, job, None, fallback)
+    return _simulate(costs, network), costs.sources()

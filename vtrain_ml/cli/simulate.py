@@ -34,19 +34,22 @@ def parser() -> argparse.ArgumentParser:
 def _main(args: argparse.Namespace) -> int:
     job = load_with_overrides(args.job, hardware=args.hardware, price=args.price,
                               train_tokens=args.train_tokens)
-    kernels, network = None, None
-    if args.profile:
-        from simulator.profiled import kernel_model_from_profile, network_from_profile
+    sources = None
+    if args.profile:  # op measurements, or phases of a traced real stack (simulator.traced)
+        from simulator.traced import simulate_with_profile
 
-        kernels = kernel_model_from_profile(args.profile, job, strict=args.strict)
-        network = network_from_profile(args.profile, job)
-    result = simulate(job, kernels=kernels, network=network)
+        result, sources = simulate_with_profile(job, args.profile, strict=args.strict)
+    else:
+        result = simulate(job)
     if args.trace:
         write_json_atomic(args.trace, chrome_trace(result))
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
     else:
         sys.stdout.write(table(result) + "\n")
+        if sources:
+            sys.stdout.write("\n  traced profile: " + ", ".join(f"{phase} {source}" for phase, source
+                                                          in sources.items()) + "\n")
         if args.trace:
             sys.stdout.write(f"\n  trace written to {args.trace} (open in ui.perfetto.dev)\n")
     return 0
