@@ -42,7 +42,9 @@ are divided by it), ``sequence_parallel``, ``recompute``, ``flash_attention``, `
 ``framework``, ``layers`` and ``micro_batches`` (as traced); what the trace shows per iteration:
 ``iteration_s``, ``kernels``, ``kernel_s``, ``busy_s``, ``unattributed_kernels``,
 ``unattributed_kernel_s``, ``gpu_gap_s`` (median idle time between back-to-back queued kernels);
-and, when known, ``host_ratio`` (host time without the profiler / with it, measured by `trace`),
+and, when known, ``host_ratio`` (host time of the iteration without the profiler / with it,
+measured by `trace`), ``profiler_op_s`` (the host time the profiler added per recorded CPU op:
+the difference of the two host times over the ops of an iteration),
 ``measured_iteration_s`` (the job's unprofiled iteration time) and ``peak_memory_bytes``
 (NaN when unknown).
 
@@ -98,7 +100,7 @@ TRACE_SHAPE_COLUMNS = ("hidden", "heads", "query_groups", "ffn", "gated_mlp", "n
                        "micro_batches")
 TRACE_COLUMNS = ("trace", "file", "source", "stack", *TRACE_SHAPE_COLUMNS, "iteration_s", "kernels",
                  "kernel_s", "busy_s", "unattributed_kernels", "unattributed_kernel_s", "gpu_gap_s",
-                 "host_ratio", "measured_iteration_s", "peak_memory_bytes")
+                 "host_ratio", "profiler_op_s", "measured_iteration_s", "peak_memory_bytes")
 PHASE_KEY = ("trace", "phase")
 PHASE_COLUMNS = (*PHASE_KEY, "instances", "kernels", "kernel_s", "busy_s", "host_s", "host_p50_s",
                  "cpu_ops", "launches", "runtime_s", "sync_s", "blocked_s", "host_lead_s")

@@ -56,6 +56,7 @@ from simulator.specs import Job
 # under torch.profiler(record_shapes=True) -- bench/measure_profiler_overhead.py on this
 # project's CPU (2026-11-23). Used for traces whose stack's own ratio was not measured.
 DEFAULT_HOST_RATIO = 0.72
+MIN_HOST_FRACTION = 0.1  # never deflate a phase's host time below this share of the traced
 
 SOURCES = ("traced", "scaled", "analytic")
 MATMUL_CLASSES = frozenset({"gemm", "attention"})
@@ -220,7 +221,8 @@ class TracedCosts:
         self.analytic = AnalyticKernelModel(job.hardware, job.training.precision)
         self.fallback = fallback or self.analytic
         traces = load_traces(profile)
-        self.ratio_default = _profile_ratio(traces)
+        self.ratio_default = _profile_median(traces, "host_ratio", None) or DEFAULT_HOST_RATIO
+        self.per_op_default = _profile_median(traces, "profiler_op_s", None)
         self.graph = build_graph(job)
         self.candidates = [t for t in traces if _row_structure(t.row) == _structure(job)]
         self._ref_graphs: dict[str, tuple[Job, JobGraph]] = {}
@@ -278,18 +280,24 @@ class TracedCosts:
         if exact:
             row = t.phases[phase]
             gpu = float(row["kernel_s"]) + float(row["kernels"]) * float(t.row["gpu_gap_s"])
-            return PhaseCost(gpu, self._host(t, float(row["host_s"])), float(row["kernels"]),
-                             "traced")
+            return PhaseCost(gpu, self._host(t, row), float(row["kernels"]), "traced")
         return self._scaled(t, wanted, phase)
 
-    def _host(self, t: _Trace, host_s: float) -> float:
+    def _host(self, t: _Trace, row: dict[str, Any]) -> float:
+        """A phase instance's host time without the profiler: the trace's minus the profiler's
+        measured cost per recorded op (this trace's, else the profile's), else scaled by the
+        measured (or default) ratio of host times; as traced with `profiled_host`."""
+        host = float(row["host_s"])
         if self.options.profiled_host:
-            return host_s
-        ratio = self.options.host_ratio
-        if ratio is None:
-            own = t.row.get("host_ratio")
-            ratio = float(own) if own is not None and not pd.isna(own) else self.ratio_default
-        return host_s * ratio
+            return host
+        if self.options.host_ratio is not None:
+            return host * self.options.host_ratio
+        per_op = _known(t.row.get("profiler_op_s"))
+        per_op = per_op if per_op is not None else self.per_op_default
+        if per_op is not None:
+            return max(host - per_op * float(row["cpu_ops"]), MIN_HOST_FRACTION * host)
+        ratio = _known(t.row.get("host_ratio"))
+        return host * (ratio if ratio is not None else self.ratio_default)
 
     def _scaled(self, t: _Trace, traced: TracePhase, phase: TracePhase) -> PhaseCost:
         ref_job, ref_graph = self._ref(t)
@@ -328,9 +336,10 @@ class TracedCosts:
                 gpu += sec * k
                 kernels += a_job.kernels[cls]
         traced_row = t.phases[traced]
-        n_ref = float(traced_row["kernels"]) or 1.0
+        n_ref = float(traced_row["kernels"])
         gpu += kernels * float(t.row["gpu_gap_s"])
-        host = self._host(t, float(traced_row["host_s"]) * kernels / n_ref)
+        # host work is per launched kernel (a trace without GPU kernels, from a CPU: unchanged)
+        host = self._host(t, traced_row) * (kernels / n_ref if n_ref > 0 else 1.0)
         return PhaseCost(gpu, host, kernels, "scaled")
 
     @staticmethod
@@ -341,14 +350,15 @@ class TracedCosts:
 
     # ---------------------------------------------------------------- the simulator's view
     def coverage(self) -> dict[str, float]:
-        """Share of the job's GPU time per source, weighted like `simulate`'s coverage."""
+        """Share of the job's phase time (max of GPU and host) per source, weighted like
+        `simulate`'s coverage (layers count num_layers times)."""
         totals: dict[str, float] = defaultdict(float)
         layers = self.job.model.num_layers
         for phase, cost in self.phases.items():
             if cost is None or phase is TracePhase.OPTIMIZER:
                 continue
             weight = layers if phase.value.startswith("layer") else 1
-            totals[cost.source] += weight * cost.gpu_s
+            totals[cost.source] += weight * max(cost.gpu_s, cost.host_s)
         grand = sum(totals.values()) or 1.0
         return {s: totals.get(s, 0.0) / grand for s in SOURCES}
 
@@ -448,11 +458,14 @@ def _stage_layers(job: Job) -> int:
     return job.model.num_layers // job.parallel.pp
 
 
-def _profile_ratio(traces: list[_Trace]) -> float:
-    """The profile's measured host ratio (median over traces that have one), else the default."""
-    measured = [float(t.row["host_ratio"]) for t in traces
-                if t.row.get("host_ratio") is not None and not pd.isna(t.row["host_ratio"])]
-    return float(np.median(measured)) if measured else DEFAULT_HOST_RATIO
+def _known(value: Any) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def _profile_median(traces: list[_Trace], column: str, default: float | None) -> float | None:
+    """The median of a measured per-trace column over the profile's traces, else `default`."""
+    values = [v for v in (_known(t.row.get(column)) for t in traces) if v is not None]
+    return float(np.median(values)) if values else default
 
 
 @dataclass(frozen=True, eq=False)

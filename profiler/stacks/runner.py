@@ -144,8 +144,18 @@ def _canonical(value: Any) -> str:
     return str(int(number)) if number.is_integer() else repr(number)
 
 
-def record(item: Planned, request: TraceRequest, out: Path) -> TraceSource:
-    """Run one shard: warm up, time without the profiler, trace one iteration."""
+@dataclass
+class Running:
+    """A built shard on its device: one training iteration is `step()` (host seconds)."""
+
+    step: Callable[[], float]
+    sync: Callable[[], None]
+    device: Any
+
+
+def prepare(item: Planned, request: TraceRequest) -> Running:
+    """Build the stack's shard, fused AdamW (CUDA), fixed random tokens, autocast as the job's
+    precision; run the warm-up iterations."""
     import torch
 
     from profiler.device import resolve_device
@@ -156,8 +166,7 @@ def record(item: Planned, request: TraceRequest, out: Path) -> TraceSource:
     torch.manual_seed(request.seed)
     model, loss_fn = STACKS[request.stack](item.shard)
     model = model.to(device).train()
-    fused = device.type == "cuda"
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=fused)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
     gen = torch.Generator().manual_seed(request.seed)
     ids = torch.randint(0, item.shard.vocab, (item.shard.micro_batch, item.shard.seq),
                         generator=gen).to(device)
@@ -180,21 +189,36 @@ def record(item: Planned, request: TraceRequest, out: Path) -> TraceSource:
     for _ in range(request.warmup):
         step()
     sync()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+    return Running(step, sync, device)
+
+
+def timed(run: Running, repeats: int) -> tuple[list[float], list[float]]:
+    """Host seconds until each iteration returned, and its synchronized wall seconds."""
     host, wall = [], []
-    for _ in range(max(1, request.repeats)):
-        sync()
+    for _ in range(max(1, repeats)):
+        run.sync()
         start = time.perf_counter()
-        host.append(step())
-        sync()
+        host.append(run.step())
+        run.sync()
         wall.append(time.perf_counter() - start)
-    peak = float(torch.cuda.max_memory_allocated()) if device.type == "cuda" else None
-    path, profiled_host = _profiled(item, out, step, sync, device)
+    return host, wall
+
+
+def record(item: Planned, request: TraceRequest, out: Path) -> TraceSource:
+    """Run one shard: warm up, time without the profiler, trace one iteration."""
+    import torch
+
+    run = prepare(item, request)
+    cuda = run.device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    host, wall = timed(run, request.repeats)
+    peak = float(torch.cuda.max_memory_allocated()) if cuda else None
+    path, profiled_host = _profiled(item, out, run.step, run.sync, run.device)
     # the least-disturbed sample of each: contention on a shared host only adds time
-    ratio = min(host) / profiled_host if profiled_host > 0 else None
-    return TraceSource(path, item.job, request.stack, source="trace", host_ratio=ratio,
-                       measured_iteration_s=statistics.median(wall), peak_memory_bytes=peak)
+    return TraceSource(path, item.job, request.stack, source="trace",
+                       measured_iteration_s=statistics.median(wall), peak_memory_bytes=peak,
+                       host_s=min(host), profiled_host_s=profiled_host)
 
 
 def _profiled(item: Planned, out: Path, step: Callable[[], float], sync: Callable[[], None],

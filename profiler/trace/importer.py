@@ -51,6 +51,8 @@ class TraceSource:
     host_ratio: float | None = None  # host time without / with the profiler, when measured
     measured_iteration_s: float | None = None  # the job's unprofiled iteration time
     peak_memory_bytes: float | None = None
+    host_s: float | None = None  # an iteration's host time without the profiler (`trace`)
+    profiled_host_s: float | None = None  # ... and with it
 
 
 @dataclass(frozen=True)
@@ -125,9 +127,21 @@ def _trace_row(source: TraceSource, trace_id: str, s: TraceSummary) -> dict[str,
             "iteration_s": s.iteration_s, "kernels": s.kernels, "kernel_s": s.kernel_s,
             "busy_s": s.busy_s, "unattributed_kernels": s.unattributed_kernels,
             "unattributed_kernel_s": s.unattributed_kernel_s, "gpu_gap_s": s.gpu_gap_s,
-            "host_ratio": _nan(source.host_ratio),
+            **_host_columns(source, s),
             "measured_iteration_s": _nan(source.measured_iteration_s),
             "peak_memory_bytes": _nan(source.peak_memory_bytes)}
+
+
+def _host_columns(source: TraceSource, s: TraceSummary) -> dict[str, float]:
+    """What the profiler did to this stack's host time: the ratio of an iteration's host time
+    without / with it, and the time it added per recorded CPU op."""
+    ratio, per_op = source.host_ratio, None
+    if source.host_s is not None and source.profiled_host_s:
+        ratio = source.host_s / source.profiled_host_s
+        ops = sum(st.cpu_ops for st in s.phases.values()) / s.iterations
+        if ops > 0:
+            per_op = max(0.0, source.profiled_host_s - source.host_s) / ops
+    return {"host_ratio": _nan(ratio), "profiler_op_s": _nan(per_op)}
 
 
 def _phase_rows(trace_id: str, s: TraceSummary) -> list[dict[str, Any]]:

@@ -83,21 +83,23 @@ def is_backward(name: str) -> bool:
 
 
 def find_layers(tokens: list[str], layers: int) -> tuple[int, int] | None:
-    """(start, period) of the longest block repeated `layers` times back to back, leftmost."""
+    """(start, period) of the longest block repeated exactly `layers` times back to back,
+    leftmost; None when there is none."""
     if layers < 2:
         return None
     ids = np.unique(np.array(tokens, dtype=object), return_inverse=True)[1] if tokens else np.zeros(0)
     n = len(ids)
     for period in range(n // layers, 0, -1):
-        need = (layers - 1) * period
         equal = ids[:-period] == ids[period:]
-        # runs of equal positions: the first run at least `need` long
+        # runs of equal positions, each as a number of back-to-back repetitions
         padded = np.concatenate(([0], equal.astype(np.int8), [0]))
         edges = np.flatnonzero(np.diff(padded))
         starts, ends = edges[::2], edges[1::2]
-        long_enough = np.flatnonzero(ends - starts >= need)
-        if long_enough.size:
-            return int(starts[long_enough[0]]), period
+        # exactly `layers` repetitions: a block that repeats more often is not this model's layer
+        repeats = (ends - starts) // period + 1
+        exact = np.flatnonzero(repeats == layers)
+        if exact.size:
+            return int(starts[exact[0]]), period
     return None
 
 

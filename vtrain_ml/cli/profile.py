@@ -262,11 +262,12 @@ def _trace(args: argparse.Namespace) -> int:
     count = 0
     for item in run_traces(request, args.out, _hardware(args.hardware), progress):
         count += 1
-        ratio = item.source.host_ratio
-        sys.stdout.write(f"traced {item.source.path.name}: iteration "
-                         f"{(item.source.measured_iteration_s or 0) * 1e3:.1f} ms without the "
-                         f"profiler, {item.summary.iteration_s * 1e3:.1f} ms traced, host ratio "
-                         f"{ratio if ratio is None else round(ratio, 3)}\n")
+        src = item.source
+        sys.stdout.write(f"traced {src.path.name}: iteration "
+                         f"{(src.measured_iteration_s or 0) * 1e3:.1f} ms without the profiler, "
+                         f"{item.summary.iteration_s * 1e3:.1f} ms traced; host "
+                         f"{(src.host_s or 0) * 1e3:.1f} ms without, "
+                         f"{(src.profiled_host_s or 0) * 1e3:.1f} ms with the profiler\n")
     sys.stdout.write(f"profile {args.out}: {count} shapes traced now\n")
     return 0
 
