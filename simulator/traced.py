@@ -22,9 +22,11 @@ Per phase of the job, the cost comes from:
    with the per-rank parameters; host time scales with the kernel count;
 3. **analytic** -- nothing of this structure was traced: the op-level kernel model.
 
-A window of kernels costs max(GPU time, host time), since the host runs ahead: a layer's
-forward (and its recompute + backward) on its own, and the embedding and head inside the window
-of the stage chunk that holds them. GPU time is kernel time plus the trace's measured gap
+The host runs ahead of the GPU: on one pipeline stage the micro-batches' phases run through a
+host/GPU timeline (`simulator.host_timeline`; over a long window it is max(GPU time, host
+time)); with pipeline parallelism a layer's forward (and its recompute + backward) is a window
+of max(GPU, host) on its own, and the embedding and head are inside the window of the stage
+chunk that holds them. GPU time is kernel time plus the trace's measured gap
 between back-to-back kernels. Host time in a trace is inflated by the profiler (every recorded
 op costs host time); without a measurement of the stack's own host time (`trace` records
 ``host_ratio`` = host time without / with the profiler) the ratio measured on a Megatron-
@@ -46,6 +48,7 @@ from simulator.costs import AnalyticKernelModel, CostSource, KernelModel, OpCost
 from simulator.enums import Framework, Norm, PositionEmbedding, Precision, Recompute
 from simulator.errors import ProfileError
 from simulator.graph import JobGraph, build_graph
+from simulator.host_timeline import Step, cycle_time
 from simulator.lowering import BlockCost
 from simulator.ops import Op, OpKind
 from simulator.params import layer_params, padded_vocab
@@ -378,7 +381,33 @@ class TracedCosts:
         if None in (new_layer, new_emb, new_head):
             return layer, emb, head  # no trace of this structure: the op-level model throughout
         assert new_layer is not None and new_emb is not None and new_head is not None
+        if self.job.parallel.pp == 1 and self.job.parallel.virtual_stages == 1:
+            return self._timeline(new_layer, new_emb, new_head)
         return new_layer, *self._chunk_windows(graph, new_layer, new_emb, new_head)
+
+    def _timeline(self, layer: BlockCost, emb: BlockCost, head: BlockCost
+                  ) -> tuple[BlockCost, BlockCost, BlockCost]:
+        """One pipeline stage: the micro-batches' phases in order on the host and the GPU
+        (`simulator.host_timeline`); what the host adds beyond the GPU time goes to the
+        embedding's forward (the breakdown's overhead)."""
+        P, L = TracePhase, self.job.model.num_layers
+
+        def step(phases: list[TracePhase], gpu: float, count: int = 1) -> Step:
+            costs = [c for c in (self.phases.get(p) for p in phases) if c is not None]
+            return Step(sum(c.host_s for c in costs), gpu, sum(c.kernels for c in costs), count)
+
+        seq = [step([P.EMBEDDING_FORWARD], _gpu(emb, "f")),
+               step([P.LAYER_FORWARD], _gpu(layer, "f"), L),
+               step([P.HEAD_FORWARD], _gpu(head, "f")),
+               step([P.HEAD_BACKWARD], _gpu(head, "b")),
+               step([P.LAYER_RECOMPUTE, P.LAYER_BACKWARD], _gpu(layer, "b"), L),
+               step([P.EMBEDDING_BACKWARD], _gpu(emb, "b"))]
+        m = self.job.num_microbatches
+        gpu = sum(s.gpu_s * s.count for s in seq)
+        excess = max(0.0, cycle_time(seq, m) / m - gpu)
+        return (replace(layer, forward_host_excess=0.0, backward_host_excess=0.0),
+                replace(emb, forward_host_excess=excess, backward_host_excess=0.0),
+                replace(head, forward_host_excess=0.0, backward_host_excess=0.0))
 
     def _block(self, base: BlockCost, fwd: TracePhase, bwd: TracePhase, rec: TracePhase | None
                ) -> BlockCost | None:

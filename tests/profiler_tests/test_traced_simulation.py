@@ -95,3 +95,19 @@ def test_simulate_cli_reports_the_traced_profile(tmp_path, capsys):
     assert simulate_main([str(_job(tmp_path, mb=4)), "--profile", str(profile)]) == 0
     out = capsys.readouterr().out
     assert "traced profile: " in out and "layer_forward scaled" in out
+
+
+def test_the_host_gpu_timeline_is_max_of_the_two_over_long_windows():
+    from simulator.host_timeline import Step, cycle_time
+
+    gpu_bound = cycle_time([Step(host_s=1.0, gpu_s=2.0, kernels=4, count=500)], 3)
+    assert gpu_bound == pytest.approx(3 * 500 * 2.0 + 0.25)  # the GPU waits for the first kernel
+    host_bound = cycle_time([Step(host_s=2.0, gpu_s=1.0, kernels=4, count=500)], 3)
+    assert host_bound == pytest.approx(3 * 500 * 2.0 + 0.25)  # the last kernel runs after the host
+
+
+def test_a_gpu_heavy_phase_at_the_end_of_host_work_is_not_hidden():
+    from simulator.host_timeline import Step, cycle_time
+
+    seq = [Step(host_s=10.0, gpu_s=1.0, kernels=10), Step(host_s=1.0, gpu_s=10.0, kernels=1)]
+    assert cycle_time(seq, 1) == pytest.approx(10 + 1 + 10)  # not max(11, 11)
