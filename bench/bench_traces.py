@@ -17,11 +17,13 @@ unprofiled measurements in measured.csv), prints:
    predicting 8 and 24 layers measured without the profiler on this CPU (rounds interleave
    tracing and measuring; the machine is shared, so each round is reported); target: 5%.
 
-With --profiles DIR (and --runs), instead predicts the runs file's rows from freshly traced
-profiles (`trace` on the GPU, bench/gpu_trace_session.sh): no trace of the predicted job itself.
+With --profiles TAG=DIR ... (and --runs), instead predicts the runs file's rows from freshly
+traced profiles (`trace` on the GPU, bench/gpu_trace_session.sh): no trace of the predicted job
+itself, only 2-layer shards of its shapes; --measure-here also times each whole job on this
+device.
 
 Run: python bench/bench_traces.py [--skip-cpu] [--json OUT.json]
-     python bench/bench_traces.py --profiles P1 P2 --runs data/measured/h100/runs.csv
+     python bench/bench_traces.py --profiles mgpt=P1 llama=P2 gpt2=P2 [--measure-here]
 """
 
 from __future__ import annotations
@@ -181,45 +183,87 @@ def deep_cpu(rounds: int, layers: tuple[int, ...]) -> None:
               f"(target: within 5%)")
 
 
-def fresh_profiles(profiles: list[Path], runs: Path) -> list[dict[str, Any]]:
-    """Predict the runs file's rows from traced profiles (each row by the profile whose stack
-    name matches its tag, else the first profile that has its layer structure)."""
+def fresh_profiles(profiles: dict[str, Path], runs: Path, measure_here: bool
+                   ) -> list[dict[str, Any]]:
+    """Predict the runs file's rows from traced profiles (the profile given for each row's tag),
+    and with `measure_here` also time each job on this device with the stack that traced it."""
     frame = pd.read_csv(runs)
-    loaded = [(p, read_profile(p)) for p in profiles]
+    loaded = {tag: read_profile(path) for tag, path in profiles.items() if path.is_dir()}
     rows = []
     for _, r in frame.iterrows():
+        name, tag = Path(str(r["job"])).stem, str(r["tag"])
+        if tag not in loaded:
+            print(f"  {name}: no profile for tag {tag}", flush=True)
+            continue
         job = load_job(runs.parent / str(r["job"]))
-        name = Path(str(r["job"])).stem
-        for path, profile in loaded:
-            costs = traced_costs(profile, job)
-            if costs.candidates:
-                res = simulate_traced(job, profile)
-                rows.append({"job": name, "profile": path.name,
-                             "predicted_ms": res.iteration_time_s * 1e3,
-                             "measured_ms": float(r["iteration_ms"]),
-                             "error": _err(res.iteration_time_s * 1e3, float(r["iteration_ms"])),
-                             "sources": costs.sources(), "coverage": res.profile_coverage})
-                break
-        else:
-            print(f"  {name}: no profile has this layer structure")
+        try:
+            costs = traced_costs(loaded[tag], job)
+            res = simulate_traced(job, loaded[tag])
+        except Exception as exc:  # report and go on: one row must not lose the others
+            print(f"  {name}: {type(exc).__name__}: {exc}", flush=True)
+            continue
+        row = {"job": name, "profile": str(profiles[tag]), "predicted_ms": res.iteration_time_s * 1e3,
+               "measured_ms": float(r["iteration_ms"]),
+               "error": _err(res.iteration_time_s * 1e3, float(r["iteration_ms"])),
+               "sources": costs.sources(), "coverage": res.profile_coverage}
+        if measure_here:
+            row["here_ms"] = _measure_here(job, str(loaded[tag].traces["stack"].iloc[0]))
+            row["error_here"] = _err(row["predicted_ms"], row["here_ms"]) if row["here_ms"] else None
+        print(f"  {name:45s} predicted {row['predicted_ms']:8.1f} ms, measured {row['measured_ms']:8.1f}"
+              f" ms ({row['error']:+.1%})" + (f", here {row['here_ms']:.1f} ms"
+                                               if row.get("here_ms") else ""), flush=True)
+        rows.append(row)
     return rows
+
+
+def _measure_here(job: Job, stack: str) -> float | None:
+    """The whole job (every layer and micro-batch) on this device, without the profiler."""
+    import torch
+
+    from profiler.stacks.runner import TraceRequest, plan, prepare, timed
+
+    cuda = torch.cuda.is_available()
+    req = TraceRequest(((job.model.name, job),), stack, "cuda" if cuda else "cpu",
+                       micro_batch_sizes=(job.training.micro_batch_size,),
+                       recomputes=(job.training.recompute,), layers=job.model.num_layers,
+                       micro_batches=job.num_microbatches, warmup=2, repeats=3,
+                       threads=None if cuda else 1)
+    try:
+        run = prepare(plan(req)[0], req)
+        _, wall = timed(run, 3)
+        return statistics.median(wall) * 1e3
+    except Exception as exc:
+        print(f"    measuring {job.model.name} here failed: {type(exc).__name__}: {exc}", flush=True)
+        return None
+    finally:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-cpu", action="store_true", help="skip the CPU deep-model check")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--profiles", nargs="*", type=Path, default=[])
+    ap.add_argument("--profiles", nargs="*", default=[],
+                    help="TAG=DIR: the traced profile for the runs file's rows of that tag")
+    ap.add_argument("--measure-here", action="store_true",
+                    help="with --profiles: also time each job on this device, unprofiled")
     ap.add_argument("--runs", type=Path, default=ROOT / "data" / "measured" / "h100" / "runs.csv")
     ap.add_argument("--json", type=Path, help="write every row here")
     args = ap.parse_args()
     report: dict[str, Any] = {}
     if args.profiles:
-        rows = fresh_profiles(args.profiles, args.runs)
+        profiles = {p.split("=", 1)[0]: Path(p.split("=", 1)[1]) for p in args.profiles}
+        rows = fresh_profiles(profiles, args.runs, args.measure_here)
         _table("freshly traced profiles -> measured runs (no trace of the predicted job)", rows,
                "measured_ms", "MAPE <= 8%, worst <= 15%")
+        here = [dict(r, measured_ms=r["here_ms"], error=r["error_here"]) for r in rows
+                if r.get("here_ms")]
+        if here:
+            _table("the same predictions vs the jobs timed on this device", here, "measured_ms",
+                   "-")
         for r in rows:
-            print(f"  {r['job']:45s} {r['profile']}: {r['coverage']}")
+            print(f"  {r['job']:45s} {', '.join(f'{k} {v:.0%}' for k, v in r['coverage'].items())}")
         report["fresh"] = rows
     else:
         measured = pd.read_csv(TRACES / "measured.csv").set_index("job")

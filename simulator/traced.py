@@ -55,10 +55,11 @@ from simulator.params import layer_params, padded_vocab
 from simulator.profile_format import Profile, TracePhase, read_profile
 from simulator.specs import Job
 
-# Host time without the profiler / with it, on a Megatron-structured eager PyTorch layer stack
-# under torch.profiler(record_shapes=True) -- bench/measure_profiler_overhead.py on this
-# project's CPU (2026-11-23). Used for traces whose stack's own ratio was not measured.
-DEFAULT_HOST_RATIO = 0.72
+# Host time without the profiler / with it, on the reference stack (Megatron-structured eager
+# PyTorch, bf16 autocast, AdamW) under torch.profiler(record_shapes=True): median of 5 rounds of
+# bench/measure_profiler_overhead.py on this project's CPU (2026-11-23: 0.71-0.78, median 0.76).
+# Used for traces whose stack's own host was not measured (a `trace` run records it).
+DEFAULT_HOST_RATIO = 0.76
 MIN_HOST_FRACTION = 0.1  # never deflate a phase's host time below this share of the traced
 
 SOURCES = ("traced", "scaled", "analytic")
