@@ -243,6 +243,7 @@ def _measure_here(job: Job, stack: str) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-cpu", action="store_true", help="skip the CPU deep-model check")
+    ap.add_argument("--only-cpu", action="store_true", help="only the CPU deep-model check")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profiles", nargs="*", default=[],
                     help="TAG=DIR: the traced profile for the runs file's rows of that tag")
@@ -252,7 +253,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write every row here")
     args = ap.parse_args()
     report: dict[str, Any] = {}
-    if args.profiles:
+    if args.only_cpu:
+        deep_cpu(args.rounds, (8, 24))
+    elif args.profiles:
         profiles = {p.split("=", 1)[0]: Path(p.split("=", 1)[1]) for p in args.profiles}
         rows = fresh_profiles(profiles, args.runs, args.measure_here)
         _table("freshly traced profiles -> measured runs (no trace of the predicted job)", rows,

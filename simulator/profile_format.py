@@ -43,8 +43,9 @@ are divided by it), ``sequence_parallel``, ``recompute``, ``flash_attention``, `
 ``iteration_s``, ``kernels``, ``kernel_s``, ``busy_s``, ``unattributed_kernels``,
 ``unattributed_kernel_s``, ``gpu_gap_s`` (median idle time between back-to-back queued kernels);
 and, when known, ``host_ratio`` (host time of the iteration without the profiler / with it,
-measured by `trace`), ``profiler_op_s`` (the host time the profiler added per recorded CPU op:
-the difference of the two host times over the ops of an iteration),
+measured by `trace`), ``profiler_op_s`` (the host time the profiler added per recorded CPU op of
+the forward and backward passes: the difference of the two host times over those ops),
+``profiler_step_op_s`` (the same for the optimizer step's ops),
 ``measured_iteration_s`` (the job's unprofiled iteration time) and ``peak_memory_bytes``
 (NaN when unknown).
 
@@ -100,7 +101,8 @@ TRACE_SHAPE_COLUMNS = ("hidden", "heads", "query_groups", "ffn", "gated_mlp", "n
                        "micro_batches")
 TRACE_COLUMNS = ("trace", "file", "source", "stack", *TRACE_SHAPE_COLUMNS, "iteration_s", "kernels",
                  "kernel_s", "busy_s", "unattributed_kernels", "unattributed_kernel_s", "gpu_gap_s",
-                 "host_ratio", "profiler_op_s", "measured_iteration_s", "peak_memory_bytes")
+                 "host_ratio", "profiler_op_s", "profiler_step_op_s", "measured_iteration_s",
+                 "peak_memory_bytes")
 PHASE_KEY = ("trace", "phase")
 PHASE_COLUMNS = (*PHASE_KEY, "instances", "kernels", "kernel_s", "busy_s", "host_s", "host_p50_s",
                  "cpu_ops", "launches", "runtime_s", "sync_s", "blocked_s", "host_lead_s")

@@ -227,6 +227,7 @@ class TracedCosts:
         traces = load_traces(profile)
         self.ratio_default = _profile_median(traces, "host_ratio", None) or DEFAULT_HOST_RATIO
         self.per_op_default = _profile_median(traces, "profiler_op_s", None)
+        self.per_step_op_default = _profile_median(traces, "profiler_step_op_s", None)
         self.graph = build_graph(job)
         self.candidates = [t for t in traces if _row_structure(t.row) == _structure(job)]
         self._ref_graphs: dict[str, tuple[Job, JobGraph]] = {}
@@ -296,8 +297,10 @@ class TracedCosts:
             return host
         if self.options.host_ratio is not None:
             return host * self.options.host_ratio
-        per_op = _known(t.row.get("profiler_op_s"))
-        per_op = per_op if per_op is not None else self.per_op_default
+        column, default = ("profiler_step_op_s", self.per_step_op_default) \
+            if row["phase"] == TracePhase.OPTIMIZER.value else ("profiler_op_s", self.per_op_default)
+        per_op = _known(t.row.get(column))
+        per_op = per_op if per_op is not None else default
         if per_op is not None:
             return max(host - per_op * float(row["cpu_ops"]), MIN_HOST_FRACTION * host)
         ratio = _known(t.row.get("host_ratio"))

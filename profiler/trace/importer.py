@@ -53,6 +53,8 @@ class TraceSource:
     peak_memory_bytes: float | None = None
     host_s: float | None = None  # an iteration's host time without the profiler (`trace`)
     profiled_host_s: float | None = None  # ... and with it
+    optimizer_host_s: float | None = None  # the optimizer step's part of host_s
+    profiled_optimizer_host_s: float | None = None  # ... of profiled_host_s
 
 
 @dataclass(frozen=True)
@@ -134,14 +136,21 @@ def _trace_row(source: TraceSource, trace_id: str, s: TraceSummary) -> dict[str,
 
 def _host_columns(source: TraceSource, s: TraceSummary) -> dict[str, float]:
     """What the profiler did to this stack's host time: the ratio of an iteration's host time
-    without / with it, and the time it added per recorded CPU op."""
-    ratio, per_op = source.host_ratio, None
+    without / with it, and the time it added per recorded CPU op, separately for forward and
+    backward and for the optimizer step (whose ops, over lists of tensors, cost it more)."""
+    ratio, per_op, per_step_op = source.host_ratio, None, None
     if source.host_s is not None and source.profiled_host_s:
         ratio = source.host_s / source.profiled_host_s
-        ops = sum(st.cpu_ops for st in s.phases.values()) / s.iterations
+        step = s.phases.get(TracePhase.OPTIMIZER)
+        step_ops = step.cpu_ops / s.iterations if step else 0.0
+        ops = sum(st.cpu_ops for st in s.phases.values()) / s.iterations - step_ops
+        opt, opt_prof = source.optimizer_host_s or 0.0, source.profiled_optimizer_host_s or 0.0
         if ops > 0:
-            per_op = max(0.0, source.profiled_host_s - source.host_s) / ops
-    return {"host_ratio": _nan(ratio), "profiler_op_s": _nan(per_op)}
+            per_op = max(0.0, (source.profiled_host_s - opt_prof) - (source.host_s - opt)) / ops
+        if step_ops > 0 and source.optimizer_host_s is not None:
+            per_step_op = max(0.0, opt_prof - opt) / step_ops
+    return {"host_ratio": _nan(ratio), "profiler_op_s": _nan(per_op),
+            "profiler_step_op_s": _nan(per_step_op)}
 
 
 def _phase_rows(trace_id: str, s: TraceSummary) -> list[dict[str, Any]]:
