@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from simulator.fileio import write_json_atomic, write_text_atomic
 from simulator.profile_format import (
     META_FILE,
     SCHEMA_VERSION,
+    STRING_COLUMNS,
     TABLE_COLUMNS,
     DeviceInfo,
     ProfileMeta,
@@ -34,7 +35,7 @@ from simulator.profile_format import (
     read_profile,
 )
 
-STR_COLUMNS = frozenset({"kind", "variant", "phase", "shape", "example", "source"})
+STR_COLUMNS = STRING_COLUMNS
 
 
 class Journal:
@@ -131,17 +132,27 @@ def write_profile(out: Path, table: str, rows: Sequence[dict[str, Any]], key: Se
                   selection: dict[str, Any] | None = None) -> ProfileMeta:
     """Write `rows` as `table` (deduplicated on `key`, last wins; sorted) and the metadata,
     keeping the other tables of an existing profile in `out`."""
+    return write_tables(out, {table: (rows, key)}, device, hardware, precision, date, selection)
+
+
+def write_tables(out: Path, tables: Mapping[str, tuple[Sequence[dict[str, Any]], Sequence[str]]],
+                 device: DeviceInfo, hardware: str | None, precision: Precision, date: str,
+                 selection: dict[str, Any] | None = None) -> ProfileMeta:
+    """Write several tables (each deduplicated on its key, last wins; sorted), then the
+    metadata once: a reader never sees some of them updated and others not."""
     previous = _compatible(out, device, precision)
-    columns = list(TABLE_COLUMNS[table])
-    frame = _typed(pd.DataFrame(list(rows), columns=columns)).drop_duplicates(list(key), keep="last")
-    frame = frame.sort_values(list(key), kind="stable").reset_index(drop=True)
-    write_text_atomic(out / table, frame.to_csv(index=False))
-    tables = dict(previous.tables) if previous else {}
-    tables[table] = TableInfo(rows=len(frame), sha256=file_sha256(out / table))
+    infos = dict(previous.tables) if previous else {}
+    for table, (rows, key) in tables.items():
+        columns = list(TABLE_COLUMNS[table])
+        frame = _typed(pd.DataFrame(list(rows), columns=columns)).drop_duplicates(list(key),
+                                                                                   keep="last")
+        frame = frame.sort_values(list(key), kind="stable").reset_index(drop=True)
+        write_text_atomic(out / table, frame.to_csv(index=False))
+        infos[table] = TableInfo(rows=len(frame), sha256=file_sha256(out / table))
     meta = ProfileMeta(
         schema_version=SCHEMA_VERSION, device=device,
         hardware=hardware if hardware is not None else (previous.hardware if previous else None),
-        precision=precision, date=date, tables=tables, content_hash=content_hash(tables),
+        precision=precision, date=date, tables=infos, content_hash=content_hash(infos),
         selection=selection if selection is not None else (previous.selection if previous else None))
     write_json_atomic(out / META_FILE, meta.model_dump(mode="json"))
     return meta

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -143,12 +144,22 @@ def block_totals(block: Block) -> dict[str, float]:
     return out
 
 
-def lower(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel) -> StageCosts:
+class BlockReplacer(Protocol):
+    """Block costs from elsewhere (simulator.traced: phases of a traced real stack)."""
+
+    def replace_blocks(self, graph: JobGraph, layer: BlockCost, emb: BlockCost, head: BlockCost
+                       ) -> tuple[BlockCost, BlockCost, BlockCost]: ...
+
+
+def lower(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel,
+          blocks: BlockReplacer | None = None) -> StageCosts:
     timer = CommTimer(job, network)
     eff = job.hardware.efficiency
     layer = cost_block(graph.layer, kernels, timer, eff)
     emb = cost_block(graph.embedding, kernels, timer, eff)
     head = cost_block(graph.head, kernels, timer, eff)
+    if blocks is not None:
+        layer, emb, head = blocks.replace_blocks(graph, layer, emb, head)
     p, v, n = job.parallel.pp, job.parallel.virtual_stages, graph.layers_per_chunk
 
     def grid(attr: str) -> np.ndarray:

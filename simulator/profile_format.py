@@ -5,6 +5,13 @@ A profile is a directory written by `profiler` (``python -m vtrain_ml.profile``)
     metadata.json      ProfileMeta: schema version, device, precision, date, host, tables + hashes
     ops.csv            one row per unique measured operator (OPS_COLUMNS)
     collectives.csv    one row per (collective, group size, message size) (COLLECTIVE_COLUMNS)
+    traces.csv         one row per imported or recorded trace of a real stack (TRACE_COLUMNS)
+    phases.csv         one row per (trace, phase): kernel and host time (PHASE_COLUMNS)
+    phase_kernels.csv  one row per (trace, phase, kernel class, scaling) (PHASE_KERNEL_COLUMNS)
+
+Every table is optional; a profile holds what was measured into it. Schema version 2 added the
+three trace tables (`python -m vtrain_ml.profile import-trace` / `trace`); version-1 profiles
+(ops and collectives only) still load unchanged.
 
 Schema of ``ops.csv`` (version 1). The key columns are exactly `simulator.ops.Op.profile_key`, so
 an op of any job graph finds its measurement by lookup:
@@ -25,6 +32,34 @@ example        the name of one graph op with this key (for reading the table)
 ``collectives.csv``: kind (`CollectiveKind` value), group_size, bytes (buffer per rank), median_s,
 p10_s, p90_s, repeats, source (torch.distributed backend name, or nccl-tests).
 
+``traces.csv`` (version 2): ``trace`` (the first 16 hex digits of the trace file's sha256: the
+same file imported twice is one row), ``file``, ``source`` (import-trace or trace), ``stack`` (a
+label: reference, huggingface, megatron-core, or what the user called an imported stack); the
+traced per-rank shape: ``hidden``, ``heads``, ``query_groups``, ``ffn``, ``gated_mlp``, ``norm``,
+``use_bias``, ``position_embedding``, ``tied_embeddings``, ``vocab``, ``hidden_dropout``,
+``attention_dropout``, ``seq``, ``micro_batch``, ``tp`` (heads, query groups, FFN and vocabulary
+are divided by it), ``sequence_parallel``, ``recompute``, ``flash_attention``, ``precision``,
+``framework``, ``layers`` and ``micro_batches`` (as traced); what the trace shows per iteration:
+``iteration_s``, ``kernels``, ``kernel_s``, ``busy_s``, ``unattributed_kernels``,
+``unattributed_kernel_s``, ``gpu_gap_s`` (median idle time between back-to-back queued kernels);
+and, when known, ``host_ratio`` (host time of the iteration without the profiler / with it,
+measured by `trace`), ``profiler_op_s`` (the host time the profiler added per recorded CPU op of
+the forward and backward passes: the difference of the two host times over those ops),
+``profiler_step_op_s`` (the same for the optimizer step's ops),
+``measured_iteration_s`` (the job's unprofiled iteration time) and ``peak_memory_bytes``
+(NaN when unknown).
+
+``phases.csv``: ``trace``, ``phase`` (`TracePhase`), ``instances`` (how many the trace held, e.g.
+layers x micro-batches); per instance (means): ``kernels``, ``kernel_s`` (sum of GPU event
+durations), ``busy_s`` (their union), ``host_s`` (host time the phase's ops own, without waits in
+synchronizing calls or on a full launch queue), ``host_p50_s`` (median over instances),
+``cpu_ops``, ``launches``, ``runtime_s`` (CUDA runtime/driver call time), ``sync_s``,
+``blocked_s`` (the waits taken out of host_s), ``host_lead_s`` (mean time from a launch call to
+its kernel's start). ``phase_kernels.csv``: ``trace``, ``phase``, ``kernel_class`` (gemm,
+attention, elementwise, norm, reduction, copy, communication, memset), ``scales_with`` (tokens or
+params: whether the launching op read a parameter-shaped tensor), ``kernels``, ``kernel_s``
+(per phase instance).
+
 Tables are CSV (diffable, no Parquet dependency in the simulator core). Every table's sha256 is in
 the metadata together with a content hash over all tables, so that a profile edited after it was
 written is detected, and so that saved artefacts can record which profile they came from.
@@ -34,6 +69,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +81,53 @@ from simulator.errors import ProfileError
 from simulator.fileio import read_json_file
 from simulator.specs import Frozen, parse
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 META_FILE = "metadata.json"
 OPS_TABLE = "ops.csv"
 COLLECTIVES_TABLE = "collectives.csv"
+TRACES_TABLE = "traces.csv"
+PHASES_TABLE = "phases.csv"
+PHASE_KERNELS_TABLE = "phase_kernels.csv"
 STAT_COLUMNS = ("median_s", "p10_s", "p90_s", "repeats")
 OPS_KEY = ("kind", "variant", "phase", "shape", "dtype_bytes")
 OPS_COLUMNS = (*OPS_KEY, "flops", "bytes", *STAT_COLUMNS, "example")
 COLLECTIVE_KEY = ("kind", "group_size", "bytes")
 COLLECTIVE_COLUMNS = (*COLLECTIVE_KEY, *STAT_COLUMNS, "source")
-TABLE_COLUMNS = {OPS_TABLE: OPS_COLUMNS, COLLECTIVES_TABLE: COLLECTIVE_COLUMNS}
+TRACE_SHAPE_COLUMNS = ("hidden", "heads", "query_groups", "ffn", "gated_mlp", "norm", "use_bias",
+                       "position_embedding", "tied_embeddings", "vocab", "hidden_dropout",
+                       "attention_dropout", "seq", "micro_batch", "tp", "sequence_parallel",
+                       "recompute", "flash_attention", "precision", "framework", "layers",
+                       "micro_batches")
+TRACE_COLUMNS = ("trace", "file", "source", "stack", *TRACE_SHAPE_COLUMNS, "iteration_s", "kernels",
+                 "kernel_s", "busy_s", "unattributed_kernels", "unattributed_kernel_s", "gpu_gap_s",
+                 "host_ratio", "profiler_op_s", "profiler_step_op_s", "measured_iteration_s",
+                 "peak_memory_bytes")
+PHASE_KEY = ("trace", "phase")
+PHASE_COLUMNS = (*PHASE_KEY, "instances", "kernels", "kernel_s", "busy_s", "host_s", "host_p50_s",
+                 "cpu_ops", "launches", "runtime_s", "sync_s", "blocked_s", "host_lead_s")
+PHASE_KERNEL_KEY = ("trace", "phase", "kernel_class", "scales_with")
+PHASE_KERNEL_COLUMNS = (*PHASE_KERNEL_KEY, "kernels", "kernel_s")
+TABLE_COLUMNS = {OPS_TABLE: OPS_COLUMNS, COLLECTIVES_TABLE: COLLECTIVE_COLUMNS,
+                 TRACES_TABLE: TRACE_COLUMNS, PHASES_TABLE: PHASE_COLUMNS,
+                 PHASE_KERNELS_TABLE: PHASE_KERNEL_COLUMNS}
+STRING_COLUMNS = frozenset({"kind", "variant", "phase", "shape", "example", "source", "trace", "file",
+                            "stack", "norm", "position_embedding", "recompute", "precision",
+                            "framework", "kernel_class", "scales_with"})
+
+
+class TracePhase(StrEnum):
+    """Phases of a traced training iteration (profiler.trace.phases cuts them)."""
+
+    EMBEDDING_FORWARD = "embedding_forward"
+    LAYER_FORWARD = "layer_forward"
+    HEAD_FORWARD = "head_forward"
+    HEAD_BACKWARD = "head_backward"
+    LAYER_RECOMPUTE = "layer_recompute"
+    LAYER_BACKWARD = "layer_backward"
+    EMBEDDING_BACKWARD = "embedding_backward"
+    OPTIMIZER = "optimizer"
+    UNATTRIBUTED = "unattributed"
 
 
 class DeviceInfo(Frozen):
@@ -93,6 +166,14 @@ class Profile:
     meta: ProfileMeta
     ops: pd.DataFrame | None
     collectives: pd.DataFrame | None
+    traces: pd.DataFrame | None = None
+    phases: pd.DataFrame | None = None
+    phase_kernels: pd.DataFrame | None = None
+
+    @property
+    def traced(self) -> bool:
+        """Whether the profile holds phase costs of traced training iterations."""
+        return self.traces is not None and self.phases is not None and len(self.traces) > 0
 
 
 def shape_to_str(shape: tuple[int, ...]) -> str:
@@ -125,9 +206,10 @@ def read_meta(path: Path) -> ProfileMeta:
                           f"{path} has no {META_FILE}: not a finished profile (rerun the profiler with "
                           f"--resume to finish it, or {_how_to_make(path)})", "re-profile")
     version = data.get("schema_version") if isinstance(data, dict) else None
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         raise ProfileError(f"profile {path} has schema version {version!r}, this vtrain-ml reads "
-                           f"version {SCHEMA_VERSION}; re-profile with this version")
+                           f"versions {', '.join(map(str, READABLE_VERSIONS))}; re-profile with "
+                           f"this version")
     try:
         return parse(ProfileMeta, data, f"{meta_path}")
     except Exception as exc:  # ConfigError from parse: the file is malformed, not the job
@@ -142,7 +224,10 @@ def _read_table(path: Path, name: str, info: TableInfo) -> pd.DataFrame:
     if file_sha256(file) != info.sha256:
         raise ProfileError(f"table {file} changed after the profile was written (sha256 mismatch "
                            f"with {META_FILE}); re-profile instead of editing tables")
-    frame = pd.read_csv(file, keep_default_na=False, dtype={"variant": str, "shape": str})
+    header = pd.read_csv(file, nrows=0).columns
+    frame = pd.read_csv(file, keep_default_na=False, na_values={c: ["nan", "NaN", ""] for c in header
+                                                               if c not in STRING_COLUMNS},
+                        dtype={c: str for c in header if c in STRING_COLUMNS})
     missing = [c for c in TABLE_COLUMNS.get(name, ()) if c not in frame.columns]
     if missing:
         raise ProfileError(f"table {file} lacks columns {', '.join(missing)}; re-profile")
@@ -157,4 +242,5 @@ def read_profile(path: str | Path) -> Profile:
     if unknown:
         raise ProfileError(f"profile {root} lists unknown tables {', '.join(unknown)}; re-profile")
     tables = {n: _read_table(root, n, info) for n, info in meta.tables.items()}
-    return Profile(root, meta, tables.get(OPS_TABLE), tables.get(COLLECTIVES_TABLE))
+    return Profile(root, meta, tables.get(OPS_TABLE), tables.get(COLLECTIVES_TABLE),
+                   tables.get(TRACES_TABLE), tables.get(PHASES_TABLE), tables.get(PHASE_KERNELS_TABLE))

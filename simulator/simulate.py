@@ -12,7 +12,7 @@ from simulator.costs import AnalyticKernelModel, CostSource, KernelModel
 from simulator.engine import Timeline, round_plan, run_pipeline
 from simulator.enums import CollectiveKind
 from simulator.graph import JobGraph, build_graph
-from simulator.lowering import StageCosts, lower
+from simulator.lowering import BlockReplacer, StageCosts, lower
 from simulator.memory import stage_memory, stage_param_counts
 from simulator.metrics import cost_usd, hardware_flops_per_iteration, model_flops_per_iteration, utilization
 from simulator.nccl import load_nccl_table
@@ -35,12 +35,14 @@ def default_kernels(job: Job) -> KernelModel:
 
 
 def simulate(job: Job, kernels: KernelModel | None = None,
-             network: NetworkModel | None = None) -> SimulationResult:
-    """Simulate one training iteration of `job` (validated) and return its frozen result."""
+             network: NetworkModel | None = None, blocks: BlockReplacer | None = None
+             ) -> SimulationResult:
+    """Simulate one training iteration of `job` (validated) and return its frozen result.
+    `blocks` replaces the op-level block costs (e.g. phases of a traced stack, simulator.traced)."""
     kernels = kernels or default_kernels(job)
     network = network or default_network(job)
     graph = build_graph(job)
-    costs = lower(job, graph, kernels, network)
+    costs = lower(job, graph, kernels, network, blocks)
     p, v, m = job.parallel.pp, job.parallel.virtual_stages, job.num_microbatches
     plan = round_plan(job.parallel.schedule, p, m, v)
     edge_delays = _edge_delays(job, graph, network)

@@ -1,8 +1,10 @@
-"""python -m vtrain_ml.profile {ops, collectives, import-nccl-tests} ... --out DIR
+"""python -m vtrain_ml.profile {ops, collectives, import-nccl-tests, import-trace, trace} ... --out DIR
 
   ops                 measure the unique operators of the requested models on --device
   collectives         measure collectives with torch.distributed (run under torchrun)
   import-nccl-tests   add nccl-tests output (or vTrain AR_GPU<n> tables) to a profile
+  import-trace        cut a torch.profiler (Kineto) trace of a training iteration into phases
+  trace               run real layers of a stack on --device under torch.profiler and import them
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from simulator.catalog import resolve_hardware
 from simulator.enums import CollectiveKind, Precision
@@ -20,6 +23,7 @@ from vtrain_ml.cli.common import add_common, run
 
 ATTENTION = {"unfused": (False,), "flash": (True,), "both": (False, True)}
 SEQUENCE_PARALLEL = {"off": (False,), "on": (True,), "both": (False, True)}
+STACK_NAMES = ("reference", "huggingface", "megatron-core")
 UNITS = {"": 1, "K": 1024, "KIB": 1024, "M": 1024**2, "MIB": 1024**2, "G": 1024**3, "GIB": 1024**3}
 
 
@@ -77,6 +81,7 @@ def parser() -> argparse.ArgumentParser:
     nccl = sub.add_parser("import-nccl-tests", help="import nccl-tests output files")
     nccl.add_argument("files", nargs="+", type=Path)
     nccl.add_argument("--precision", choices=[x.value for x in Precision], default="bf16")
+    _trace_parsers(sub)
     for sp in (ops, coll, nccl):
         sp.add_argument("--out", required=True, type=Path, help="profile directory")
         sp.add_argument("--hardware", help="catalog GPU id of the device (default: detected)")
@@ -159,7 +164,116 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"ops": _ops, "collectives": _collectives, "import-nccl-tests": _import}
+def _trace_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    imp = sub.add_parser("import-trace", help="import torch.profiler traces of training iterations")
+    imp.add_argument("traces", nargs="+", type=Path, help="Chrome/Kineto trace (.json or .json.gz)")
+    imp.add_argument("--job", required=True, help="the job the trace ran (native YAML/JSON)")
+    imp.add_argument("--stack", default=None,
+                     help="label of the software stack (default: the job's training.framework)")
+    imp.add_argument("--iteration-ms", type=float, default=None,
+                     help="the job's measured iteration time without the profiler (recorded)")
+    imp.add_argument("--host-ratio", type=float, default=None,
+                     help="host time without / with the profiler for this stack and host, if "
+                          "measured (default: the profile's measured ratio, else the built-in)")
+    imp.add_argument("--peak-memory-gib", type=float, default=None,
+                     help="the job's measured peak allocated memory (recorded)")
+    tr = sub.add_parser("trace", help="trace real layers of a stack on a device and import them")
+    tr.add_argument("--device", required=True, help="cuda or cpu")
+    tr.add_argument("--stack", choices=STACK_NAMES, default="reference")
+    tr.add_argument("--models", required=True, help="comma-separated job files (native YAML/JSON)")
+    tr.add_argument("--tp", type=int_list, default=(1,), help="tensor-parallel sizes of the shards")
+    tr.add_argument("--micro-batch", type=int_list, default=(1,), help="micro-batch sizes")
+    tr.add_argument("--recompute", default="none", help="comma-separated: none, selective, full")
+    tr.add_argument("--sequence-parallel", choices=list(SEQUENCE_PARALLEL), default="off")
+    tr.add_argument("--attention", choices=["job", *ATTENTION], default="job",
+                    help="attention kernel: the job's, flash (SDPA), unfused, or both")
+    tr.add_argument("--layers", type=int, default=2, help="transformer layers to run (>= 2)")
+    tr.add_argument("--micro-batches", type=int, default=2, help="micro-batches per iteration")
+    tr.add_argument("--warmup", type=int, default=2)
+    tr.add_argument("--repeats", type=int, default=3, help="timed iterations without the profiler")
+    tr.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--resume", action="store_true", help="skip shapes already traced into --out")
+    tr.add_argument("--quiet", action="store_true", help="no progress lines")
+    for sp in (imp, tr):
+        sp.add_argument("--out", required=True, type=Path, help="profile directory")
+        sp.add_argument("--hardware", help="catalog GPU id of the device (default: detected)")
+        add_common(sp)
+
+
+def _import_trace(args: argparse.Namespace) -> int:
+    from profiler.trace.importer import TraceSource, analyze, write_imported
+    from simulator.loaders import load_job
+
+    job = load_job(args.job)
+    peak = args.peak_memory_gib * 1024**3 if args.peak_memory_gib is not None else None
+    measured = args.iteration_ms / 1e3 if args.iteration_ms is not None else None
+    stack = args.stack or job.training.framework.value
+    imported = [analyze(TraceSource(path, job, stack, "import-trace", args.host_ratio, measured,
+                                    peak)) for path in args.traces]
+    report = write_imported(args.out, imported, _hardware(args.hardware))
+    for item in imported:
+        _print_trace(item)
+    sys.stdout.write(f"profile {args.out}: {report.traces_in_profile} traces, device "
+                     f"{report.meta.device.name}, hardware {report.meta.hardware or 'none'}, "
+                     f"content hash {report.meta.content_hash}\n")
+    return 0
+
+
+def _print_trace(item: Any) -> None:
+    from profiler.trace.importer import phase_share_lines
+
+    s = item.summary
+    sys.stdout.write(
+        f"{item.source.path.name} (trace {item.trace_id}): {s.iterations} iteration(s), "
+        f"{s.micro_batches} micro-batches x {s.layers} layers ({s.layer_period} top-level ops "
+        f"per layer)\n"
+        f"  iteration {s.iteration_s * 1e3:.1f} ms in the trace; GPU kernels {s.kernel_s * 1e3:.1f} ms"
+        f" ({s.kernels:.0f} kernels), busy {s.busy_s * 1e3:.1f} ms\n"
+        f"  phase               kernel-time share, instances x per instance\n")
+    for line in phase_share_lines(s):
+        sys.stdout.write(line + "\n")
+    if s.unmapped_backward:
+        sys.stdout.write(f"  ({s.unmapped_backward} backward nodes had no forward op in the trace; "
+                         f"they were attributed to the node before them)\n")
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from profiler.stacks.runner import TraceRequest, run_traces
+    from simulator.enums import Recompute
+    from simulator.loaders import load_job
+
+    try:
+        recompute = tuple(Recompute(r.strip()) for r in args.recompute.split(",") if r.strip())
+    except ValueError:
+        raise ConfigError(f"--recompute={args.recompute!r}: use a comma-separated subset of "
+                          f"{', '.join(r.value for r in Recompute)}") from None
+    files = [m.strip() for m in args.models.split(",") if m.strip()]
+    jobs = tuple((Path(f).stem, load_job(f)) for f in files)
+    attention = (None,) if args.attention == "job" else ATTENTION[args.attention]
+    request = TraceRequest(jobs, args.stack, args.device, args.tp, args.micro_batch, recompute,
+                           SEQUENCE_PARALLEL[args.sequence_parallel], attention, args.layers,
+                           args.micro_batches, args.warmup, args.repeats, args.seed, args.resume,
+                           args.threads)
+
+    def progress(i: int, n: int, name: str) -> None:
+        if not args.quiet:
+            sys.stderr.write(f"  [{i + 1}/{n}] {name}\n")
+    count = 0
+    for item in run_traces(request, args.out, _hardware(args.hardware), progress):
+        count += 1
+        src = item.source
+        sys.stdout.write(f"traced {src.path.name}: iteration "
+                         f"{(src.measured_iteration_s or 0) * 1e3:.1f} ms without the profiler, "
+                         f"{item.summary.iteration_s * 1e3:.1f} ms traced; host "
+                         f"{(src.host_s or 0) * 1e3:.1f} ms without, "
+                         f"{(src.profiled_host_s or 0) * 1e3:.1f} ms with the profiler\n")
+    sys.stdout.write(f"profile {args.out}: {count} shapes traced now\n")
+    return 0
+
+
+COMMANDS = {"ops": _ops, "collectives": _collectives, "import-nccl-tests": _import,
+            "import-trace": _import_trace, "trace": _trace}
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -121,14 +121,19 @@ def _number(flag: str, text: str, allow_zero: bool) -> float:
     return value
 
 
-def _simulator(args: argparse.Namespace) -> Callable[[Job], SimulationResult]:
+def _simulator(args: argparse.Namespace,
+               sources: dict[str, str] | None = None) -> Callable[[Job], SimulationResult]:
+    """simulate(), or with --profile: op measurements or the phases of a traced real stack
+    (simulator.traced); `sources` receives where each traced phase's cost came from."""
     if not args.profile:
         return simulate
-    from simulator.profiled import kernel_model_from_profile, network_from_profile
+    from simulator.traced import simulate_with_profile
 
     def with_profile(job: Job) -> SimulationResult:
-        return simulate(job, kernels=kernel_model_from_profile(args.profile, job, strict=args.strict),
-                        network=network_from_profile(args.profile, job))
+        result, found = simulate_with_profile(job, args.profile, strict=args.strict)
+        if sources is not None and found:
+            sources.update(found)
+        return result
 
     return with_profile
 
@@ -150,8 +155,10 @@ def _write(flag: str, path: str, write: Callable[[], None]) -> None:
 def _single(args: argparse.Namespace, path: Path, overrides: Overrides) -> int:
     loaded = read_job(path)
     job = apply(loaded.job, overrides)
-    run_job = _simulator(args)
+    sources: dict[str, str] = {}
+    run_job = _simulator(args, sources)
     result = run_job(job)
+    traced = dict(sources)
     fit_advice = advice(job, result, run=run_job)
     if args.trace:
         _write("--trace", args.trace, lambda: write_json_atomic(args.trace, chrome_trace(result, job)))
@@ -160,6 +167,9 @@ def _single(args: argparse.Namespace, path: Path, overrides: Overrides) -> int:
         sys.stdout.write(json.dumps(data, indent=1) + "\n")
     else:
         sys.stdout.write(table(result, notes=loaded.notes, advice=fit_advice) + "\n")
+        if traced:
+            sys.stdout.write("\n  traced profile: " + ", ".join(f"{phase} {source}" for phase, source
+                                                          in traced.items()) + "\n")
         if args.trace:
             sys.stdout.write(f"\n  trace written to {args.trace} (open in ui.perfetto.dev)\n")
     return 0

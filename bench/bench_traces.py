@@ -1,0 +1,303 @@
+"""Traced profiles of the real training stack against real H100 runs (issue 10's targets).
+
+On ../shared/data/traces/h100 (17 torch.profiler traces of one training iteration each, and the
+unprofiled measurements in measured.csv), prints:
+
+1. self-reproduction: each traced job simulated from its own trace, with the trace's own
+   (profiler-inflated) host times, against that trace's iteration (`profiled_iteration_ms`);
+   target: every job within 3%;
+2. leave-one-out within a model family: each job predicted from the traces of the *other* jobs
+   of the same model (same prefix, hidden size and layers: other micro-batch, recompute, gradient
+   accumulation, attention kernel, sequence), with real host times (the profiler's inflation taken
+   out), against the unprofiled `iteration_ms_median`; target: MAPE <= 8%, worst <= 15%. For
+   context, the same rows from the datasheet alone, and from the other traces of the same stack
+   (any model of the prefix);
+3. peak memory: what `simulate` gives (the simulator's memory model) against the measured peak;
+4. a deeper model from a shallow trace: `trace --device cpu` of a 2-layer reference model,
+   predicting 8 and 24 layers measured without the profiler on this CPU (rounds interleave
+   tracing and measuring; the machine is shared, so each round is reported); target: 5%.
+
+With --profiles TAG=DIR ... (and --runs), instead predicts the runs file's rows from freshly
+traced profiles (`trace` on the GPU, bench/gpu_trace_session.sh): no trace of the predicted job
+itself, only 2-layer shards of its shapes; --measure-here also times each whole job on this
+device.
+
+Run: python bench/bench_traces.py [--skip-cpu] [--json OUT.json]
+     python bench/bench_traces.py --profiles mgpt=P1 llama=P2 gpt2=P2 [--measure-here]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from profiler.trace.importer import ImportedTrace, TraceSource, analyze, write_imported  # noqa: E402
+from simulator.loaders import load_job  # noqa: E402
+from simulator.profile_format import read_profile  # noqa: E402
+from simulator.simulate import simulate  # noqa: E402
+from simulator.specs import GiB, Job  # noqa: E402
+from simulator.traced import TracedOptions, simulate_traced, traced_costs  # noqa: E402
+
+TRACES = ROOT.parent / "shared" / "data" / "traces" / "h100"
+JOBS = ROOT / "data" / "measured" / "h100" / "jobs"
+
+
+def family(name: str) -> str:
+    """Same model: stack prefix, hidden size, layers (mgpt_h2048_l24)."""
+    return "_".join(name.split("_")[:3])
+
+
+def stack_of(name: str) -> str:
+    return name.split("_")[0]
+
+
+def import_all(names: list[str]) -> dict[str, ImportedTrace]:
+    out = {}
+    for name in names:
+        job = load_job(JOBS / f"{name}.yaml")
+        out[name] = analyze(TraceSource(TRACES / f"{name}.json.gz", job, stack_of(name)))
+    return out
+
+
+def profile_of(items: list[ImportedTrace], tmp: Path) -> Path:
+    folder = Path(tempfile.mkdtemp(dir=tmp))
+    write_imported(folder, items, None)
+    return folder
+
+
+def _err(pred: float, ref: float) -> float:
+    return pred / ref - 1.0
+
+
+def self_reproduction(imported: dict[str, ImportedTrace], measured: pd.DataFrame, tmp: Path
+                      ) -> list[dict[str, Any]]:
+    rows = []
+    for name, item in imported.items():
+        if name not in measured.index:
+            continue
+        folder = profile_of([item], tmp)
+        res = simulate_traced(item.source.job, folder, TracedOptions(profiled_host=True))
+        ref = float(measured.loc[name, "profiled_iteration_ms"])
+        rows.append({"job": name, "predicted_ms": res.iteration_time_s * 1e3, "profiled_ms": ref,
+                     "error": _err(res.iteration_time_s * 1e3, ref)})
+        shutil.rmtree(folder)
+    return rows
+
+
+def leave_one_out(imported: dict[str, ImportedTrace], measured: pd.DataFrame, tmp: Path,
+                  group: Any) -> list[dict[str, Any]]:
+    rows = []
+    for name in imported:
+        if name not in measured.index:
+            continue
+        others = [imported[o] for o in imported if o != name and group(o) == group(name)]
+        if not others:
+            continue
+        folder = profile_of(others, tmp)
+        job = load_job(JOBS / f"{name}.yaml")
+        costs = traced_costs(str(folder), job)
+        res = simulate_traced(job, str(folder))
+        ref = float(measured.loc[name, "iteration_ms_median"])
+        rows.append({"job": name, "predicted_ms": res.iteration_time_s * 1e3, "measured_ms": ref,
+                     "error": _err(res.iteration_time_s * 1e3, ref), "from": len(others),
+                     "sources": costs.sources(), "peak_GiB": res.peak_memory_bytes / GiB})
+        shutil.rmtree(folder)
+    return rows
+
+
+def _table(title: str, rows: list[dict[str, Any]], ref_key: str, target: str) -> None:
+    print(f"\n{title}")
+    print(f"  {'job':45s} {'predicted':>10s} {ref_key:>13s} {'error':>8s}")
+    for r in rows:
+        extra = f"  (from {r['from']} traces)" if "from" in r else ""
+        print(f"  {r['job']:45s} {r['predicted_ms']:10.1f} {r[ref_key]:13.1f} {r['error']:+8.1%}"
+              f"{extra}")
+    errs = np.abs([r["error"] for r in rows])
+    if len(errs):
+        print(f"  MAPE {errs.mean():.1%}, worst {errs.max():.1%}, within 3%: "
+              f"{(errs <= 0.03).sum()}/{len(errs)}  (target: {target})")
+
+
+def datasheet(measured: pd.DataFrame, names: list[str]) -> list[dict[str, Any]]:
+    rows = []
+    for name in names:
+        res = simulate(load_job(JOBS / f"{name}.yaml"))
+        ref = float(measured.loc[name, "iteration_ms_median"])
+        rows.append({"job": name, "predicted_ms": res.iteration_time_s * 1e3, "measured_ms": ref,
+                     "error": _err(res.iteration_time_s * 1e3, ref),
+                     "peak_GiB": res.peak_memory_bytes / GiB})
+    return rows
+
+
+def memory(rows: list[dict[str, Any]], measured: pd.DataFrame) -> None:
+    print("\npeak memory: the simulator's memory model (simulate) vs measured peak allocated")
+    errs = []
+    for r in rows:
+        ref = float(measured.loc[r["job"], "peak_allocated_GiB"])
+        errs.append(abs(r["peak_GiB"] / ref - 1))
+        print(f"  {r['job']:45s} {r['peak_GiB']:8.1f} GiB {ref:8.1f} GiB {r['peak_GiB'] / ref - 1:+8.1%}")
+    print(f"  MAPE {np.mean(errs):.1%}, worst {np.max(errs):.1%}  (target: MAPE <= 8%; the memory "
+          f"model is the core engineer's, printed as simulate() gives it)")
+
+
+def deep_cpu(rounds: int, layers: tuple[int, ...]) -> None:
+    """Trace 2 layers on this CPU, predict deeper models, measure them without the profiler."""
+    from profiler.stacks.runner import TraceRequest, plan, prepare, run_traces, timed
+    from simulator.validation import validate_job
+
+    job = load_job(ROOT / "tests" / "data" / "traces" / "tiny_trace_gpt.yaml")
+    print(f"\ndeeper model from a 2-layer CPU trace (reference stack, {job.model.hidden_size} "
+          f"hidden, 1 thread; min of 5 unprofiled iterations; rounds interleave trace and measure)")
+    errors: dict[int, list[float]] = {n: [] for n in layers}
+    for k in range(rounds):
+        tmp = Path(tempfile.mkdtemp())
+        req = TraceRequest((("tiny", job),), "reference", "cpu", layers=2, micro_batches=2,
+                           warmup=2, repeats=5, threads=1, seed=k)
+        list(run_traces(req, tmp, None))
+        line = []
+        for n in layers:
+            deep = TraceRequest((("tiny", job),), "reference", "cpu", layers=n, micro_batches=2,
+                                warmup=2, repeats=5, threads=1, seed=k)
+            item = plan(deep)[0]
+            _, wall = timed(prepare(item, deep), 5)
+            pred = simulate_traced(validate_job(item.job), str(tmp)).iteration_time_s
+            errors[n].append(_err(pred, min(wall)))
+            line.append(f"{n} layers {pred * 1e3:7.1f} ms predicted, {min(wall) * 1e3:7.1f} ms "
+                        f"measured ({errors[n][-1]:+.1%})")
+        print(f"  round {k + 1}: " + "; ".join(line))
+        shutil.rmtree(tmp)
+    for n in layers:
+        print(f"  {n} layers: median error {statistics.median(errors[n]):+.1%} over {rounds} rounds "
+              f"(target: within 5%)")
+
+
+def fresh_profiles(profiles: dict[str, Path], runs: Path, measure_here: bool
+                   ) -> list[dict[str, Any]]:
+    """Predict the runs file's rows from traced profiles (the profile given for each row's tag),
+    and with `measure_here` also time each job on this device with the stack that traced it."""
+    frame = pd.read_csv(runs)
+    loaded = {tag: read_profile(path) for tag, path in profiles.items() if path.is_dir()}
+    rows = []
+    for _, r in frame.iterrows():
+        name, tag = Path(str(r["job"])).stem, str(r["tag"])
+        if tag not in loaded:
+            print(f"  {name}: no profile for tag {tag}", flush=True)
+            continue
+        job = load_job(runs.parent / str(r["job"]))
+        try:
+            costs = traced_costs(loaded[tag], job)
+            res = simulate_traced(job, loaded[tag])
+        except Exception as exc:  # report and go on: one row must not lose the others
+            print(f"  {name}: {type(exc).__name__}: {exc}", flush=True)
+            continue
+        row = {"job": name, "profile": str(profiles[tag]), "predicted_ms": res.iteration_time_s * 1e3,
+               "measured_ms": float(r["iteration_ms"]),
+               "error": _err(res.iteration_time_s * 1e3, float(r["iteration_ms"])),
+               "sources": costs.sources(), "coverage": res.profile_coverage}
+        if measure_here:
+            row["here_ms"] = _measure_here(job, str(loaded[tag].traces["stack"].iloc[0]))
+            row["error_here"] = _err(row["predicted_ms"], row["here_ms"]) if row["here_ms"] else None
+        print(f"  {name:45s} predicted {row['predicted_ms']:8.1f} ms, measured {row['measured_ms']:8.1f}"
+              f" ms ({row['error']:+.1%})" + (f", here {row['here_ms']:.1f} ms"
+                                               if row.get("here_ms") else ""), flush=True)
+        rows.append(row)
+    return rows
+
+
+def _measure_here(job: Job, stack: str) -> float | None:
+    """The whole job (every layer and micro-batch) on this device, without the profiler."""
+    import torch
+
+    from profiler.stacks.runner import TraceRequest, plan, prepare, timed
+
+    cuda = torch.cuda.is_available()
+    req = TraceRequest(((job.model.name, job),), stack, "cuda" if cuda else "cpu",
+                       micro_batch_sizes=(job.training.micro_batch_size,),
+                       recomputes=(job.training.recompute,), layers=job.model.num_layers,
+                       micro_batches=job.num_microbatches, warmup=2, repeats=3,
+                       threads=None if cuda else 1)
+    try:
+        run = prepare(plan(req)[0], req)
+        _, wall = timed(run, 3)
+        return statistics.median(wall) * 1e3
+    except Exception as exc:
+        print(f"    measuring {job.model.name} here failed: {type(exc).__name__}: {exc}", flush=True)
+        return None
+    finally:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--skip-cpu", action="store_true", help="skip the CPU deep-model check")
+    ap.add_argument("--only-cpu", action="store_true", help="only the CPU deep-model check")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profiles", nargs="*", default=[],
+                    help="TAG=DIR: the traced profile for the runs file's rows of that tag")
+    ap.add_argument("--measure-here", action="store_true",
+                    help="with --profiles: also time each job on this device, unprofiled")
+    ap.add_argument("--runs", type=Path, default=ROOT / "data" / "measured" / "h100" / "runs.csv")
+    ap.add_argument("--json", type=Path, help="write every row here")
+    args = ap.parse_args()
+    report: dict[str, Any] = {}
+    if args.only_cpu:
+        deep_cpu(args.rounds, (8, 24))
+    elif args.profiles:
+        profiles = {p.split("=", 1)[0]: Path(p.split("=", 1)[1]) for p in args.profiles}
+        rows = fresh_profiles(profiles, args.runs, args.measure_here)
+        _table("freshly traced profiles -> measured runs (no trace of the predicted job)", rows,
+               "measured_ms", "MAPE <= 8%, worst <= 15%")
+        here = [dict(r, measured_ms=r["here_ms"], error=r["error_here"]) for r in rows
+                if r.get("here_ms")]
+        if here:
+            _table("the same predictions vs the jobs timed on this device", here, "measured_ms",
+                   "-")
+        for r in rows:
+            print(f"  {r['job']:45s} {', '.join(f'{k} {v:.0%}' for k, v in r['coverage'].items())}")
+        report["fresh"] = rows
+    else:
+        measured = pd.read_csv(TRACES / "measured.csv").set_index("job")
+        names = sorted(p.name[:-len(".json.gz")] for p in TRACES.glob("*.json.gz"))
+        start = time.perf_counter()
+        imported = import_all(names)
+        print(f"imported {len(imported)} traces in {time.perf_counter() - start:.1f} s "
+              f"(streamed; unattributed kernel time: "
+              f"{max(i.summary.unattributed_kernel_s for i in imported.values()) * 1e3:.3f} ms max)")
+        with tempfile.TemporaryDirectory() as tmp:
+            report["self"] = self_reproduction(imported, measured, Path(tmp))
+            _table("1. each traced job from its own trace vs the trace's iteration", report["self"],
+                   "profiled_ms", "every job within 3%")
+            report["loo"] = leave_one_out(imported, measured, Path(tmp), family)
+            _table("2. leave-one-out within a model family vs iteration_ms_median", report["loo"],
+                   "measured_ms", "MAPE <= 8%, worst <= 15%")
+            for r in report["loo"]:
+                kinds = sorted(set(r["sources"].values()))
+                print(f"     {r['job']:45s} phases {', '.join(kinds)}")
+            report["stack"] = leave_one_out(imported, measured, Path(tmp), stack_of)
+            _table("   context: leave-one-out within a stack (other models of the prefix too)",
+                   report["stack"], "measured_ms", "-")
+            report["datasheet"] = datasheet(measured, [r["job"] for r in report["loo"]])
+            _table("   context: datasheet h100-sxm-80gb, no profile", report["datasheet"],
+                   "measured_ms", "-")
+        memory(report["loo"], measured)
+        if not args.skip_cpu:
+            deep_cpu(args.rounds, (8, 24))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

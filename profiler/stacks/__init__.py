@@ -1,0 +1,1 @@
+"""Per-rank shards of real training stacks (reference, Hugging Face, Megatron-Core) to trace."""

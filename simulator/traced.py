@@ -1,0 +1,571 @@
+"""Phase costs from traces of the real training stack (a profile's trace tables) -> block costs.
+
+vTrain's central idea (Bang et al., MICRO'24, Sec. 4) is that the profile comes from the real
+framework: every kernel the stack launches, and what it costs, is in the table. A traced profile
+(`simulator.profile_format`, schema 2, written by ``python -m vtrain_ml.profile import-trace`` or
+``trace``) holds, per traced shape, what one transformer layer's forward / recompute / backward,
+the embedding, the head and loss and the optimizer step cost on the GPU (kernel time by kernel
+class) and on the host. This module turns them into the simulator's `BlockCost`s for any job of
+the same stack; `simulate` composes them over layers, micro-batches and pipeline stages with
+its schedule, communication and memory models, exactly as it composes op costs.
+
+Per phase of the job, the cost comes from:
+
+1. **traced** -- a trace of exactly this per-rank shape (hidden, heads, query groups and FFN per
+   tp rank, sequence, micro-batch, attention kernel): its measured means;
+2. **scaled** -- the nearest traced shape of the same layer structure, moved to this shape per
+   kernel class through the analytic model fitted to the traced kernels: a class's traced time
+   times analytic(job) / analytic(traced shape) of the graph ops of that class (a class the
+   trace has and the job's graph lacks vanishes, e.g. flash attention for an unfused job; a
+   class only the job has costs analytic x the trace's measured/analytic ratio); kernels that
+   read parameter-shaped tensors (autocast weight casts, gradient casts and accumulation) scale
+   with the per-rank parameters; host time scales with the kernel count;
+3. **analytic** -- nothing of this structure was traced: the op-level kernel model.
+
+The host runs ahead of the GPU: on one pipeline stage the micro-batches' phases run through a
+host/GPU timeline (`simulator.host_timeline`; over a long window it is max(GPU time, host
+time)); with pipeline parallelism a layer's forward (and its recompute + backward) is a window
+of max(GPU, host) on its own, and the embedding and head are inside the window of the stage
+chunk that holds them. GPU time is kernel time plus the trace's measured gap
+between back-to-back kernels. Host time in a trace is inflated by the profiler (every recorded
+op costs host time); without a measurement of the stack's own host time (`trace` records
+``host_ratio`` = host time without / with the profiler) the ratio measured on a Megatron-
+structured eager layer by ``bench/measure_profiler_overhead.py`` is used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.costs import AnalyticKernelModel, CostSource, KernelModel, OpCost
+from simulator.enums import Framework, Norm, PositionEmbedding, Precision, Recompute
+from simulator.errors import ProfileError
+from simulator.graph import JobGraph, build_graph
+from simulator.host_timeline import Step, cycle_time
+from simulator.lowering import BlockCost
+from simulator.ops import Op, OpKind
+from simulator.params import layer_params, padded_vocab
+from simulator.profile_format import Profile, TracePhase, read_profile
+from simulator.specs import Job
+
+# Host time without the profiler / with it, on the reference stack (Megatron-structured eager
+# PyTorch, bf16 autocast, AdamW) under torch.profiler(record_shapes=True): median of 5 rounds of
+# bench/measure_profiler_overhead.py on this project's CPU (2026-11-23: 0.71-0.78, median 0.76).
+# Used for traces whose stack's own host was not measured (a `trace` run records it).
+DEFAULT_HOST_RATIO = 0.76
+MIN_HOST_FRACTION = 0.1  # never deflate a phase's host time below this share of the traced
+
+SOURCES = ("traced", "scaled", "analytic")
+MATMUL_CLASSES = frozenset({"gemm", "attention"})
+GRAPH_CLASS = {OpKind.GEMM: "gemm", OpKind.BMM: "gemm", OpKind.FLASH_ATTENTION: "attention",
+               OpKind.NORM: "norm", OpKind.SOFTMAX: "reduction", OpKind.CROSS_ENTROPY: "reduction",
+               OpKind.DROPOUT: "elementwise", OpKind.ACTIVATION: "elementwise",
+               OpKind.ELEMENTWISE: "elementwise", OpKind.EMBEDDING: "elementwise",
+               OpKind.OPTIMIZER: "elementwise"}
+PARAM_VARIANTS = frozenset({"grad_accum", "add"})  # graph ops whose work is per parameter
+STRUCTURE = ("gated_mlp", "norm", "use_bias", "position_embedding", "tied_embeddings", "framework",
+             "precision")
+
+
+@dataclass(frozen=True)
+class TracedOptions:
+    """profiled_host: keep the trace's own (profiler-inflated) host times, to reproduce the
+    profiled iteration itself; host_ratio: override the host time ratio for every trace."""
+
+    profiled_host: bool = False
+    host_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    """One phase instance of the job: GPU seconds, host seconds, kernel launches, source."""
+
+    gpu_s: float
+    host_s: float
+    kernels: float
+    source: str
+
+
+@dataclass(frozen=True)
+class _Trace:
+    row: dict[str, Any]
+    phases: dict[TracePhase, dict[str, Any]]
+    kernels: dict[TracePhase, list[dict[str, Any]]]
+
+
+def _records(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
+    if frame is None:
+        return []
+    out: list[dict[str, Any]] = frame.to_dict("records")  # type: ignore[assignment]
+    return out
+
+
+def load_traces(profile: Profile) -> list[_Trace]:
+    phases: dict[str, dict[TracePhase, dict[str, Any]]] = defaultdict(dict)
+    for r in _records(profile.phases):
+        phases[r["trace"]][TracePhase(r["phase"])] = r
+    kernels: dict[str, dict[TracePhase, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for r in _records(profile.phase_kernels):
+        kernels[r["trace"]][TracePhase(r["phase"])].append(r)
+    return [_Trace(r, phases[r["trace"]], dict(kernels[r["trace"]])) for r in _records(profile.traces)]
+
+
+def traced_job(base: Job, row: dict[str, Any]) -> Job:
+    """The job a trace row describes (one pipeline stage, its micro-batches), on `base`'s
+    hardware: used to build the analytic graph of the traced shape."""
+    model = base.model.model_copy(update={
+        "num_layers": int(row["layers"]), "hidden_size": int(row["hidden"]),
+        "num_attention_heads": int(row["heads"]), "num_query_groups": int(row["query_groups"]),
+        "ffn_hidden_size": int(row["ffn"]), "gated_mlp": bool(row["gated_mlp"]),
+        "vocab_size": int(row["vocab"]), "seq_length": int(row["seq"]), "norm": Norm(row["norm"]),
+        "use_bias": bool(row["use_bias"]),
+        "position_embedding": PositionEmbedding(row["position_embedding"]),
+        "tied_embeddings": bool(row["tied_embeddings"]),
+        "hidden_dropout": float(row["hidden_dropout"]),
+        "attention_dropout": float(row["attention_dropout"])})
+    mb = int(row["micro_batch"])
+    training = base.training.model_copy(update={
+        "micro_batch_size": mb, "global_batch_size": mb * int(row["micro_batches"]),
+        "recompute": Recompute(row["recompute"]), "flash_attention": bool(row["flash_attention"]),
+        "precision": Precision(row["precision"]), "framework": Framework(row["framework"])})
+    tp = int(row["tp"])
+    parallel = base.parallel.model_copy(update={
+        "tp": tp, "pp": 1, "dp": 1, "virtual_stages": 1,
+        "sequence_parallel": bool(row["sequence_parallel"]), "first_stage_layers": None,
+        "last_stage_layers": None})
+    cluster = base.cluster.model_copy(update={"num_gpus": tp})
+    return base.model_copy(update={"model": model, "training": training, "parallel": parallel,
+                                   "cluster": cluster})
+
+
+def _structure(job: Job) -> tuple[Any, ...]:
+    m, t = job.model, job.training
+    return (int(m.gated_mlp), m.norm.value, int(m.use_bias), m.position_embedding.value,
+            int(m.tied_embeddings), t.framework.value, t.precision.value,
+            m.hidden_dropout > 0, m.attention_dropout > 0)
+
+
+def _row_structure(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (*(row[c] if isinstance(row[c], str) else int(row[c]) for c in STRUCTURE),
+            float(row["hidden_dropout"]) > 0, float(row["attention_dropout"]) > 0)
+
+
+def per_rank_shape(job: Job) -> tuple[int, ...]:
+    m, p = job.model, job.parallel
+    return (m.hidden_size, m.num_attention_heads // p.tp, m.query_groups // p.tp, m.ffn // p.tp,
+            padded_vocab(m, p.tp) // p.tp, m.seq_length, job.training.micro_batch_size,
+            int(job.training.flash_attention), int(p.sequence_parallel and p.tp > 1))
+
+
+def phase_ops(graph: JobGraph, phase: TracePhase, job: Job) -> tuple[Op, ...]:
+    """The graph ops a traced phase corresponds to (the recompute re-runs the forward)."""
+    layer, emb, head = graph.layer, graph.embedding, graph.head
+    return {TracePhase.EMBEDDING_FORWARD: emb.forward, TracePhase.EMBEDDING_BACKWARD: emb.backward,
+            TracePhase.LAYER_FORWARD: layer.forward, TracePhase.LAYER_BACKWARD: layer.backward,
+            TracePhase.LAYER_RECOMPUTE: layer.recompute or layer.forward,
+            TracePhase.HEAD_FORWARD: head.forward, TracePhase.HEAD_BACKWARD: head.backward,
+            }.get(phase, ())
+
+
+def block_params(job: Job, phase: TracePhase, layers: int | None = None) -> float:
+    """Parameters per rank of the block a phase belongs to (all of one stage for the optimizer)."""
+    m, tp = job.model, job.parallel.tp
+    h = m.hidden_size
+    norm = h * (2 if m.norm is Norm.LAYERNORM else 1)
+    vocab = padded_vocab(m, tp) // tp * h
+    pos = m.seq_length * h if m.position_embedding is PositionEmbedding.LEARNED else 0
+    emb = vocab + pos
+    head = norm + (0 if m.tied_embeddings else vocab)
+    layer = layer_params(m).per_rank(tp)
+    if phase in (TracePhase.EMBEDDING_FORWARD, TracePhase.EMBEDDING_BACKWARD):
+        return emb
+    if phase in (TracePhase.HEAD_FORWARD, TracePhase.HEAD_BACKWARD):
+        return head
+    if phase is TracePhase.OPTIMIZER:
+        return (layers if layers is not None else m.num_layers) * layer + emb + head
+    return layer
+
+
+@dataclass
+class _ClassSums:
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    kernels: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def membound(self) -> float:
+        return sum(v for c, v in self.seconds.items() if c not in MATMUL_CLASSES)
+
+
+def analytic_by_class(ops: Iterable[Op], analytic: AnalyticKernelModel) -> _ClassSums:
+    """Analytic seconds (without the launch gap) and launches per kernel class, token-scaled
+    ops only (gradient accumulation is per parameter)."""
+    sums = _ClassSums()
+    launch = analytic.hardware.efficiency.kernel_launch_s
+    for op in ops:
+        if op.variant in PARAM_VARIANTS:
+            continue
+        cls = GRAPH_CLASS[op.kind]
+        sums.seconds[cls] += max(0.0, analytic.seconds(op) - launch * op.kernels)
+        sums.kernels[cls] += op.kernels
+    return sums
+
+
+class TracedCosts:
+    """Phase costs of one job from a traced profile (see the module docstring)."""
+
+    def __init__(self, profile: Profile, job: Job, options: TracedOptions | None = None,
+                 fallback: KernelModel | None = None) -> None:
+        self.job, self.options = job, options or TracedOptions()
+        self.analytic = AnalyticKernelModel(job.hardware, job.training.precision)
+        self.fallback = fallback or self.analytic
+        traces = load_traces(profile)
+        self.ratio_default = _profile_median(traces, "host_ratio", None) or DEFAULT_HOST_RATIO
+        self.per_op_default = _profile_median(traces, "profiler_op_s", None)
+        self.per_step_op_default = _profile_median(traces, "profiler_step_op_s", None)
+        self.graph = build_graph(job)
+        self.candidates = [t for t in traces if _row_structure(t.row) == _structure(job)]
+        self._ref_graphs: dict[str, tuple[Job, JobGraph]] = {}
+        self.phases: dict[TracePhase, PhaseCost | None] = {
+            p: self._phase(p) for p in TracePhase if p is not TracePhase.UNATTRIBUTED}
+
+    # ---------------------------------------------------------------- choosing a traced shape
+    def _nearest(self, phase: TracePhase) -> _Trace | None:
+        have = [t for t in self.candidates if phase in t.phases]
+        if not have:
+            return None
+        target = per_rank_shape(self.job)
+        m = self.job.model
+
+        def distance(t: _Trace) -> tuple[float, ...]:
+            r = t.row
+            tp = int(r["tp"])
+            shape = (int(r["hidden"]), int(r["heads"]) // tp, int(r["query_groups"]) // tp,
+                     int(r["ffn"]) // tp)
+            tokens = math.log(int(r["micro_batch"]) * int(r["seq"]) / (
+                self.job.training.micro_batch_size * m.seq_length))
+            return (float(int(r["flash_attention"]) != target[7]),
+                    sum(abs(math.log(a / b)) for a, b in zip(shape, target[:4], strict=True)),
+                    abs(tokens), abs(math.log(int(r["seq"]) / m.seq_length)),
+                    float(Recompute(r["recompute"]) is not self.job.training.recompute))
+        return min(have, key=distance)
+
+    def _ref(self, t: _Trace) -> tuple[Job, JobGraph]:
+        key = str(t.row["trace"])
+        if key not in self._ref_graphs:
+            job = traced_job(self.job, t.row)
+            self._ref_graphs[key] = (job, build_graph(job))
+        return self._ref_graphs[key]
+
+    def _exact(self, t: _Trace) -> bool:
+        ref_job, _ = self._ref(t)
+        return per_rank_shape(ref_job) == per_rank_shape(self.job)
+
+    # ---------------------------------------------------------------- one phase
+    def _phase(self, phase: TracePhase) -> PhaseCost | None:
+        wanted = phase
+        if phase is TracePhase.LAYER_RECOMPUTE and self.job.training.recompute is Recompute.NONE:
+            return None
+        t = self._nearest(phase)
+        if t is None and phase is TracePhase.LAYER_RECOMPUTE:  # a recompute re-runs the forward
+            wanted = TracePhase.LAYER_FORWARD
+            t = self._nearest(wanted)
+        if t is None:
+            return None
+        exact = self._exact(t) and wanted is phase
+        if phase is TracePhase.OPTIMIZER:  # the step depends on the parameters, not the shape
+            ref_job, _ = self._ref(t)
+            exact = (block_params(ref_job, phase, int(t.row["layers"]))
+                     == block_params(self.job, phase, _stage_layers(self.job)))
+        if exact:
+            row = t.phases[phase]
+            gpu = float(row["kernel_s"]) + float(row["kernels"]) * float(t.row["gpu_gap_s"])
+            return PhaseCost(gpu, self._host(t, row), float(row["kernels"]), "traced")
+        return self._scaled(t, wanted, phase)
+
+    def _host(self, t: _Trace, row: dict[str, Any]) -> float:
+        """A phase instance's host time without the profiler: the trace's minus the profiler's
+        measured cost per recorded op (this trace's, else the profile's), else scaled by the
+        measured (or default) ratio of host times; as traced with `profiled_host`."""
+        host = float(row["host_s"])
+        if self.options.profiled_host:
+            return host
+        if self.options.host_ratio is not None:
+            return host * self.options.host_ratio
+        column, default = ("profiler_step_op_s", self.per_step_op_default) \
+            if row["phase"] == TracePhase.OPTIMIZER.value else ("profiler_op_s", self.per_op_default)
+        per_op = _known(t.row.get(column))
+        per_op = per_op if per_op is not None else default
+        if per_op is not None:
+            return max(host - per_op * float(row["cpu_ops"]), MIN_HOST_FRACTION * host)
+        ratio = _known(t.row.get("host_ratio"))
+        return host * (ratio if ratio is not None else self.ratio_default)
+
+    def _scaled(self, t: _Trace, traced: TracePhase, phase: TracePhase) -> PhaseCost:
+        ref_job, ref_graph = self._ref(t)
+        ref_ops = phase_ops(ref_graph, traced, ref_job)
+        job_ops = phase_ops(self.graph, phase, self.job)
+        a_ref = analytic_by_class(ref_ops, AnalyticKernelModel(ref_job.hardware, ref_job.training.precision))
+        a_job = analytic_by_class(job_ops, self.analytic)
+        p_ref = block_params(ref_job, traced, int(t.row["layers"]))
+        p_job = block_params(self.job, phase, _stage_layers(self.job))
+        rows = t.kernels.get(traced, [])
+        if phase is TracePhase.OPTIMIZER:  # the step's every kernel is per parameter
+            rows = [{**r, "scales_with": "params"} for r in rows]
+        traced_tokens: dict[str, float] = defaultdict(float)
+        for r in rows:
+            if r["scales_with"] == "tokens":
+                traced_tokens[r["kernel_class"]] += float(r["kernel_s"])
+        mem_ref = sum(v for c, v in traced_tokens.items() if c not in MATMUL_CLASSES)
+        k_mem = mem_ref / a_ref.membound() if a_ref.membound() > 0 and mem_ref > 0 else 1.0
+        mem_scale = a_job.membound() / a_ref.membound() if a_ref.membound() > 0 else 1.0
+        gpu = kernels = 0.0
+        for r in rows:
+            cls, sec, n = str(r["kernel_class"]), float(r["kernel_s"]), float(r["kernels"])
+            if r["scales_with"] == "params":
+                gpu += sec * (p_job / p_ref if p_ref > 0 else 1.0)
+                kernels += n * (p_job / p_ref if phase is TracePhase.OPTIMIZER and p_ref > 0 else 1.0)
+            elif a_ref.seconds.get(cls, 0.0) > 0:
+                if a_job.seconds.get(cls, 0.0) > 0:
+                    gpu += sec * a_job.seconds[cls] / a_ref.seconds[cls]
+                    kernels += n * a_job.kernels[cls] / max(a_ref.kernels[cls], 1e-9)
+            else:  # a class the graph does not model (casts, copies): memory-bound token work
+                gpu += sec * mem_scale
+                kernels += n
+        for cls, sec in a_job.seconds.items():  # kernels only the job's structure has
+            if a_ref.seconds.get(cls, 0.0) == 0 and traced_tokens.get(cls, 0.0) == 0:
+                k = self._matmul_ratio(traced_tokens, a_ref) if cls in MATMUL_CLASSES else k_mem
+                gpu += sec * k
+                kernels += a_job.kernels[cls]
+        traced_row = t.phases[traced]
+        n_ref = float(traced_row["kernels"])
+        gpu += kernels * float(t.row["gpu_gap_s"])
+        # host work is per launched kernel (a trace without GPU kernels, from a CPU: unchanged)
+        host = self._host(t, traced_row) * (kernels / n_ref if n_ref > 0 else 1.0)
+        return PhaseCost(gpu, host, kernels, "scaled")
+
+    @staticmethod
+    def _matmul_ratio(traced: dict[str, float], analytic: _ClassSums) -> float:
+        a = sum(analytic.seconds.get(c, 0.0) for c in MATMUL_CLASSES)
+        m = sum(traced.get(c, 0.0) for c in MATMUL_CLASSES)
+        return m / a if a > 0 and m > 0 else 1.0
+
+    # ---------------------------------------------------------------- the simulator's view
+    def coverage(self) -> dict[str, float]:
+        """Share of the job's phase time (max of GPU and host) per source, weighted like
+        `simulate`'s coverage (layers count num_layers times)."""
+        totals: dict[str, float] = defaultdict(float)
+        layers = self.job.model.num_layers
+        for phase, cost in self.phases.items():
+            if cost is None or phase is TracePhase.OPTIMIZER:
+                continue
+            weight = layers if phase.value.startswith("layer") else 1
+            totals[cost.source] += weight * max(cost.gpu_s, cost.host_s)
+        grand = sum(totals.values()) or 1.0
+        return {s: totals.get(s, 0.0) / grand for s in SOURCES}
+
+    def sources(self) -> dict[str, str]:
+        return {p.value: (c.source if c else "analytic") for p, c in self.phases.items()
+                if c is not None or p is not TracePhase.LAYER_RECOMPUTE
+                or self.job.training.recompute is not Recompute.NONE}
+
+    def replace_blocks(self, graph: JobGraph, layer: BlockCost, emb: BlockCost, head: BlockCost
+                       ) -> tuple[BlockCost, BlockCost, BlockCost]:
+        """`simulator.lowering.lower`'s hook: traced compute and host time in the blocks; their
+        tensor-parallel communication stays the network model's."""
+        P = TracePhase
+        new_layer = self._block(layer, P.LAYER_FORWARD, P.LAYER_BACKWARD, P.LAYER_RECOMPUTE)
+        new_emb = self._block(emb, P.EMBEDDING_FORWARD, P.EMBEDDING_BACKWARD, None)
+        new_head = self._block(head, P.HEAD_FORWARD, P.HEAD_BACKWARD, None)
+        if None in (new_layer, new_emb, new_head):
+            return layer, emb, head  # no trace of this structure: the op-level model throughout
+        assert new_layer is not None and new_emb is not None and new_head is not None
+        if self.job.parallel.pp == 1 and self.job.parallel.virtual_stages == 1:
+            return self._timeline(new_layer, new_emb, new_head)
+        return new_layer, *self._chunk_windows(graph, new_layer, new_emb, new_head)
+
+    def _timeline(self, layer: BlockCost, emb: BlockCost, head: BlockCost
+                  ) -> tuple[BlockCost, BlockCost, BlockCost]:
+        """One pipeline stage: the micro-batches' phases in order on the host and the GPU
+        (`simulator.host_timeline`); what the host adds beyond the GPU time goes to the
+        embedding's forward (the breakdown's overhead)."""
+        P, L = TracePhase, self.job.model.num_layers
+
+        def step(phases: list[TracePhase], gpu: float, count: int = 1) -> Step:
+            costs = [c for c in (self.phases.get(p) for p in phases) if c is not None]
+            return Step(sum(c.host_s for c in costs), gpu, sum(c.kernels for c in costs), count)
+
+        seq = [step([P.EMBEDDING_FORWARD], _gpu(emb, "f")),
+               step([P.LAYER_FORWARD], _gpu(layer, "f"), L),
+               step([P.HEAD_FORWARD], _gpu(head, "f")),
+               step([P.HEAD_BACKWARD], _gpu(head, "b")),
+               step([P.LAYER_RECOMPUTE, P.LAYER_BACKWARD], _gpu(layer, "b"), L),
+               step([P.EMBEDDING_BACKWARD], _gpu(emb, "b"))]
+        m = self.job.num_microbatches
+        gpu = sum(s.gpu_s * s.count for s in seq)
+        excess = max(0.0, cycle_time(seq, m) / m - gpu)
+        return (replace(layer, forward_host_excess=0.0, backward_host_excess=0.0),
+                replace(emb, forward_host_excess=excess, backward_host_excess=0.0),
+                replace(head, forward_host_excess=0.0, backward_host_excess=0.0))
+
+    def _block(self, base: BlockCost, fwd: TracePhase, bwd: TracePhase, rec: TracePhase | None
+               ) -> BlockCost | None:
+        f, b = self.phases.get(fwd), self.phases.get(bwd)
+        r = self.phases.get(rec) if rec is not None else None
+        if f is None or b is None:
+            return None
+        rec_gpu = r.gpu_s if r else 0.0
+        rec_host = r.host_s if r else 0.0
+        by_source: dict[CostSource, float] = defaultdict(float)
+        for c in (f, b, r):
+            if c is not None:
+                by_source[_COST_SOURCE[c.source]] += c.gpu_s
+        fwd_excess = max(0.0, f.host_s - f.gpu_s - base.forward_comm)
+        bwd_excess = max(0.0, b.host_s + rec_host - b.gpu_s - rec_gpu - base.backward_comm
+                         - base.recompute_comm)
+        return replace(base, forward=f.gpu_s, backward=b.gpu_s, recompute=rec_gpu,
+                       forward_host_excess=fwd_excess, backward_host_excess=bwd_excess,
+                       by_source=dict(by_source))
+
+    def _chunk_windows(self, graph: JobGraph, layer: BlockCost, emb: BlockCost, head: BlockCost
+                       ) -> tuple[BlockCost, BlockCost]:
+        """The host runs ahead across a whole stage chunk: the embedding's and head's host time
+        is absorbed by the GPU time of the layers in their chunk (and the reverse). Their
+        excess is what the chunk's window adds beyond the layers' own."""
+        first, last = _edge_chunk_layers(graph, self.job)
+        same = self.job.parallel.pp == 1 and self.job.parallel.virtual_stages == 1
+        P = TracePhase
+
+        def window(direction: str, parts: list[tuple[int, BlockCost, list[TracePhase]]]) -> float:
+            host = gpu = 0.0
+            for count, block, phases in parts:
+                gpu += count * _gpu(block, direction)
+                host += count * sum(c.host_s for c in (self.phases.get(p) for p in phases) if c)
+            return max(0.0, host - gpu)
+
+        lf, lb = [P.LAYER_FORWARD], [P.LAYER_BACKWARD, P.LAYER_RECOMPUTE]
+        if same:
+            x_f = window("f", [(1, emb, [P.EMBEDDING_FORWARD]), (first, layer, lf),
+                               (1, head, [P.HEAD_FORWARD])])
+            x_b = window("b", [(1, emb, [P.EMBEDDING_BACKWARD]), (first, layer, lb),
+                               (1, head, [P.HEAD_BACKWARD])])
+            return (replace(emb, forward_host_excess=x_f - first * layer.forward_host_excess,
+                            backward_host_excess=x_b - first * layer.backward_host_excess),
+                    replace(head, forward_host_excess=0.0, backward_host_excess=0.0))
+        e_f = window("f", [(1, emb, [P.EMBEDDING_FORWARD]), (first, layer, lf)])
+        e_b = window("b", [(1, emb, [P.EMBEDDING_BACKWARD]), (first, layer, lb)])
+        h_f = window("f", [(1, head, [P.HEAD_FORWARD]), (last, layer, lf)])
+        h_b = window("b", [(1, head, [P.HEAD_BACKWARD]), (last, layer, lb)])
+        return (replace(emb, forward_host_excess=e_f - first * layer.forward_host_excess,
+                        backward_host_excess=e_b - first * layer.backward_host_excess),
+                replace(head, forward_host_excess=h_f - last * layer.forward_host_excess,
+                        backward_host_excess=h_b - last * layer.backward_host_excess))
+
+
+_COST_SOURCE = {"traced": CostSource.MEASURED, "scaled": CostSource.INTERPOLATED,
+                "analytic": CostSource.ANALYTIC}
+
+
+def _gpu(block: BlockCost, direction: str) -> float:
+    if direction == "f":
+        return block.forward + block.forward_comm
+    return block.backward + block.recompute + block.backward_comm + block.recompute_comm
+
+
+def _edge_chunk_layers(graph: JobGraph, job: Job) -> tuple[int, int]:
+    """Layers in the first and the last stage chunk."""
+    chunks = getattr(graph, "chunk_layers", None)
+    if chunks is not None:
+        arr = np.asarray(chunks)
+        return int(arr.flat[0]), int(arr.flat[-1])
+    n = int(getattr(graph, "layers_per_chunk", job.model.num_layers))
+    return n, n
+
+
+def _stage_layers(job: Job) -> int:
+    return job.model.num_layers // job.parallel.pp
+
+
+def _known(value: Any) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def _profile_median(traces: list[_Trace], column: str, default: float | None) -> float | None:
+    """The median of a measured per-trace column over the profile's traces, else `default`."""
+    values = [v for v in (_known(t.row.get(column)) for t in traces) if v is not None]
+    return float(np.median(values)) if values else default
+
+
+@dataclass(frozen=True, eq=False)
+class TracedKernelModel:
+    """The kernel model the tail sees: the optimizer step from its traced phase (scaled by the
+    stage's parameters), every other op from the fallback model."""
+
+    costs: TracedCosts
+    fallback: KernelModel
+
+    def cost(self, op: Op) -> OpCost:
+        step = self.costs.phases.get(TracePhase.OPTIMIZER)
+        if op.kind is not OpKind.OPTIMIZER or step is None:
+            return self.fallback.cost(op)
+        full = block_params(self.costs.job, TracePhase.OPTIMIZER, _stage_layers(self.costs.job))
+        share = op.shape[0] / full if full > 0 else 1.0
+        return OpCost(max(step.gpu_s, step.host_s) * share,
+                      CostSource.MEASURED if step.source == "traced" else CostSource.INTERPOLATED)
+
+
+def traced_costs(path_or_profile: str | Profile, job: Job, options: TracedOptions | None = None,
+                 fallback: KernelModel | None = None) -> TracedCosts:
+    profile = path_or_profile if isinstance(path_or_profile, Profile) else read_profile(path_or_profile)
+    if not profile.traced:
+        raise ProfileError(f"profile {profile.path} holds no traces; add one with `python -m "
+                           f"vtrain_ml.profile import-trace TRACE --job JOB --out {profile.path}`")
+    return TracedCosts(profile, job, options, fallback)
+
+
+def simulate_traced(job: Job, profile: str | Profile, options: TracedOptions | None = None,
+                    fallback: KernelModel | None = None, network: Any = None) -> Any:
+    """`simulate` with a traced profile's phase costs; `profile_coverage` reports the share of
+    GPU time that was traced, scaled or analytic."""
+    return _simulate(traced_costs(profile, job, options, fallback), network)
+
+
+def _simulate(costs: TracedCosts, network: Any) -> Any:
+    from simulator.simulate import simulate
+
+    kernels = TracedKernelModel(costs, costs.fallback)
+    result = simulate(costs.job, kernels=kernels, network=network, blocks=costs)
+    return replace(result, profile_coverage=costs.coverage())
+
+
+def simulate_with_profile(job: Job, path: str, strict: bool = False
+                          ) -> tuple[Any, dict[str, str] | None]:
+    """`simulate` from any profile directory: traced phases when it has traces (op
+    measurements, if also present, cost what no trace covers), else its op measurements.
+    Returns the result and, for a traced profile, each phase's source."""
+    from simulator.profiled import (
+        ProfiledKernelModel,
+        check_device,
+        kernel_model_from_profile,
+        network_from_profile,
+        ops_from_table,
+    )
+    from simulator.simulate import simulate
+
+    profile = read_profile(path)
+    network = network_from_profile(path, job) if profile.collectives is not None else None
+    if not profile.traced:
+        kernels = kernel_model_from_profile(path, job, strict)
+        return simulate(job, kernels=kernels, network=network), None
+    check_device(profile, job, strict)
+    analytic = AnalyticKernelModel(job.hardware, job.training.precision)
+    fallback: KernelModel = analytic
+    if profile.ops is not None:
+        fallback = ProfiledKernelModel.from_measurements(ops_from_table(profile.ops), analytic)
+    costs = TracedCosts(profile, job, None, fallback)
+    return _simulate(costs, network), costs.sources()

@@ -1,0 +1,88 @@
+"""`profile trace` on CPU: the reference stack (and a tiny Hugging Face Llama when transformers is
+installed) runs, is traced, and goes through the same import path; shards have per-rank shapes."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from profiler.stacks import megatron_core
+from simulator.loaders import load_job
+from simulator.profile_format import read_profile
+from simulator.traced import simulate_traced
+from vtrain_ml.cli.profile import main
+
+DATA = Path(__file__).parents[1] / "data" / "traces"
+TINY = DATA / "tiny_trace_gpt.yaml"
+TINY_LLAMA = Path(__file__).parent / "tiny_llama.yaml"
+FAST = ["--device", "cpu", "--layers", "2", "--micro-batches", "2", "--warmup", "1",
+        "--repeats", "2", "--threads", "1", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("trace") / "ref"
+    assert main(["trace", "--stack", "reference", "--models", str(TINY), "--recompute", "none,full",
+                 "--out", str(out), *FAST]) == 0
+    return out
+
+
+def test_reference_stack_traces_on_cpu_end_to_end(reference):
+    p = read_profile(reference)
+    assert sorted(p.traces["recompute"]) == ["full", "none"]
+    assert set(p.traces["source"]) == {"trace"} and set(p.traces["stack"]) == {"reference"}
+    phases = p.phases.merge(p.traces[["trace", "recompute"]], on="trace")
+    full = set(phases[phases["recompute"] == "full"]["phase"])
+    assert "layer_recompute" in full
+    assert (p.traces["unattributed_kernels"] == 0).all()
+    # measured without and with the profiler: the profiler only adds host time
+    assert ((p.traces["host_ratio"] > 0) & (p.traces["profiler_op_s"] >= 0)).all()
+    assert (p.traces["measured_iteration_s"] > 0).all()
+    assert len(list((reference / "traces").glob("*.json.gz"))) == 2
+
+
+def test_a_traced_profile_predicts_the_traced_job(reference):
+    job = load_job(TINY)
+    result = simulate_traced(job, read_profile(reference))
+    assert result.profile_coverage["traced"] == 1.0
+    assert result.iteration_time_s > 0
+
+
+def test_resume_skips_traced_shapes_and_reruns_nothing(reference, capsys):
+    assert main(["trace", "--stack", "reference", "--models", str(TINY), "--recompute", "none",
+                 "--out", str(reference), "--resume", *FAST]) == 0
+    assert "0 shapes traced now" in capsys.readouterr().out
+
+
+def test_tensor_parallel_shards_have_per_rank_shapes(tmp_path):
+    out = tmp_path / "tp"
+    assert main(["trace", "--models", str(TINY_LLAMA), "--tp", "2", "--sequence-parallel", "on",
+                 "--out", str(out), *FAST]) == 0
+    row = read_profile(out).traces.iloc[0]
+    assert (row["tp"], row["sequence_parallel"], row["heads"], row["query_groups"]) == (2, 1, 4, 2)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                    reason="transformers is not installed")
+def test_huggingface_llama_traces_on_cpu(tmp_path):
+    out = tmp_path / "hf"
+    assert main(["trace", "--stack", "huggingface", "--models", str(TINY_LLAMA), "--out", str(out),
+                 *FAST]) == 0
+    p = read_profile(out)
+    assert set(p.traces["stack"]) == {"huggingface"} and int(p.traces.iloc[0]["layers"]) == 2
+    assert {"layer_forward", "layer_backward", "head_forward"} <= set(p.phases["phase"])
+
+
+@pytest.mark.skipif(megatron_core.available(), reason="megatron-core is installed")
+def test_megatron_core_absent_is_one_clear_error(tmp_path, capsys):
+    assert main(["trace", "--stack", "megatron-core", "--models", str(TINY), "--out",
+                 str(tmp_path / "m"), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "megatron-core" in err and err.count("\n") == 1
+
+
+def test_bad_shard_is_one_clear_error(tmp_path, capsys):
+    assert main(["trace", "--models", str(TINY), "--tp", "3", "--out", str(tmp_path / "x"), *FAST]) == 2
+    assert "not divisible by tp=3" in capsys.readouterr().err

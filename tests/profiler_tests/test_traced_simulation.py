@@ -1,0 +1,113 @@
+"""The simulator uses traced phase costs: composed over layers and micro-batches, scaled to
+shapes that were not traced, and a window costs max(GPU time, host time)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.loaders import load_job
+from simulator.profile_format import TracePhase
+from simulator.simulate import simulate
+from simulator.traced import TracedOptions, simulate_traced, traced_costs
+from tests.profiler_tests.trace_builder import Builder, write
+from vtrain_ml.cli.profile import main
+from vtrain_ml.cli.simulate import main as simulate_main
+
+JOB = """model: {{name: syn, num_layers: {layers}, hidden_size: 16, num_attention_heads: 2,
+        vocab_size: 64, seq_length: 8, use_bias: false}}
+training: {{global_batch_size: {gbs}, micro_batch_size: {mb}, flash_attention: true}}
+parallel: {{tp: 1, pp: 1, dp: 1}}
+cluster: {{gpu: h100-sxm-80gb, num_gpus: 1}}
+"""
+
+
+def _job(tmp_path: Path, layers: int = 3, mb: int = 2, micro_batches: int = 2) -> Path:
+    path = tmp_path / f"job_l{layers}_mb{mb}_m{micro_batches}.yaml"
+    path.write_text(JOB.format(layers=layers, mb=mb, gbs=mb * micro_batches))
+    return path
+
+
+def _profile(tmp_path: Path, kernel_us: float, name: str) -> Path:
+    trace = write(Builder(layers=3, micro_batches=2, kernel_us=kernel_us).build(),
+                  tmp_path / f"{name}.json.gz")
+    out = tmp_path / name
+    assert main(["import-trace", str(trace), "--job", str(_job(tmp_path)), "--out", str(out)]) == 0
+    return out
+
+
+# per micro-batch forward: embedding 1 + 3 layers x 5 + head 3 kernels; each kernel then the
+# GPU's 1 us gap to the next (what the trace shows between back-to-back kernels)
+FORWARD_KERNELS = 1 + 3 * 5 + 3
+
+
+def test_the_forward_time_is_the_traced_kernels(tmp_path):
+    profile = _profile(tmp_path, 200.0, "slow")
+    result = simulate_traced(load_job(_job(tmp_path)), profile)
+    assert result.breakdown["forward"] == pytest.approx(2 * FORWARD_KERNELS * 201e-6, rel=0.01)
+    assert result.profile_coverage["traced"] == 1.0
+
+
+def test_ten_times_slower_kernels_are_a_ten_times_slower_forward(tmp_path):
+    """Fails if the simulator ignored the traced phase costs."""
+    job = load_job(_job(tmp_path))
+    fast = simulate_traced(job, _profile(tmp_path, 20.0, "fast"))
+    slow = simulate_traced(job, _profile(tmp_path, 200.0, "slow"))
+    assert slow.breakdown["forward"] / fast.breakdown["forward"] == pytest.approx(201 / 21, rel=0.02)
+    assert slow.iteration_time_s > 3 * fast.iteration_time_s
+    assert simulate(job).breakdown["forward"] < 0.1 * slow.breakdown["forward"]  # not the analytic
+
+
+def test_more_layers_compose_the_traced_layer(tmp_path):
+    profile = _profile(tmp_path, 200.0, "slow")
+    deep = simulate_traced(load_job(_job(tmp_path, layers=12)), profile)
+    assert deep.breakdown["forward"] == pytest.approx(2 * (1 + 12 * 5 + 3) * 201e-6, rel=0.01)
+    assert deep.profile_coverage["traced"] > 0.9  # the optimizer alone scales with the params
+
+
+def test_an_untraced_micro_batch_is_scaled_and_reported(tmp_path):
+    profile = _profile(tmp_path, 200.0, "slow")
+    costs = traced_costs(str(profile), load_job(_job(tmp_path, mb=4)))
+    layer = costs.phases[TracePhase.LAYER_FORWARD]
+    assert layer is not None and layer.source == "scaled"
+    # twice the tokens: twice the (memory-bound) kernel time, the same launches and gaps
+    assert layer.gpu_s - 5 * 1e-6 == pytest.approx(2 * 5 * 200e-6, rel=0.1)
+    assert costs.coverage()["scaled"] > 0.9
+
+
+def test_a_host_bound_trace_reproduces_its_own_iteration(tmp_path):
+    builder = Builder(layers=3, micro_batches=2, kernel_us=1.0, gap_us=40.0)
+    trace = write(builder.build(), tmp_path / "host.json.gz")
+    out = tmp_path / "host"
+    assert main(["import-trace", str(trace), "--job", str(_job(tmp_path)), "--out", str(out)]) == 0
+    ops = [e for e in builder.events if e["cat"] == "cpu_op"]
+    span = (max(e["ts"] + e["dur"] for e in ops) - min(e["ts"] for e in ops)) * 1e-6
+    result = simulate_traced(load_job(_job(tmp_path)), out, TracedOptions(profiled_host=True))
+    assert result.iteration_time_s == pytest.approx(span, rel=0.03)
+    # without the profiler the host is faster: the default deflation applies
+    real = simulate_traced(load_job(_job(tmp_path)), out)
+    assert real.iteration_time_s < 0.9 * result.iteration_time_s
+
+
+def test_simulate_cli_reports_the_traced_profile(tmp_path, capsys):
+    profile = _profile(tmp_path, 200.0, "slow")
+    assert simulate_main([str(_job(tmp_path, mb=4)), "--profile", str(profile)]) == 0
+    out = capsys.readouterr().out
+    assert "traced profile: " in out and "layer_forward scaled" in out
+
+
+def test_the_host_gpu_timeline_is_max_of_the_two_over_long_windows():
+    from simulator.host_timeline import Step, cycle_time
+
+    gpu_bound = cycle_time([Step(host_s=1.0, gpu_s=2.0, kernels=4, count=500)], 3)
+    assert gpu_bound == pytest.approx(3 * 500 * 2.0 + 0.25)  # the GPU waits for the first kernel
+    host_bound = cycle_time([Step(host_s=2.0, gpu_s=1.0, kernels=4, count=500)], 3)
+    assert host_bound == pytest.approx(3 * 500 * 2.0 + 0.25)  # the last kernel runs after the host
+
+
+def test_a_gpu_heavy_phase_at_the_end_of_host_work_is_not_hidden():
+    from simulator.host_timeline import Step, cycle_time
+
+    seq = [Step(host_s=10.0, gpu_s=1.0, kernels=10), Step(host_s=1.0, gpu_s=10.0, kernels=1)]
+    assert cycle_time(seq, 1) == pytest.approx(10 + 1 + 10)  # not max(11, 11)
