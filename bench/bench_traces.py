@@ -195,6 +195,8 @@ def fresh_profiles(profiles: dict[str, Path], runs: Path, measure_here: bool
         if tag not in loaded:
             print(f"  {name}: no profile for tag {tag}", flush=True)
             continue
+        if pd.isna(r["iteration_ms"]):  # an out-of-memory run: no time to predict
+            continue
         job = load_job(runs.parent / str(r["job"]))
         try:
             costs = traced_costs(loaded[tag], job)

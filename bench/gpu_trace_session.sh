@@ -73,6 +73,10 @@ fi
 log "scoring the fresh profiles"
 PROFILES=("mgpt=$OUT/profiles/reference" "llama=$OUT/profiles/huggingface" "gpt2=$OUT/profiles/huggingface")
 part bench 30 "$PY" bench/bench_traces.py --runs "$RUNS" --json "$OUT/bench.json" --profiles "${PROFILES[@]}"
+if [ "${SMOKE:-0}" != 1 ]; then  # the 14 jobs measured one per process (other shapes)
+  part bench-fresh 30 "$PY" bench/bench_traces.py --runs data/measured/h100/runs_fresh_process.csv \
+    --json "$OUT/bench_fresh.json" --profiles "${PROFILES[@]}"
+fi
 # the same predictions against each whole job timed on this GPU (rows print as they finish)
 part bench-here 70 "$PY" bench/bench_traces.py --runs "$RUNS" --measure-here \
   --json "$OUT/bench_here.json" --profiles "${PROFILES[@]}"
