@@ -41,15 +41,17 @@ def plot_allocation(ax: Any, result: ScheduleResult) -> None:
     hours = times / HOUR
     colors = _pyplot().get_cmap("tab20")
     bottom = np.zeros(len(times))
+    named = len(result.jobs) <= 20  # a legend entry per job only while it stays readable
     for row in range(len(grid)):
         if grid[row].any():
             top = bottom + grid[row]
-            ax.fill_between(hours, bottom, top, step="post", color=colors(row % 20), linewidth=0)
+            ax.fill_between(hours, bottom, top, step="post", color=colors(row % 20), linewidth=0,
+                            label=result.jobs[row].name if named else None)
             bottom = top
     ax.axhline(result.num_gpus, color="k", lw=0.8, ls="--", label=f"{result.num_gpus} GPUs")
     ax.set(xlabel="time (h)", ylabel="GPUs allocated", ylim=(0, result.num_gpus * 1.05),
            title=f"GPU allocation per job ({result.policy}, {result.oracle} oracle)")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
 
 
 def plot_jct_cdf(ax: Any, results: Sequence[ScheduleResult]) -> None:

@@ -4,8 +4,10 @@
   satisfactory share (`timeline.minimum_share`, jobs in deadline order), then spare GPUs to the
   jobs where they buy the most, one level at a time (``allocate_free_gpus`` / ``get_marginal``
   in ElasticFlow's ``scheduler/scheduler.py``). The gain of moving a job from a to b GPUs is
-  the predicted reduction of its remaining time per added GPU, times its priority; a job that
-  holds no GPUs is started first (deadline order), as ElasticFlow's infinite marginal gain does.
+  the predicted reduction of its remaining time (a restart included) per added GPU, times its
+  priority; a job that holds no GPUs is started first (deadline order), as ElasticFlow's
+  infinite marginal gain does -- at its planned share (or what it held), not at one GPU, since
+  growing it to its share later would cost a restart that ElasticFlow's model does not have.
   Jobs that cannot meet their deadline are rejected at arrival and never run.
 - `FixedRequestPolicy` -- FIFO or EDF with fixed GPU requests, no preemption: the queue is
   served in order and stops at the first job that does not fit (ElasticFlow's
@@ -116,7 +118,8 @@ class ElasticPolicy(Policy):
         gpus = {j.id: (r.gpus_now if (r := plan[j.id]) else 0) for j in admitted}
         spare = capacity - sum(gpus.values())
         assert spare >= 0
-        fill_spare(gpus, admitted, spare, self.restart_s)
+        targets = {j.id: j.current if j.current else (r.quota if (r := plan[j.id]) else 0) for j in admitted}
+        fill_spare(gpus, admitted, spare, self.restart_s, targets)
         later = [r.start_s for r in plan.values() if r is not None and r.start_s > now + EPS_S]
         return Decision(gpus, tuple(rejected), min(later) if later else None)
 
@@ -129,25 +132,31 @@ def remaining_time(job: JobView, gpus: int, restart_s: float) -> float:
     return job.remaining * job.levels.seconds(gpus) + (restart_s if moves else 0.0)
 
 
-def _next_step(job: JobView, gpus: int, spare: int) -> int | None:
-    """The next affordable GPU count: back to what the job holds now (no restart), else its
-    next level up; None when neither fits in `spare`."""
-    if gpus < job.current <= gpus + spare:
-        return job.current
+def _next_step(job: JobView, gpus: int, spare: int, target: int) -> int | None:
+    """The next affordable GPU count. Below its `target` (what the job holds now, or the share it
+    is planned to run at) a job moves as close to the target as the spare GPUs allow: starting
+    below its share, or shrinking, would cost a restart later. At or above it, the next level."""
+    if gpus < target:
+        i = job.levels.floor(min(target, gpus + spare))
+        return int(job.levels.gpus[i]) if i >= 0 and job.levels.gpus[i] > gpus else None
     i = job.levels.floor(gpus) + 1
     if i < len(job.levels.gpus) and job.levels.gpus[i] - gpus <= spare:
         return int(job.levels.gpus[i])
     return None
 
 
-def fill_spare(gpus: dict[int, int], jobs: Sequence[JobView], spare: int, restart_s: float) -> None:
-    """Hand `spare` GPUs out one level at a time to the largest marginal gain (in place)."""
+def fill_spare(gpus: dict[int, int], jobs: Sequence[JobView], spare: int, restart_s: float,
+               targets: dict[int, int] | None = None) -> None:
+    """Hand `spare` GPUs out one step at a time to the largest marginal gain (in place).
+
+    `targets`: per job the count its first step aims at (default: the GPUs it holds now)."""
     by_id = {j.id: j for j in jobs}
+    aims = {j.id: j.current for j in jobs} | dict(targets or {})
     heap: list[tuple[tuple[int, float, float, int], int, int, int]] = []
 
     def push(job: JobView) -> None:
         have = gpus[job.id]
-        step = _next_step(job, have, spare)
+        step = _next_step(job, have, spare, aims[job.id])
         if step is None:
             return
         gain = (remaining_time(job, have, restart_s) - remaining_time(job, step, restart_s)) / (step - have)
@@ -166,7 +175,7 @@ def fill_spare(gpus: dict[int, int], jobs: Sequence[JobView], spare: int, restar
         job = by_id[jid]
         if gpus[jid] != have:
             continue  # stale entry: the job moved since
-        step = _next_step(job, have, spare)
+        step = _next_step(job, have, spare, aims[jid])
         if step != planned:  # the spare GPUs shrank: rank the job's affordable step again
             push(job)
             continue
