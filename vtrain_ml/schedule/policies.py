@@ -105,22 +105,30 @@ class ElasticPolicy(Policy):
     def decide(self, now: float, active: Sequence[JobView], arrived: Sequence[JobView],
                capacity: int) -> Decision:
         admitted = list(active)
-        plan = self.plan(now, admitted, capacity)
+        plan: dict[int, Reservation | None] | None = None  # of `admitted`, computed when needed
         rejected: list[int] = []
         for job in arrived:
             trial = self.plan(now, [*admitted, job], capacity)
-            kept = all(trial[j.id] is not None for j in admitted if plan[j.id] is not None)
-            if trial[job.id] is not None and kept:
+            late = [j.id for j in admitted if trial[j.id] is None]
+            if late and plan is None:
+                plan = self.plan(now, admitted, capacity)
+            # admit when the newcomer meets its deadline and every admitted job that could
+            # meet its own still can
+            if trial[job.id] is not None and all(plan is None or plan[i] is None for i in late):
                 admitted.append(job)
                 plan = trial
             else:
                 rejected.append(job.id)
+        if plan is None:
+            plan = self.plan(now, admitted, capacity)
         gpus = {j.id: (r.gpus_now if (r := plan[j.id]) else 0) for j in admitted}
         spare = capacity - sum(gpus.values())
         assert spare >= 0
         targets = {j.id: j.current if j.current else (r.quota if (r := plan[j.id]) else 0) for j in admitted}
         fill_spare(gpus, admitted, spare, self.restart_s, targets)
-        later = [r.start_s for r in plan.values() if r is not None and r.start_s > now + EPS_S]
+        # re-plan when a reservation begins for a job that holds less than its share by then
+        later = [r.start_s for jid, r in plan.items()
+                 if r is not None and r.start_s > now + EPS_S and gpus[jid] < r.quota]
         return Decision(gpus, tuple(rejected), min(later) if later else None)
 
 
