@@ -44,7 +44,7 @@ def shipped(cache: CurveCache, jobs: int) -> None:
     exact = make_oracle("simulator", cluster, cache, jobs)
     linear = make_oracle("linear", cluster, cache, jobs)
     start = time.perf_counter()
-    s = Scheduler(trace, cluster, exact, restart_s=300.0)
+    s = Scheduler(trace, cluster, exact, restart_s=300.0, slot_s=60.0)
     print(f"== Shipped trace: {len(trace.rows)} jobs on 1,024 A100-80GB, restart cost 300 s ==")
     info = s.oracle_info(exact)
     print(f"simulator oracle: {info['exact_simulations']:,} exact simulations for {info['shapes']} job "
@@ -87,7 +87,7 @@ def large(surrogate: Path, jobs: int) -> None:
         for label in ("cold (no cached curves)", "warm (curves cached on disk)"):
             oracle = make_oracle("surrogate", cluster, CurveCache(tmp), surrogate=surrogate)
             start = time.perf_counter()
-            s = Scheduler(trace, cluster, oracle, restart_s=300.0)
+            s = Scheduler(trace, cluster, oracle, restart_s=300.0, slot_s=60.0)
             curves = time.perf_counter() - start
             result = s.run("elastic", oracle)
             total = time.perf_counter() - start

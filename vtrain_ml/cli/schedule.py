@@ -49,6 +49,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of --generate's trace")
     p.add_argument("--restart-cost", type=float, default=300.0, metavar="S",
                    help="seconds a re-allocated job loses (checkpoint + restart; default 300)")
+    p.add_argument("--slot", type=float, default=60.0, metavar="S",
+                   help="elastic policy: least seconds between re-plans that no arrival or completion "
+                        "triggers (ElasticFlow's scheduling slot; default 60, 0 = exact)")
     p.add_argument("--compare", action="store_true",
                    help="also run every other oracle (surrogate too with --surrogate), side by side")
     p.add_argument("--surrogate", metavar="FOLDER", help="trained surrogate for --oracle surrogate")
@@ -154,7 +157,9 @@ def _main(args: argparse.Namespace) -> int:
 
     main_oracle = build(args.oracle)
     reference = main_oracle if args.oracle == "surrogate" else build("simulator")
-    scheduler = Scheduler(trace, cluster, reference, args.restart_cost, progress)
+    if args.slot < 0:
+        raise ConfigError(f"--slot={args.slot}: must be >= 0 seconds")
+    scheduler = Scheduler(trace, cluster, reference, args.restart_cost, progress, args.slot)
     result = scheduler.run(args.policy, main_oracle)
     compared = [result] + [scheduler.run(args.policy, build(name)) for name in oracles if name != args.oracle]
     figure = None

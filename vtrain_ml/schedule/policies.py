@@ -90,15 +90,19 @@ class FixedRequestPolicy(Policy):
 class ElasticPolicy(Policy):
     name = PolicyName.ELASTIC
 
-    def __init__(self, restart_s: float = 0.0) -> None:
+    def __init__(self, restart_s: float = 0.0, slot_s: float = 0.0) -> None:
+        """`slot_s`: ElasticFlow's ``scheduling_slot`` -- the least time between re-plans that no
+        arrival or completion triggers; shares are planned to end `slot_s` before the deadline,
+        so that a reservation starting up to one slot late still finishes in time."""
         self.restart_s = restart_s
+        self.slot_s = slot_s
 
     def plan(self, now: float, jobs: Sequence[JobView], capacity: int) -> dict[int, Reservation | None]:
         """Minimum satisfactory shares in deadline order on one free-GPU timeline."""
         timeline = FreeTimeline(now, capacity)
         out: dict[int, Reservation | None] = {}
         for job in sorted(jobs, key=lambda j: (j.deadline_s, j.arrival_s, j.id)):
-            out[job.id] = minimum_share(timeline, job.levels, job.remaining, job.deadline_s,
+            out[job.id] = minimum_share(timeline, job.levels, job.remaining, job.deadline_s - self.slot_s,
                                         self.restart_s, job.current, job.started)
         return out
 
@@ -129,7 +133,7 @@ class ElasticPolicy(Policy):
         # re-plan when a reservation begins for a job that holds less than its share by then
         later = [r.start_s for jid, r in plan.items()
                  if r is not None and r.start_s > now + EPS_S and gpus[jid] < r.quota]
-        return Decision(gpus, tuple(rejected), min(later) if later else None)
+        return Decision(gpus, tuple(rejected), max(min(later), now + self.slot_s) if later else None)
 
 
 def remaining_time(job: JobView, gpus: int, restart_s: float) -> float:
@@ -192,8 +196,8 @@ def fill_spare(gpus: dict[int, int], jobs: Sequence[JobView], spare: int, restar
         push(job)
 
 
-def make_policy(name: str | PolicyName, restart_s: float = 0.0) -> Policy:
+def make_policy(name: str | PolicyName, restart_s: float = 0.0, slot_s: float = 0.0) -> Policy:
     policy = PolicyName(name)
     if policy is PolicyName.ELASTIC:
-        return ElasticPolicy(restart_s)
+        return ElasticPolicy(restart_s, slot_s)
     return FixedRequestPolicy(policy)

@@ -55,12 +55,13 @@ class Scheduler:
     """One trace on one cluster; `run(policy, oracle)` any number of times."""
 
     def __init__(self, trace: Trace, cluster: Cluster, reference: Oracle,
-                 restart_s: float = 300.0, progress: Progress | None = None) -> None:
+                 restart_s: float = 300.0, progress: Progress | None = None, slot_s: float = 0.0) -> None:
         if restart_s < 0:
             raise ConfigError(f"--restart-cost={restart_s}: must be >= 0 seconds")
         self.trace = trace
         self.cluster = cluster
         self.restart_s = restart_s
+        self.slot_s = slot_s
         self.progress = progress
         self.drafts: list[DraftJob] = draft(trace)
         self._curves: dict[str, dict[str, ScalingCurve]] = {}
@@ -90,19 +91,19 @@ class Scheduler:
         curves = self.curves(oracle)
         per_job = [curves[w.shape.key].up_to(self.cluster.num_gpus) for w in self.workloads]
         return simulate_schedule(self.workloads, per_job, policy, self.cluster, self.restart_s, oracle.name,
-                                 self.oracle_info(oracle), self.progress)
+                                 self.oracle_info(oracle), self.progress, self.slot_s)
 
 
 def simulate_schedule(workloads: Sequence[Workload], curves: Sequence[ScalingCurve], policy: str,
                       cluster: Cluster, restart_s: float, oracle: str = "",
                       oracle_info: Mapping[str, Any] | None = None,
-                      progress: Progress | None = None) -> ScheduleResult:
+                      progress: Progress | None = None, slot_s: float = 0.0) -> ScheduleResult:
     """Run `policy` over the workloads, each with its curve (the policy decides on the curves'
     predicted times; jobs progress at their exact times)."""
     requests = [fixed_request(w, Levels.of(c)) for w, c in zip(workloads, curves, strict=True)]
     runs = new_runs(workloads, curves, requests)
     advance = progress(f"{policy} / {oracle}", len(runs)) if progress else None
-    sim = ClusterSimulation(runs, make_policy(policy, restart_s), cluster.num_gpus, restart_s,
+    sim = ClusterSimulation(runs, make_policy(policy, restart_s, slot_s), cluster.num_gpus, restart_s,
                             (lambda: advance(1)) if advance else None)
     sim.run()
     jobs = tuple(outcome_of(r) for r in sorted(sim.runs, key=lambda r: r.id))
