@@ -1,8 +1,10 @@
 """Graph -> timed tasks: cost each block once, then compose stage-chunk durations.
 
 Identical layers are costed once; a chunk's forward is `layers * layer forward` plus the
-embedding on the first model chunk and the head on the last. Tensor-parallel collectives block
-the compute stream and are kept separately for the breakdown. Framework overheads are explicit:
+embedding on the first model chunk and the head on the last. Blocking tensor-parallel
+collectives stall the compute stream; asynchronous ones (Megatron's overlapped backward
+collectives) cost only what outlasts the GEMM they overlap. Both are kept separately for the
+breakdown. Framework overheads are explicit:
 host dispatch beyond the GPU's work (per kernel and per collective call) and a fixed cost per
 micro-batch step (pipeline-engine bookkeeping, data loading) -- on small models they dominate.
 """
@@ -57,17 +59,21 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTimer,
     window of kernels takes max(GPU time, host dispatch time), not a per-kernel maximum; host
     dispatch is `host_overhead_s` per kernel plus `collective_overhead_s` per collective call."""
     by_source: dict[CostSource, float] = defaultdict(float)
+    seconds: dict[str, float] = {}
 
     def compute(ops: tuple[Op, ...]) -> float:
         total = 0.0
         for op in ops:
             c = kernels.cost(op)
             by_source[c.source] += c.seconds
+            seconds[op.name] = c.seconds
             total += c.seconds
         return total
 
     def comm(ops: tuple[CommOp, ...]) -> float:
-        return sum(comm_time(op) for op in ops)
+        """Blocking collectives in full; asynchronous ones only beyond the op they overlap."""
+        return sum(max(0.0, comm_time(op) - seconds.get(op.overlap, 0.0)) if op.overlap
+                   else comm_time(op) for op in ops)
 
     def host(ops: tuple[Op, ...], comms: tuple[CommOp, ...]) -> float:
         launches = sum(op.kernels for op in ops)
@@ -111,10 +117,10 @@ def lower(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel
     layer = cost_block(graph.layer, kernels, timer, eff)
     emb = cost_block(graph.embedding, kernels, timer, eff)
     head = cost_block(graph.head, kernels, timer, eff)
-    p, v, n = job.parallel.pp, job.parallel.virtual_stages, graph.layers_per_chunk
+    p, v, n = job.parallel.pp, job.parallel.virtual_stages, graph.chunk_layers
 
     def grid(attr: str) -> np.ndarray:
-        g = np.full((p, v), n * getattr(layer, attr))
+        g = n * getattr(layer, attr)
         g[0, 0] += getattr(emb, attr)
         g[p - 1, v - 1] += getattr(head, attr)
         return g

@@ -16,15 +16,26 @@ import numpy as np
 
 from simulator.engine import RoundPlan
 from simulator.enums import Precision
+from simulator.framework import semantics
 from simulator.graph import JobGraph
-from simulator.params import embedding_params, head_params, layer_params, padded_vocab
+from simulator.params import final_norm_params, layer_params, padded_vocab, position_params
+from simulator.partition import stage_layers
 from simulator.specs import GiB, Job
 
+# Megatron-DeepSpeed's accounting, kept for callers that want a lower bound on Megatron stacks'
+# static memory (2 + these bytes per parameter); `static_bytes_per_param` is the exact one.
 OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights, Adam momentum and variance
 
 
 def grad_bytes_per_param(precision: Precision) -> int:
     return 4 if precision is Precision.BF16 else 2
+
+
+def static_bytes_per_param(job: Job) -> float:
+    """Bytes per parameter of weights, gradients and optimizer states under the job's framework
+    (simulator.framework), the sharded part split over dp with the distributed optimizer."""
+    shard = job.dp if job.parallel.distributed_optimizer else 1
+    return semantics(job.training.framework).param_bytes(job.training.precision).per_param(shard)
 
 
 @dataclass(frozen=True)
@@ -45,21 +56,25 @@ class StageMemory:
 
 
 def stage_param_counts(job: Job) -> np.ndarray:
-    """Parameters held by one GPU of each pipeline stage (its tp shard)."""
+    """Parameters held by one GPU of each pipeline stage: its layers' tp shard plus, on the first
+    stage, the word embedding's shard and the replicated position embedding, on the last the
+    replicated final norm and the output layer's shard (or, with more than one stage, the tied
+    word embedding's copy)."""
     p, tp, m = job.parallel.pp, job.parallel.tp, job.model
-    layers = m.num_layers // p
-    counts = np.full(p, layers * layer_params(m).per_rank(tp))
-    counts[0] += embedding_params(m, tp) / tp
-    counts[-1] += head_params(m, tp) / tp
-    if p > 1 and m.tied_embeddings:  # the last stage keeps a copy of the word embedding
-        counts[-1] += padded_vocab(m, tp) * m.hidden_size / tp
+    pad = semantics(job.training.framework).pads_vocab
+    table = padded_vocab(m, tp, pad) * m.hidden_size / tp
+    counts = stage_layers(job) * layer_params(m).per_rank(tp)
+    counts[0] += table + position_params(m)
+    counts[-1] += final_norm_params(m)
+    if not m.tied_embeddings or p > 1:  # an untied output layer, or the tied table's copy
+        counts[-1] += table
     return counts
 
 
 def chunk_activation_bytes(job: Job, graph: JobGraph) -> np.ndarray:
     """(p, v) activation bytes one micro-batch leaves saved on each stage chunk."""
     p, v = job.parallel.pp, job.parallel.virtual_stages
-    act = np.full((p, v), graph.layers_per_chunk * graph.layer.saved_bytes)
+    act = graph.chunk_layers * graph.layer.saved_bytes
     act[0, 0] += graph.embedding.saved_bytes
     act[p - 1, v - 1] += graph.head.saved_bytes
     return act
@@ -82,8 +97,9 @@ def stage_memory(job: Job, graph: JobGraph, plan: RoundPlan) -> list[StageMemory
     act = in_flight_peak(plan, chunk_activation_bytes(job, graph), job.num_microbatches)
     working = graph.layer.working_bytes
     reserved = job.hardware.reserved_memory_GiB * GiB
-    grad = grad_bytes_per_param(job.training.precision)
+    pb = semantics(job.training.framework).param_bytes(job.training.precision)
     return [
-        StageMemory(2.0 * n, grad * n, OPTIMIZER_BYTES_PER_PARAM * n / shard, a + working, reserved)
+        StageMemory(pb.weights * n, (pb.gradients + pb.main_gradients / shard) * n,
+                    (pb.master_weights + pb.optimizer_states) * n / shard, a + working, reserved)
         for n, a in zip(params, act, strict=True)
     ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from simulator.enums import Schedule
 from simulator.errors import ConfigError
+from simulator.partition import partition_problems
 from simulator.specs import Job
 
 
@@ -76,7 +77,7 @@ def job_problems(job: Job) -> list[str]:
 
 
 def _pipeline_problems(job: Job) -> list[str]:
-    m, p = job.model, job.parallel
+    p = job.parallel
     pp, v = p.pp, p.virtual_stages
     problems = []
     if v > 1 and p.schedule is not Schedule.INTERLEAVED_1F1B:
@@ -88,12 +89,7 @@ def _pipeline_problems(job: Job) -> list[str]:
             f"schedule=interleaved_1f1b needs virtual_stages >= 2 and pipeline_parallel_size >= 2 "
             f"(got virtual_stages={v}, pp={pp}); use 1f1b otherwise"
         )
-    if m.num_layers % (pp * v):
-        what = f"pp*virtual_stages = {pp}*{v} = {pp * v}" if v > 1 else f"pipeline_parallel_size={pp}"
-        problems.append(
-            f"num_layers={m.num_layers} is not divisible by {what}; use a divisor of the layer count"
-        )
-    return problems
+    return problems + partition_problems(job)
 
 
 def validate_job(job: Job) -> Job:
