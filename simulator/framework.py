@@ -80,6 +80,9 @@ class FrameworkSemantics:
     all_forwards_first_when_m_equals_p: bool  # interleaved schedule with m == p
     grad_stats_all_reduce: bool  # the optimizer reduces gradient norm / overflow over model ranks
     p2p_scatter_gather: bool  # pipeline sends 1/tp of the activation, all-gathered on receipt
+    eager_autocast: bool  # eager PyTorch ops under autocast (simulator.graph_eager)
+    persistent_grad_buffer: bool  # gradients live in buffers allocated once (else: from the
+    # first backward of an iteration until the optimizer step, `zero_grad(set_to_none=True)`)
 
     def param_bytes(self, precision: Precision) -> ParamBytes:
         """Bytes per parameter of each role for `precision` (see the module docstring)."""
@@ -95,15 +98,15 @@ FRAMEWORKS: dict[Framework, FrameworkSemantics] = {
     Framework.MEGATRON_LM: FrameworkSemantics(
         gradient_accumulation_fusion=True, fp32_parameters=False, fp32_main_grad_copy_fp16=True,
         pads_vocab=True, all_forwards_first_when_m_equals_p=False, grad_stats_all_reduce=True,
-        p2p_scatter_gather=False),
+        p2p_scatter_gather=False, eager_autocast=False, persistent_grad_buffer=True),
     Framework.MEGATRON_DEEPSPEED: FrameworkSemantics(
         gradient_accumulation_fusion=False, fp32_parameters=False, fp32_main_grad_copy_fp16=False,
         pads_vocab=True, all_forwards_first_when_m_equals_p=True, grad_stats_all_reduce=True,
-        p2p_scatter_gather=True),
+        p2p_scatter_gather=True, eager_autocast=False, persistent_grad_buffer=True),
     Framework.PYTORCH: FrameworkSemantics(
         gradient_accumulation_fusion=False, fp32_parameters=True, fp32_main_grad_copy_fp16=False,
         pads_vocab=False, all_forwards_first_when_m_equals_p=False, grad_stats_all_reduce=False,
-        p2p_scatter_gather=False),
+        p2p_scatter_gather=False, eager_autocast=True, persistent_grad_buffer=False),
 }
 
 

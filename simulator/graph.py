@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator import graph_eager
 from simulator.enums import CollectiveKind, Norm, PositionEmbedding, Recompute
 from simulator.framework import FrameworkSemantics, semantics
 from simulator.ops import CommGroup, CommOp, Op, OpKind, Phase
@@ -40,6 +41,7 @@ class Block:
     recompute_comm: tuple[CommOp, ...]
     saved_bytes: float  # held from the micro-batch's forward until its backward
     working_bytes: float  # transient during its backward (e.g. the recomputed activations)
+    forward_transient_bytes: float = 0.0  # alive only at the end of its forward (loss temps)
 
 
 @dataclass(frozen=True)
@@ -474,8 +476,11 @@ def build_head(job: Job) -> Block:
         params.append(_grad_accum("logits.grad_accum", vocab * c.h, c.grad_bytes))
     fwd = (norm_f, logits_f, ce_f, loss_f)
     saved = sum(op.saved_bytes for op in fwd)
+    # the 16-bit logits live while their fp32 copy is made; the backward works in place on the
+    # fp32 softmax and casts the gradient back to 16 bits (VocabParallelCrossEntropy)
+    logits16 = c.dt * c.tokens * vocab
     return Block(fwd, (loss_b, ce_b, *logits_b, *params, norm_b), (), tuple(comm),
-                 logits_c.backward, (), saved, 0.0)
+                 logits_c.backward, (), saved, logits16, logits16)
 
 
 def p2p_bytes(job: Job) -> float:
@@ -489,8 +494,27 @@ def p2p_bytes(job: Job) -> float:
 
 
 def build_graph(job: Job) -> JobGraph:
+    if semantics(job.training.framework).eager_autocast:
+        return _eager_graph(job)
     return JobGraph(build_layer(job), build_embedding(job), build_head(job), chunk_layers(job),
                     p2p_bytes(job))
+
+
+def _eager_graph(job: Job) -> JobGraph:
+    """The eager PyTorch / autocast stack (simulator.graph_eager); tp = 1, no collectives.
+    Full recompute (`torch.utils.checkpoint`) keeps each layer's fp32 input and re-runs the
+    layer's forward, weight casts included."""
+    layer, emb, head = graph_eager.eager_layer(job), graph_eager.eager_embedding(job), \
+        graph_eager.eager_head(job)
+    T, h = job.training.micro_batch_size * job.model.seq_length, job.model.hidden_size
+    if job.training.recompute is Recompute.FULL:
+        block = Block(layer.fwd, layer.bwd, layer.fwd, (), (), (), FP32 * T * h, layer.saved_bytes)
+    else:
+        block = Block(layer.fwd, layer.bwd, (), (), (), (), layer.saved_bytes, 0.0)
+    return JobGraph(block, Block(emb.fwd, emb.bwd, (), (), (), (), emb.saved_bytes, 0.0),
+                    Block(head.block.fwd, head.block.bwd, (), (), (), (), head.block.saved_bytes,
+                          head.backward_transient_bytes, head.forward_transient_bytes),
+                    chunk_layers(job), p2p_bytes(job))
 
 
 def _ctx(job: Job) -> _Ctx:

@@ -53,7 +53,7 @@ class Op:
     bytes: float  # HBM traffic
     saved_bytes: float = 0.0  # activations kept for backward (forward ops only)
     variant: str = ""
-    kernels: int = 1
+    kernels: float = 1  # launches per micro-batch (fractional: runs in some micro-batches only)
 
     @property
     def profile_key(self) -> tuple[str, str, str, tuple[int, ...], int]:

@@ -60,6 +60,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         for s in range(p)
     )
     peak = float(max(s.memory.total_bytes for s in stages))
+    allocated = float(max(s.memory.allocated_bytes for s in stages))
     model_flops = model_flops_per_iteration(job)
     hw_flops = hardware_flops_per_iteration(job)
     tokens_per_s = job.training.global_batch_size * job.model.seq_length / iteration
@@ -87,6 +88,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         profile_coverage=_coverage(costs, job, graph),
         timeline=timeline,
         dp_comm_s=tuple(float(x) for x in tail.dp_comm_s),
+        peak_allocated_bytes=allocated,
     )
 
 

@@ -11,7 +11,16 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
-from simulator.enums import Framework, Norm, Optimizer, PositionEmbedding, Precision, Recompute, Schedule
+from simulator.enums import (
+    Activation,
+    Framework,
+    Norm,
+    Optimizer,
+    PositionEmbedding,
+    Precision,
+    Recompute,
+    Schedule,
+)
 from simulator.errors import ConfigError
 
 GiB = 1024**3
@@ -33,6 +42,7 @@ class ModelSpec(Frozen):
     num_query_groups: PositiveInt | None = None  # GQA/MQA; None = multi-head (= heads)
     ffn_hidden_size: PositiveInt | None = None  # None = 4 * hidden_size
     gated_mlp: bool = False  # SwiGLU: gate and up projections
+    activation_function: Activation = Activation.GELU  # of a non-gated MLP (HF's name)
     vocab_size: PositiveInt
     seq_length: PositiveInt
     norm: Norm = Norm.LAYERNORM
@@ -135,7 +145,7 @@ class HardwareSpec(Frozen):
     gpus_per_node: PositiveInt = 8
     inter_node_bandwidth_Gbps: PositiveFloat = 800.0  # per node
     price_per_gpu_hour_usd: float = Field(0.0, ge=0)
-    reserved_memory_GiB: float = Field(2.0, ge=0)  # CUDA context, NCCL buffers, fragmentation
+    reserved_memory_GiB: float = Field(2.0, ge=0)  # CUDA context and NCCL buffers (not allocator)
     supports_flash_attention: bool = True
     nccl_tables: str | None = None  # folder of nccl-tests all-reduce tables, relative to data/
     efficiency: Efficiency = Efficiency()

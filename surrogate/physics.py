@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.memory import ALLOCATOR_OVERHEAD, WORKSPACE_BYTES
 from simulator.specs import GiB, HardwareSpec
 from surrogate.columns import factorize
 
@@ -234,17 +235,26 @@ def memory(r: Rows, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     head_saved = (2 * act["sp_tokens"] * r.h + 2 * T * r.h * r.xp.where(r.sp > 0, 1 / r.t, 1.0)
                   + 4 * T * params["vocab_p"] / r.t)
     grad = r.xp.where(r.bf16 > 0, 4.0, 2.0)
-    main_grad_copy = r.xp.where(r.bf16 > 0, 0.0, 4.0)
+    main_grad_copy = r.xp.where(r.bf16 > 0, 0.0, 4.0)  # only at the optimizer step
     shard = r.xp.where(r.dopt > 0, r.d, 1.0)
-    per_param = 2.0 + grad + (OPTIMIZER_BYTES_PER_PARAM + main_grad_copy) / shard
-    fixed = act["working"] + r.hw["reserved_bytes"]
+    per_param = 2.0 + grad + OPTIMIZER_BYTES_PER_PARAM / shard
     one = r.p == 1
     first_act = flight["first"] * lpc * act["saved"] + flight["emb_first"] * emb_saved + one * head_saved
     last_act = (flight["last"] * lpc * act["saved"] + flight["head_last"] * head_saved
                 + one * emb_saved * flight["emb_first"])
     first_act = first_act + one * (flight["head_last"] - 1) * head_saved
-    first = per_param * params["first"] + first_act + fixed
-    last = per_param * params["last"] + last_act + fixed
+    logits16 = 2 * T * params["vocab_p"] / r.t  # the loss's 16-bit logits / gradient
+
+    def peak_moment(n: Vec, acts: Vec, head: Vec) -> Vec:
+        """simulator.memory: the largest of the forward, backward and optimizer moments, plus
+        the workspaces; x (1 + allocator overhead) + context."""
+        static = per_param * n
+        moments = r.xp.maximum(r.xp.maximum(acts + head, acts + r.xp.maximum(act["working"], head)),
+                               main_grad_copy / shard * n)
+        return (static + moments + WORKSPACE_BYTES) * (1 + ALLOCATOR_OVERHEAD) + r.hw["reserved_bytes"]
+
+    first = peak_moment(params["first"], first_act, one * logits16)
+    last = peak_moment(params["last"], last_act, logits16)
     peak = r.xp.maximum(first, last)
     return {"peak": peak, "first": first, "last": last, "activations": r.xp.maximum(first_act, last_act),
             "weights_states": per_param * r.xp.maximum(params["first"], params["last"]),

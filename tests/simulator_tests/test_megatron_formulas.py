@@ -11,7 +11,7 @@ from simulator import simulate
 from simulator.engine import round_plan
 from simulator.enums import CollectiveKind, Framework, Precision, Schedule
 from simulator.framework import semantics
-from simulator.graph import build_layer
+from simulator.graph import build_graph, build_layer
 from simulator.memory import in_flight_peak, static_bytes_per_param
 from simulator.metrics import hardware_flops_per_iteration, model_flops_per_iteration
 from simulator.network import NetworkModel
@@ -185,13 +185,12 @@ def test_bytes_per_parameter_follow_each_framework(framework, precision, plain, 
     for d in (2, 8, 64):
         assert pb.per_param(d) == pytest.approx(sharded[0] + sharded[1] / d)
     job = make_job(training={"framework": framework, "precision": precision},
-                   parallel={"distributed_optimizer": True})
+                   parallel={"tp": 1, "pp": 1, "dp": 8, "distributed_optimizer": True})
     assert static_bytes_per_param(job) == pytest.approx(sharded[0] + sharded[1] / job.dp)
 
 
 @pytest.mark.parametrize(("framework", "fused"), [("megatron-lm", True),
-                                                  ("megatron-deepspeed", False),
-                                                  ("pytorch", False)])
+                                                  ("megatron-deepspeed", False)])
 def test_gradient_accumulation_fusion_removes_the_weight_accumulation_kernels(framework, fused):
     """Megatron-LM accumulates GEMM weight gradients inside the wgrad GEMM by default; biases and
     norms are still added by the gradient hook. GPT layer: 4 weights, 4 biases, 2 LayerNorms
@@ -237,3 +236,14 @@ def test_megatron_deepspeed_m_equal_p_raises_later_stages_memory():
             assert deepspeed == pytest.approx(megatron, rel=1e-9)
         else:
             assert deepspeed > megatron
+
+
+@pytest.mark.parametrize("micro_batches", [1, 2, 4])
+def test_eager_autograd_accumulates_from_the_second_micro_batch(micro_batches):
+    """PyTorch autograd assigns `.grad` on the first backward and adds from the second: (m-1)/m
+    accumulation launches per parameter tensor and micro-batch (GPT layer: 12 tensors)."""
+    job = make_job(training={"framework": "pytorch", "precision": "bf16",
+                             "global_batch_size": 8 * micro_batches},
+                   parallel={"tp": 1, "pp": 1, "dp": 8})
+    launches = sum(op.kernels for op in build_graph(job).layer.backward if op.variant == "grad_accum")
+    assert launches == pytest.approx(12 * (micro_batches - 1) / micro_batches)
