@@ -22,8 +22,10 @@ set_to_none=True)`): they are absent from the first micro-batch's moments, so a 
 micro-batch peaks without them. What `torch.cuda.max_memory_allocated` reports is
 `allocated_bytes`: these terms plus the cuBLAS/cuBLASLt workspaces PyTorch allocates through its
 caching allocator. The allocator reserves more than it hands out (block rounding, segments it
-cannot split or return): `allocator_reserved_bytes` = allocated x (1 + ALLOCATOR_OVERHEAD); with
-the CUDA context and communication buffers of the hardware file this is what must fit.
+cannot split or return): `allocator_reserved_bytes` = allocated x (1 + ALLOCATOR_OVERHEAD), what
+`torch.cuda.max_memory_reserved` shows when memory is plentiful. Near the capacity the allocator
+frees its cache and retries before failing, so what must fit is the allocated peak plus the
+CUDA context and communication buffers of the hardware file (`total_bytes`).
 """
 
 from __future__ import annotations
@@ -99,8 +101,10 @@ class StageMemory:
 
     @property
     def total_bytes(self) -> float:
-        """What the device must hold: the allocator's reservation and the context."""
-        return self.allocator_reserved_bytes + self.context_bytes
+        """What the device must hold at least: the allocated peak and the context. The
+        allocator's extra reservation is not added: when a request cannot be met, PyTorch's
+        caching allocator frees its cached blocks and retries before it raises out-of-memory."""
+        return self.allocated_bytes + self.context_bytes
 
     @property
     def parameters_bytes(self) -> float:

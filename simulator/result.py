@@ -28,9 +28,9 @@ class StageReport:
 class SimulationResult:
     """Iteration time, its breakdown (seconds; sums to the iteration time on the critical stage),
     per-stage load and memory, throughput, FLOP utilization and cost. `peak_memory_bytes` is
-    what the fullest GPU must hold (the caching allocator's reservation and the CUDA context;
-    `fits_in_memory` compares it with the capacity); `peak_allocated_bytes` is the allocator's
-    allocated peak, comparable with `torch.cuda.max_memory_allocated`."""
+    what the fullest GPU must hold (the allocated peak and the CUDA context; `fits_in_memory`
+    compares it with the capacity); `peak_allocated_bytes` is the allocated peak alone,
+    comparable with `torch.cuda.max_memory_allocated`."""
 
     job: dict[str, Any]
     iteration_time_s: float

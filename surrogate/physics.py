@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.memory import ALLOCATOR_OVERHEAD, WORKSPACE_BYTES
+from simulator.memory import WORKSPACE_BYTES
 from simulator.specs import GiB, HardwareSpec
 from surrogate.columns import factorize
 
@@ -247,11 +247,11 @@ def memory(r: Rows, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     def peak_moment(n: Vec, acts: Vec, head: Vec) -> Vec:
         """simulator.memory: the largest of the forward, backward and optimizer moments, plus
-        the workspaces; x (1 + allocator overhead) + context."""
+        the workspaces and the context."""
         static = per_param * n
         moments = r.xp.maximum(r.xp.maximum(acts + head, acts + r.xp.maximum(act["working"], head)),
                                main_grad_copy / shard * n)
-        return (static + moments + WORKSPACE_BYTES) * (1 + ALLOCATOR_OVERHEAD) + r.hw["reserved_bytes"]
+        return static + moments + WORKSPACE_BYTES + r.hw["reserved_bytes"]
 
     first = peak_moment(params["first"], first_act, one * logits16)
     last = peak_moment(params["last"], last_act, logits16)
