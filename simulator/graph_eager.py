@@ -92,7 +92,8 @@ def _linear(o: _Ops, name: str, T: int, k: int, n: int, bias: bool, cast_input: 
         saved = BF16 * T * k
         o.add(_ew(f"{name}.input_cast", Phase.FORWARD, T * k, FP32 + BF16, "autocast_input"),
               _ew(f"{name}.input_grad_cast", Phase.BACKWARD, T * k, BF16 + FP32, "grad_cast"))
-    fwd, dgrad, wgrad = _gemm_ops(name, T, n, k, memsets=1 if cast_input else 0)
+    # the traces show a memset before the GEMMs that widen their input (QKV, fc1, gate, up)
+    fwd, dgrad, wgrad = _gemm_ops(name, T, n, k, memsets=1 if n > k else 0)
     o.add(fwd, dgrad, wgrad)
     if bias:
         o.bwd.append(_ew(f"{name}.bias_grad", Phase.BACKWARD_WEIGHT, T * n, BF16, "bias_grad",

@@ -129,6 +129,11 @@ class Efficiency(Frozen):
     collective_overhead_s: float = Field(2.4e-5, ge=0)  # host time per collective call
     collective_table_scale: float = Field(1.0, gt=0)  # measured nccl-tests time -> in training
     microbatch_overhead_s: float = Field(0.0, ge=0)  # framework work per micro-batch step
+    # cuBLAS's fallback for a GEMM with a dimension not a multiple of 8 (16 bytes: no aligned
+    # tensor-core kernel, e.g. an unpadded 50,257-token vocabulary): fraction of peak. Measured
+    # from kernel durations in the H100 traces (../shared/data/traces/h100, mgpt_h2048 logits
+    # GEMMs, `cutlass_75_..._align1`: 0.10 forward, 0.14-0.15 backward).
+    unaligned_gemm_efficiency: float = Field(0.12, gt=0, le=1)
 
 
 class HardwareSpec(Frozen):

@@ -25,6 +25,7 @@ from simulator.costs import KernelModel
 from simulator.engine import Timeline
 from simulator.enums import CollectiveKind, Norm, Precision
 from simulator.framework import semantics
+from simulator.graph_eager import optimizer_launches
 from simulator.network import NetworkModel
 from simulator.ops import Op, OpKind, Phase
 from simulator.params import final_norm_params, padded_vocab
@@ -33,6 +34,7 @@ from simulator.specs import Job
 from simulator.topology import dp_placement, embedding_placement, grad_stats_placement, tp_placement
 
 ADAM_BYTES_PER_PARAM = 36  # read grad + master/m/v, write master/m/v + fp16 copy, grad-norm read
+ADAMW_FP32_BYTES_PER_PARAM = 28  # read param, grad, m, v; write param, m, v
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,14 @@ class Tail:
 
 
 def optimizer_op(params: float, job: Job) -> Op:
+    """The Adam step over `params` local parameters. With fp32 parameters (PyTorch AMP) the
+    fused AdamW reads parameter, gradient and moments and writes parameter and moments (28 bytes
+    per parameter) in multi-tensor launches (graph_eager.optimizer_launches)."""
     n = int(params)
+    if semantics(job.training.framework).fp32_parameters:
+        launches = optimizer_launches(n, 12 * job.model.num_layers + 6)
+        return Op("adamw_fused", OpKind.OPTIMIZER, Phase.STEP, (n,), 4, 10.0 * n,
+                  ADAMW_FP32_BYTES_PER_PARAM * n, kernels=launches)
     return Op("adam", OpKind.OPTIMIZER, Phase.STEP, (n,), 4, 10.0 * n, ADAM_BYTES_PER_PARAM * n)
 
 
