@@ -223,16 +223,15 @@ def stage_memory(job: Job, graph: JobGraph, plan: RoundPlan) -> list[StageMemory
     keys = ("gradients_bytes", "main_gradients_bytes", "activations_bytes",
             "amp_weight_copies_bytes", "loss_temporaries_bytes", "working_bytes",
             "embedding_gradient_bytes")
-    totals = {name: np.sum([terms.get(k, zero) for k in keys], axis=0)
-              for name, terms in candidates.items()}
+    names = tuple(candidates)
+    # (moment, term, stage) and the moment each stage peaks at; built once, not per stage
+    terms = np.array([[c.get(k, zero) for k in keys]
+                      for c in candidates.values()])
+    peak = terms.sum(axis=1).argmax(axis=0)
+    chosen = terms[peak, :, np.arange(p)].tolist()  # (stage, term)
+    weights = mo.static["weights_bytes"].tolist()
+    states = mo.static["optimizer_states_bytes"].tolist()
     context = job.hardware.reserved_memory_GiB * GiB
-    out = []
-    for s in range(p):
-        name = max(totals, key=lambda k: float(totals[k][s]))
-        terms = candidates[name]
-        out.append(StageMemory(
-            weights_bytes=float(mo.static["weights_bytes"][s]),
-            optimizer_states_bytes=float(mo.static["optimizer_states_bytes"][s]),
-            **{k: float(terms.get(k, zero)[s]) for k in keys},
-            workspace_bytes=WORKSPACE_BYTES, context_bytes=context, moment=name))
-    return out
+    return [StageMemory(weights[s], g, mg, states[s], a, amp, loss, w, emb, WORKSPACE_BYTES,
+                        context, names[int(peak[s])])
+            for s, (g, mg, a, amp, loss, w, emb) in enumerate(chosen)]
