@@ -123,3 +123,16 @@ def test_fused_accumulation_writes_the_tied_table_gradient_in_place():
     head = {op.name for op in build_head(_job(1, 1, pp=2)).backward}
     assert "embedding.tied_grad_sum" not in emb and "embedding.grad_accum" in emb
     assert "logits.grad_accum" not in head
+
+
+def test_a_stack_without_megatron_s_softmax_kernels_runs_the_fp32_fallback():
+    """`training.fused_softmax: false` (e.g. Megatron-Core's local spec without apex or
+    Transformer Engine): five PyTorch kernels and the fp32 probabilities kept, even where the
+    fused kernel's shape rule holds."""
+    fused = make_job(training={"micro_batch_size": 2, "global_batch_size": 16})
+    plain = make_job(training={"micro_batch_size": 2, "global_batch_size": 16,
+                               "fused_softmax": False})
+    assert fused_softmax_available(fused, 8) and not fused_softmax_available(plain, 8)
+    softmax = _op(build_layer(plain).forward, "attn.softmax")
+    assert (softmax.kernels, softmax.variant) == (5, "unfused_fp32")
+    assert softmax.saved_bytes == 4 * softmax.shape[0]
