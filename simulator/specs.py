@@ -11,7 +11,16 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
-from simulator.enums import Framework, Norm, Optimizer, PositionEmbedding, Precision, Recompute, Schedule
+from simulator.enums import (
+    Activation,
+    Framework,
+    Norm,
+    Optimizer,
+    PositionEmbedding,
+    Precision,
+    Recompute,
+    Schedule,
+)
 from simulator.errors import ConfigError
 
 GiB = 1024**3
@@ -33,6 +42,7 @@ class ModelSpec(Frozen):
     num_query_groups: PositiveInt | None = None  # GQA/MQA; None = multi-head (= heads)
     ffn_hidden_size: PositiveInt | None = None  # None = 4 * hidden_size
     gated_mlp: bool = False  # SwiGLU: gate and up projections
+    activation_function: Activation = Activation.GELU  # of a non-gated MLP (HF's name)
     vocab_size: PositiveInt
     seq_length: PositiveInt
     norm: Norm = Norm.LAYERNORM
@@ -119,6 +129,11 @@ class Efficiency(Frozen):
     collective_overhead_s: float = Field(2.4e-5, ge=0)  # host time per collective call
     collective_table_scale: float = Field(1.0, gt=0)  # measured nccl-tests time -> in training
     microbatch_overhead_s: float = Field(0.0, ge=0)  # framework work per micro-batch step
+    # cuBLAS's fallback for a GEMM with a dimension not a multiple of 8 (16 bytes: no aligned
+    # tensor-core kernel, e.g. an unpadded 50,257-token vocabulary): fraction of peak. Measured
+    # from kernel durations in the H100 traces (../shared/data/traces/h100, mgpt_h2048 logits
+    # GEMMs, `cutlass_75_..._align1`: 0.10 forward, 0.14-0.15 backward).
+    unaligned_gemm_efficiency: float = Field(0.12, gt=0, le=1)
 
 
 class HardwareSpec(Frozen):
@@ -135,7 +150,7 @@ class HardwareSpec(Frozen):
     gpus_per_node: PositiveInt = 8
     inter_node_bandwidth_Gbps: PositiveFloat = 800.0  # per node
     price_per_gpu_hour_usd: float = Field(0.0, ge=0)
-    reserved_memory_GiB: float = Field(2.0, ge=0)  # CUDA context, NCCL buffers, fragmentation
+    reserved_memory_GiB: float = Field(2.0, ge=0)  # CUDA context and NCCL buffers (not allocator)
     supports_flash_attention: bool = True
     nccl_tables: str | None = None  # folder of nccl-tests all-reduce tables, relative to data/
     efficiency: Efficiency = Efficiency()

@@ -116,7 +116,7 @@ def row_to_job(row: pd.Series, hardware: str) -> Job:
                   "vocab_size": CONDITIONS["vocab_size"], "seq_length": int(row.seq_length)},
         "training": {"global_batch_size": int(row.global_batch_size),
                      "micro_batch_size": int(row.micro_batch_size), "precision": "fp16",
-                     "recompute": "full", "flash_attention": False},
+                     "recompute": "full", "flash_attention": False, "framework": "megatron-deepspeed"},
         "parallel": {"tp": int(row.tp), "pp": int(row.pp), "dp": int(row.dp), "schedule": "1f1b"},
         "cluster": {"gpu": hardware, "num_gpus": int(row.num_gpus),
                     "gpus_per_node": CONDITIONS["gpus_per_node"],
