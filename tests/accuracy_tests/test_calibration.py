@@ -8,9 +8,19 @@ import numpy as np
 import pytest
 
 from simulator.catalog import resolve_hardware
-from vtrain_ml.accuracy.calibration import PARAMS, cross_validate, fit, folds, holdout, with_params
+from vtrain_ml.accuracy.calibration import (
+    PARAMS,
+    affected_rows,
+    bound_notes,
+    cross_validate,
+    fit,
+    folds,
+    holdout,
+    with_params,
+)
 from vtrain_ml.accuracy.measurements import read_measurements
 from vtrain_ml.accuracy.predict import jobs_for, predict_ms, score
+from vtrain_ml.accuracy.runs import read_runs
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "measured"
 TRUE = {"gemm_max_efficiency": 0.62, "host_overhead_s": 7e-5, "microbatch_overhead_s": 6e-4}
@@ -42,6 +52,58 @@ def test_calibration_with_noisy_runs_recovers_the_dominant_parameters_and_the_tr
         assert fitted.params[name] == pytest.approx(TRUE[name], rel=0.05), name
     predicted = predict_ms(jobs, with_params(base, fitted.params))
     assert score(predicted, truth).mape < 0.005
+
+
+NETWORK = {"intra_bus_efficiency", "inter_bus_efficiency", "intra_latency_s", "inter_latency_s",
+           "p2p_efficiency", "collective_table_scale", "collective_overhead_s"}
+H100_TRUE = {"gemm_max_efficiency": 0.62, "host_overhead_s": 9e-5, "memory_efficiency": 0.55}
+
+
+def _h100_jobs():  # the 16 shipped single-GPU H100 jobs (three stacks, host- to GPU-bound)
+    return [r.job for r in read_runs([DATA / "h100" / "runs.csv"]).runs], resolve_hardware("h100-sxm-80gb")
+
+
+def test_calibration_recovers_known_h100_parameters_with_every_parameter_free():
+    jobs, base = _h100_jobs()
+    truth = predict_ms(jobs, with_params(base, H100_TRUE))
+    fitted = fit(jobs, truth, base)
+    for name, value in H100_TRUE.items():
+        assert fitted.params[name] == pytest.approx(value, rel=0.01), name
+    # single-GPU runs have no collective or pipeline transfer: nothing to fit there
+    assert set(fitted.unused) == NETWORK
+    assert all(fitted.params[n] == getattr(base.efficiency, n) for n in NETWORK)
+
+
+def test_parameters_that_no_run_depends_on_are_found_without_fitting():
+    jobs, base = _h100_jobs()
+    counts = affected_rows(jobs, base, PARAMS)
+    assert {n for n, c in counts.items() if c == 0} == NETWORK
+    assert counts["host_overhead_s"] > 0 and counts["gemm_max_efficiency"] == 16
+
+
+def test_frozen_parameters_keep_their_exact_start_value():
+    jobs, base = _h100_jobs()
+    truth = predict_ms(jobs, with_params(base, H100_TRUE))
+    subset = tuple(p for p in PARAMS if p.name in {*H100_TRUE, "microbatch_overhead_s"})
+    fitted = fit(jobs, truth, base, params=subset, freeze=("memory_efficiency", "microbatch_overhead_s"))
+    assert fitted.params["memory_efficiency"] == 0.8 and fitted.params["microbatch_overhead_s"] == 0.0
+    assert fitted.frozen == ("memory_efficiency", "microbatch_overhead_s")
+
+
+def test_a_parameter_pushed_past_its_physical_bound_is_reported_with_what_it_sets():
+    jobs, base = _h100_jobs()
+    # GEMMs at 20% of peak: below the 0.3 floor the fit allows
+    truth = predict_ms(jobs, with_params(base, {"gemm_max_efficiency": 0.2}))
+    subset = tuple(p for p in PARAMS if p.name in {"gemm_max_efficiency", "microbatch_overhead_s"})
+    fitted = fit(jobs, truth, base, params=subset)
+    assert fitted.at_bound == {"gemm_max_efficiency": "lower"}  # micro-batch overhead at 0 is no warning
+    (note,) = bound_notes(jobs, truth, base, fitted, subset)
+    assert (note.name, note.side, note.start) == ("gemm_max_efficiency", "lower", 0.8)
+    assert note.value == pytest.approx(0.3)
+    assert note.rows == 16 and note.mape_at_start > note.mape_fitted
+    sentence = note.sentence()
+    assert "ended at its lower bound" in sentence and "matrix multiply" in sentence
+    assert "--freeze gemm_max_efficiency" in sentence
 
 
 def test_folds_partition_the_rows_without_overlap():

@@ -108,7 +108,7 @@ def fit(jobs: list[Job], measured_ms: np.ndarray, base: HardwareSpec,
         progress: Progress | None = None) -> Fit:
     """Fit `params` of `base` (except `freeze`, and those no job depends on) to the measured
     iteration times (ms) of `jobs`."""
-    starts = {p.name: start_value(base, p) for p in params}
+    starts = {p.name: float(getattr(base.efficiency, p.name)) for p in params}  # exact, if not fitted
     affected = affected_rows(jobs, base, tuple(p for p in params if p.name not in freeze))
     free = tuple(p for p in params if affected.get(p.name, 0) > 0)
     log_measured = np.log(measured_ms)
@@ -125,7 +125,7 @@ def fit(jobs: list[Job], measured_ms: np.ndarray, base: HardwareSpec,
             progress(evaluations, float(np.mean(np.abs(np.expm1(error)))))
         return error
 
-    u = np.array([_to_unit(starts[p.name], p) for p in free])
+    u = np.array([_to_unit(start_value(base, p), p) for p in free])
     if free:
         u = least_squares(residuals, u, bounds=(0.0, 1.0), loss="soft_l1", f_scale=0.05, diff_step=1e-3,
                           max_nfev=max_evaluations, x_scale=1.0).x
