@@ -182,3 +182,20 @@ def test_calibrate_on_runs_without_any_time_is_one_line_exit_2(tmp_path, capsys)
     path = write_runs(tmp_path, f"job,iteration_ms,oom\n{job},,true\n")
     assert calibrate([str(path), "--hardware", "h100-sxm-80gb", "--out", str(tmp_path / "c.yaml")]) == 2
     assert "has a measured time" in _one_error_line(capsys.readouterr().err)
+
+
+def test_calibrate_scores_holdout_runs_before_and_after_and_warns_when_they_get_worse(tmp_path, capsys):
+    fitted_dir, same_dir, other_dir = (tmp_path / d for d in ("fit", "same", "other"))
+    items = list(SWEEP.items())
+    runs = synthetic_runs(fitted_dir, dict(items[:4]), TRUTH)
+    same = synthetic_runs(same_dir, dict(items[4:]), TRUTH)  # the same GPU as the fitted rows
+    other = synthetic_runs(other_dir, dict(items[4:]), {})  # exactly the datasheet's times
+    args = [str(runs), "--hardware", "h100-sxm-80gb", "--out", str(tmp_path / "c.yaml"), "--folds", "0",
+            "--freeze", FREEZE]
+    assert calibrate([*args, "--holdout", str(same)]) == 0
+    captured = capsys.readouterr()
+    assert "holdout (runs.csv, 4 rows never fitted): MAPE " in captured.out and "(better)" in captured.out
+    assert calibrate([*args, "--holdout", str(other)]) == 0
+    captured = capsys.readouterr()
+    assert "-> " in captured.out and "(worse)" in captured.out
+    assert "predicts the holdout runs worse than h100-sxm-80gb did (0.0% -> " in captured.err

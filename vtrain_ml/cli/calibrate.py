@@ -46,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--freeze", default="", metavar="NAMES",
                    help="comma-separated parameters to keep at their starting value, e.g. p2p_efficiency")
     p.add_argument("--plot", metavar="PNG", help="draw predicted against measured before and after")
+    p.add_argument("--holdout", nargs="+", default=[], metavar="RUNS",
+                   help="other runs files, never fitted: their error before and after calibration shows "
+                        "what the fit does to runs unlike the fitted ones")
     add_common(p)
     return p
 
@@ -82,6 +85,9 @@ def _main(args: argparse.Namespace) -> int:
     base = resolve_hardware(args.hardware)
     runs = read_runs(args.runs, args.hardware)
     report_problems(runs)
+    others = read_runs(args.holdout, args.hardware) if args.holdout else None
+    if others is not None:
+        report_problems(others)
     timed = runs.require_rows().timed()
     if not timed:
         raise ConfigError(f"no row of {', '.join(args.runs)} has a measured time (OOM rows have none); "
@@ -103,6 +109,7 @@ def _main(args: argparse.Namespace) -> int:
     notes = bound_notes(jobs, measured, base, fitted)
     for note in notes:
         sys.stderr.write(f"warning: {note.sentence()}\n")
+    holdout_line = _holdout(others, base, fitted) if others is not None else None
     _write(args, runs, base, fitted, cv, score(before, measured), notes)
     if args.plot:
         after = out_of_fold if out_of_fold is not None else predict_ms(jobs, with_params(base, fitted.params))
@@ -112,8 +119,27 @@ def _main(args: argparse.Namespace) -> int:
         fig = before_after(table.assign(predicted_ms=before), table.assign(predicted_ms=after),
                            f"{base.name}: MAPE {score(before, measured).mape:.1%}", after_label)
         save_figure(fig, args.plot)
-    sys.stdout.write(_render(args, base, fitted, cv, score(before, measured)) + "\n")
+    sys.stdout.write(_render(args, base, fitted, cv, score(before, measured))
+                     + (f"\n{holdout_line}" if holdout_line else "") + "\n")
     return 0
+
+
+def _holdout(others: Runs, base: HardwareSpec, fitted: Fit) -> str:
+    """The never-fitted runs' error before and after: a fit that helps its rows may hurt others."""
+    timed = others.timed()
+    if not timed:
+        return "--holdout: no timed rows to score"
+    jobs = [r.job for r in timed]
+    measured = np.array([r.iteration_s * 1e3 for r in timed])  # type: ignore[operator]
+    before = score(predict_ms(jobs, base), measured).mape
+    after = score(predict_ms(jobs, with_params(base, fitted.params)), measured).mape
+    verdict = "worse" if after > before else "better"
+    line = (f"holdout ({', '.join(Path(s).name for s in others.sources)}, {len(jobs)} rows never fitted): "
+            f"MAPE {before:.2%} -> {after:.2%} ({verdict})")
+    if after > before:
+        sys.stderr.write(f"warning: the calibrated file predicts the holdout runs worse than {base.name} "
+                         f"did ({before:.1%} -> {after:.1%}): fit on runs like them too\n")
+    return line
 
 
 def _warn_other_gpus(runs: Runs, base: HardwareSpec) -> None:
