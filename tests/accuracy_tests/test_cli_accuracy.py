@@ -199,3 +199,17 @@ def test_calibrate_scores_holdout_runs_before_and_after_and_warns_when_they_get_
     captured = capsys.readouterr()
     assert "-> " in captured.out and "(worse)" in captured.out
     assert "predicts the holdout runs worse than h100-sxm-80gb did (0.0% -> " in captured.err
+
+
+def test_validate_with_a_measured_profile_costs_kernels_from_it(tmp_path, capsys):
+    root = Path(__file__).resolve().parents[2]
+    job = root / "data" / "measured" / "h100" / "jobs" / "llama_h2048_l16_s2048_mb1_ga2_none_flash.yaml"
+    runs = write_runs(tmp_path, f"job,iteration_ms\n{job},160.22\n")
+    assert validate([str(runs), "--json"]) == 0
+    analytic = json.loads(capsys.readouterr().out)["rows"][0]["predicted_ms"]
+    profile = root / "data" / "profiles" / "h100-sxm-80gb-ops"
+    assert validate([str(runs), "--json", "--profile", str(profile)]) == 0
+    profiled = json.loads(capsys.readouterr().out)["rows"][0]["predicted_ms"]
+    assert profiled != pytest.approx(analytic, rel=0.01)
+    assert validate([str(runs), "--profile", str(tmp_path / "nope")]) == 2
+    assert "nope" in _one_error_line(capsys.readouterr().err)
