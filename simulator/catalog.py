@@ -28,17 +28,84 @@ def _repository_data() -> Path:
 
 
 def read_yaml(path: Path) -> Any:
-    """Parse a YAML (or JSON, a subset) file, with a clear error for unreadable files."""
+    """Parse a job, preset, hardware or settings file: `.json` as JSON (strict: no trailing
+    commas, no NaN; tabs are fine), anything else as YAML. A key given twice is an error in both
+    (YAML and JSON parsers would silently keep the last one)."""
+    if path.suffix.lower() == ".json":
+        return read_json(path)
+    text = _read_text(path)
     try:
-        text = path.read_text()
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {_yaml_problem(exc)}") from None
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file as JSON, whatever its name (vTrain's `load_from_file` does `json.load`)."""
+    return _parse_json(path, _read_text(path))
+
+
+def _read_text(path: Path) -> str:
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a file; give the path of a YAML or JSON file")
+    try:
+        return path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"{path} is not a text file; a job is a YAML or JSON file") from None
+        raise ConfigError(f"{path} is not a text file; expected a YAML or JSON file") from None
+
+
+def _parse_json(path: Path, text: str) -> Any:
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ConfigError(f"{path}: key {', '.join(repr(k) for k in twice)} appears more than once "
+                              f"in one object; keep one")
+        return dict(pairs)
+
+    def no_constant(name: str) -> Any:
+        raise ConfigError(f"{path}: {name} is not a JSON number; write a finite number")
+
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+        return json.loads(text, object_pairs_hook=unique, parse_constant=no_constant)
+    except json.JSONDecodeError as exc:
+        before = exc.doc[:exc.pos].rstrip()
+        hint = ("; a trailing comma after the last item (JSON allows none): remove it"
+                if before.endswith(",") and exc.doc[exc.pos:exc.pos + 1] in "}]" else "")
+        raise ConfigError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column "
+                          f"{exc.colno}{hint}") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a mapping with the same key twice is an error."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, str | int | float | bool):
+                continue  # unhashable keys: the base constructor reports them
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}' (lines {seen[key]} and {line}); keep one",
+                    key_node.start_mark)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        if exc.problem.startswith("duplicate key"):
+            return exc.problem
+        return f"{exc.problem}{where}"
+    return str(exc).splitlines()[0]
 
 
 def model_names() -> list[str]:

@@ -1,4 +1,4 @@
-"""Job files -> validated `Job`: the native YAML layout and vTrain's flat JSON config.
+"""Job files -> validated `Job`: the native YAML/JSON layout and vTrain's flat JSON config.
 
 Native layout (YAML or JSON)::
 
@@ -8,78 +8,95 @@ Native layout (YAML or JSON)::
     cluster: {gpu: a100-80gb, num_gpus: 3360}
 
 vTrain's flat layout (github.com/VIA-Research/vTrain, config/*.json) is detected by its keys and
-mapped field by field (`VTRAIN_KEYS`); it describes a GPT model trained in fp16 with Megatron.
+read with vTrain's semantics (`simulator.vtrain_config`: defaults, derived sizes, its assertions).
 """
 
 from __future__ import annotations
 
 import difflib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from simulator.catalog import load_model, read_yaml, resolve_hardware
-from simulator.enums import Recompute
 from simulator.errors import ConfigError
 from simulator.specs import ClusterSpec, Job, ModelSpec, ParallelPlan, TrainingSpec, parse
 from simulator.validation import validate_job
+from simulator.vtrain_config import VTRAIN_KEYS, is_vtrain_config, read_vtrain
 
 log = logging.getLogger(__name__)
 
 NATIVE_SECTIONS = ("model", "training", "parallel", "cluster")
 
-# vTrain key -> (section, native key); None = accepted and ignored (vTrain-internal paths).
-VTRAIN_KEYS: dict[str, tuple[str, str] | None] = {
-    "num_gpus": ("cluster", "num_gpus"),
-    "gpu_name": ("cluster", "gpu"),
-    "node_size": ("cluster", "gpus_per_node"),
-    "inter_node_bandwidth": ("cluster", "inter_node_bandwidth_Gbps"),
-    "intra_node_bandwidth": ("cluster", "intra_node_bandwidth_GBps"),
-    "tensor_parallel_size": ("parallel", "tp"),
-    "data_parallel_size": ("parallel", "dp"),
-    "pipeline_parallel_size": ("parallel", "pp"),
-    "pipeline_scheduling": ("parallel", "schedule"),
-    "use_gradient_bucket": ("parallel", "overlap_grad_reduce"),
-    "global_batch_size": ("training", "global_batch_size"),
-    "micro_batch_size": ("training", "micro_batch_size"),
-    "use_checkpoint": ("training", "recompute"),
-    "num_layers": ("model", "num_layers"),
-    "hidden_size": ("model", "hidden_size"),
-    "num_attention_heads": ("model", "num_attention_heads"),
-    "max_length": ("model", "seq_length"),
-    "vocab_size": ("model", "vocab_size"),
-    "trace_path": None,
-}
+__all__ = ["NATIVE_SECTIONS", "VTRAIN_KEYS", "JobFile", "is_vtrain_config", "job_file_from_dict",
+           "job_from_dict", "load_job", "read_job"]
 
 
-def is_vtrain_config(data: dict[str, Any]) -> bool:
-    return "tensor_parallel_size" in data or "gpu_name" in data
+@dataclass(frozen=True)
+class JobFile:
+    """A validated job and what the loader decided on the user's behalf (e.g. the values vTrain's
+    rules derive); CLIs print the notes with the result."""
+
+    job: Job
+    notes: tuple[str, ...] = ()
+    vtrain: bool = False  # read from vTrain's flat format
 
 
-def load_job(source: str | Path | dict[str, Any]) -> Job:
-    """Read a job from a file (native YAML/JSON or vTrain JSON) or a dict, and validate it."""
+def read_job(source: str | Path | dict[str, Any]) -> JobFile:
+    """A job from a file (native YAML/JSON or vTrain JSON) or a dict, validated, with notes.
+
+    Errors from a file name the file."""
     if isinstance(source, dict):
-        return job_from_dict(source)
+        return job_file_from_dict(source)
     path = Path(source)
+    if path.is_dir():
+        raise ConfigError(f"job file {path} is a directory; give a .yaml or .json job file "
+                          f"(python -m vtrain_ml.simulate {path} simulates every file in it)")
     if not path.is_file():
         raise ConfigError(f"job file {path} does not exist")
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of keys (a job), got {type(data).__name__}")
-    return job_from_dict(data)
+    try:
+        return job_file_from_dict(data)
+    except ConfigError as exc:
+        raise type(exc)(f"{path}: {exc}") from None
+
+
+def load_job(source: str | Path | dict[str, Any]) -> Job:
+    """Read a job from a file (native YAML/JSON or vTrain JSON) or a dict, and validate it."""
+    loaded = read_job(source)
+    for note in loaded.notes:
+        log.info("%s", note)
+    return loaded.job
 
 
 def job_from_dict(data: dict[str, Any]) -> Job:
     """Validate a native or vTrain-style dict into a `Job`."""
-    native = vtrain_to_native(data) if is_vtrain_config(data) else data
+    return job_file_from_dict(data).job
+
+
+def job_file_from_dict(data: dict[str, Any]) -> JobFile:
+    """Validate a native or vTrain-style dict into a `JobFile` (the job and the loader's notes)."""
+    if is_vtrain_config(data):
+        native, notes = read_vtrain(data)
+        return JobFile(_native_job(native), notes, vtrain=True)
+    return JobFile(_native_job(data))
+
+
+def _native_job(native: dict[str, Any]) -> Job:
     unknown = [k for k in native if k not in NATIVE_SECTIONS]
     if unknown:
         hints = []
         for key in unknown:
             close = difflib.get_close_matches(key, NATIVE_SECTIONS, n=1)
+            if not close:
+                close = difflib.get_close_matches(key, VTRAIN_KEYS, n=1)
             hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
         raise ConfigError(
-            f"unknown top-level key {', '.join(hints)}; a job has {', '.join(NATIVE_SECTIONS)}"
+            f"unknown top-level key {', '.join(hints)}; a job has {', '.join(NATIVE_SECTIONS)} "
+            f"(or is a flat vTrain config)"
         )
     for section in NATIVE_SECTIONS:
         if section not in native:
@@ -102,30 +119,3 @@ def _model(spec: Any) -> ModelSpec:
         rest = {k: v for k, v in spec.items() if k != "preset"}
         return load_model(str(spec["preset"]), rest)
     return parse(ModelSpec, spec, "model")
-
-
-def vtrain_to_native(data: dict[str, Any]) -> dict[str, Any]:
-    """Map vTrain's flat keys onto the native sections (unknown keys get the closest match)."""
-    native: dict[str, dict[str, Any]] = {s: {} for s in NATIVE_SECTIONS}
-    native["model"] = {"name": "vtrain-gpt"}
-    native["training"] = {"precision": "fp16"}
-    for key, value in data.items():
-        if key not in VTRAIN_KEYS:
-            close = difflib.get_close_matches(key, list(VTRAIN_KEYS), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"unknown vTrain config key '{key}'{hint}")
-        target = VTRAIN_KEYS[key]
-        if target is None:
-            log.info("ignoring vTrain key %s (vTrain-internal)", key)
-            continue
-        section, field = target
-        native[section][field] = _vtrain_value(field, value)
-    return native
-
-
-def _vtrain_value(field: str, value: Any) -> Any:
-    if field == "recompute":
-        return (Recompute.FULL if value else Recompute.NONE).value
-    if field == "schedule" and isinstance(value, str):
-        return value.lower()
-    return value

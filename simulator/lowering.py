@@ -103,6 +103,44 @@ class StageCosts:
     layer: BlockCost
     embedding: BlockCost
     head: BlockCost
+    # the pieces of one forward / backward task in execution order, each (p, v); they sum to
+    # forward_s / backward_s (renderers split each task into them, e.g. the Chrome trace)
+    forward_parts: dict[str, np.ndarray] | None = None
+    backward_parts: dict[str, np.ndarray] | None = None
+
+
+def chunk_grid(shape: tuple[int, int], layers_per_chunk: int, per_layer: float, per_embedding: float,
+               per_head: float) -> np.ndarray:
+    """(p, v) total of a per-block quantity over each stage chunk: its layers, plus the embedding
+    on the first chunk of the first stage and the head on the last chunk of the last stage."""
+    p, v = shape
+    g = np.full((p, v), layers_per_chunk * per_layer)
+    g[0, 0] += per_embedding
+    g[p - 1, v - 1] += per_head
+    return g
+
+
+def chunk_totals(graph: JobGraph, shape: tuple[int, int]) -> dict[str, np.ndarray]:
+    """Per-micro-batch work of each stage chunk, each (p, v): FLOPs, HBM bytes and kernel
+    launches of its forward, backward and recompute, and the bytes and calls of their tensor-
+    parallel collectives (for renderers; not on the simulation's hot path)."""
+    work = [block_totals(b) for b in (graph.layer, graph.embedding, graph.head)]
+    return {key: chunk_grid(shape, graph.layers_per_chunk, work[0][key], work[1][key], work[2][key])
+            for key in work[0]}
+
+
+def block_totals(block: Block) -> dict[str, float]:
+    """The work of one block for one micro-batch, by direction (see `chunk_totals`)."""
+    out: dict[str, float] = {}
+    for name in ("forward", "backward", "recompute"):
+        ops: tuple[Op, ...] = getattr(block, name)
+        comms: tuple[CommOp, ...] = getattr(block, f"{name}_comm")
+        out[f"{name}_flops"] = float(sum(op.flops for op in ops))
+        out[f"{name}_hbm_bytes"] = float(sum(op.bytes for op in ops))
+        out[f"{name}_kernels"] = float(sum(op.kernels for op in ops))
+        out[f"{name}_tp_comm_bytes"] = float(sum(c.bytes for c in comms))
+        out[f"{name}_tp_comm_calls"] = float(len(comms))
+    return out
 
 
 def lower(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel) -> StageCosts:
@@ -114,10 +152,7 @@ def lower(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel
     p, v, n = job.parallel.pp, job.parallel.virtual_stages, graph.layers_per_chunk
 
     def grid(attr: str) -> np.ndarray:
-        g = np.full((p, v), n * getattr(layer, attr))
-        g[0, 0] += getattr(emb, attr)
-        g[p - 1, v - 1] += getattr(head, attr)
-        return g
+        return chunk_grid((p, v), n, getattr(layer, attr), getattr(emb, attr), getattr(head, attr))
 
     per_microbatch = np.full((p, v), eff.microbatch_overhead_s)
     parts = {
@@ -127,5 +162,10 @@ def lower(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel
         "recompute": grid("recompute"),
         "tp_comm": grid("forward_comm") + grid("backward_comm") + grid("recompute_comm"),
     }
+    forward_parts = {"forward": grid("forward"), "tp_comm": grid("forward_comm"),
+                     "overhead": grid("forward_host_excess") + per_microbatch}
+    backward_parts = {"recompute": grid("recompute"), "recompute_tp_comm": grid("recompute_comm"),
+                      "backward": grid("backward"), "tp_comm": grid("backward_comm"),
+                      "overhead": grid("backward_host_excess") + per_microbatch}
     return StageCosts(grid("forward_total") + per_microbatch, grid("backward_total") + per_microbatch,
-                      parts, layer, emb, head)
+                      parts, layer, emb, head, forward_parts, backward_parts)

@@ -1,15 +1,22 @@
-"""Views of a `SimulationResult`: human table, JSON-ready dict, Chrome/Perfetto trace."""
+"""Views of a `SimulationResult`: the human table, money and durations with units, the Chrome/
+Perfetto trace (`simulator.render_trace`). JSON is `SimulationResult.to_dict()`."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
-from simulator.result import BREAKDOWN_KEYS, SimulationResult
+from simulator.render_trace import chrome_trace
+from simulator.result import BREAKDOWN_KEYS, SimulationResult, StageReport
 
 GiB = 1024**3
+MAX_STAGE_ROWS = 8  # longer pipelines show the first and last stages and the peak one
+
+__all__ = ["chrome_trace", "duration", "fit_verdict", "memory_table", "table", "usd"]
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     if seconds >= 86400:
         return f"{seconds / 86400:.1f} days"
     if seconds >= 3600:
@@ -19,68 +26,106 @@ def _duration(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms"
 
 
-def table(result: SimulationResult) -> str:
-    """A readable multi-line report with units."""
+def usd(amount: float) -> str:
+    """Dollars with cents, or three significant digits below ten cents (a small job's iteration
+    costs fractions of a cent: "$0.00123", not "$0.00")."""
+    if amount >= 1000:
+        return f"${amount:,.0f}"
+    if amount >= 0.1 or amount == 0:
+        return f"${amount:,.2f}"
+    digits = max(2, 2 - math.floor(math.log10(abs(amount))))
+    return f"${amount:.{digits}f}"
+
+
+def fit_verdict(result: SimulationResult) -> str | None:
+    """One line when the job does not fit in GPU memory: where, by how much; None when it fits."""
+    if result.fits_in_memory:
+        return None
+    peak = max(result.stages, key=lambda s: s.memory.total_bytes)
+    over = result.memory_overflow_bytes
+    return (f"DOES NOT FIT in GPU memory: stage {peak.stage} needs {result.peak_memory_bytes / GiB:.1f} "
+            f"GiB of {result.memory_capacity_bytes / GiB:.0f} GiB, over by {over / GiB:.1f} GiB "
+            f"(+{over / result.memory_capacity_bytes:.0%})")
+
+
+def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[str] = ()) -> str:
+    """A readable multi-line report with units. `notes` (what the loader decided, e.g. vTrain's
+    derived values) and, for a job that does not fit, its verdict and `advice` come first."""
     j, it = result.job, result.iteration_time_s
-    lines = [
+    lines = [f"note: {n}" for n in notes]
+    verdict = fit_verdict(result)
+    if verdict:
+        lines += [verdict, *(f"  {a}" for a in advice)]
+    if lines:
+        lines.append("")
+    lines += [
         f"{j['model']} ({j['parameters'] / 1e9:.1f}B params) on {j['num_gpus']} x {j['gpu']}",
         f"  layout: tp={j['tp']} pp={j['pp']} dp={j['dp']} v={j['virtual_stages']} "
         f"{j['schedule']}, micro-batch {j['micro_batch_size']} x {result.num_microbatches}, "
         f"global batch {j['global_batch_size']}, seq {j['seq_length']}, {j['precision']}, "
         f"recompute {j['recompute']}",
         "",
-        f"  iteration time      {_duration(it)}",
+        f"  iteration time      {duration(it)}",
         f"  throughput          {result.tokens_per_s:,.0f} tokens/s",
         f"  MFU / HFU           {result.mfu:.1%} / {result.hfu:.1%}",
-        f"  cost per iteration  ${result.cost_per_iteration_usd:,.2f}",
+        f"  cost per iteration  {usd(result.cost_per_iteration_usd)}",
     ]
     if result.time_to_train_s is not None and result.cost_to_train_usd is not None:
-        lines.append(f"  time to train       {_duration(result.time_to_train_s)} for "
-                     f"{result.train_tokens:.3g} tokens, ${result.cost_to_train_usd:,.0f}")
+        lines.append(f"  time to train       {duration(result.time_to_train_s)} for "
+                     f"{result.train_tokens:.3g} tokens, {usd(result.cost_to_train_usd)}")
     lines += ["", f"  breakdown (critical stage {result.critical_stage}):"]
     for key in BREAKDOWN_KEYS:
         value = result.breakdown[key]
-        lines.append(f"    {key:<18}{_duration(value):>14}  {value / it:6.1%}")
+        lines.append(f"    {key:<18}{duration(value):>14}  {value / it:6.1%}")
     fits = "fits" if result.fits_in_memory else (
         f"DOES NOT FIT: over by {result.memory_overflow_bytes / GiB:.1f} GiB")
     lines += ["", f"  peak memory         {result.peak_memory_bytes / GiB:.1f} GiB of "
-              f"{result.memory_capacity_bytes / GiB:.0f} GiB ({fits})",
-              "    stage  params  grads  optim  activ   total  busy      idle"]
-    shown = result.stages if len(result.stages) <= 8 else (*result.stages[:4], *result.stages[-4:])
-    for s in shown:
-        m = s.memory
-        lines.append(
-            f"    {s.stage:>5} {m.parameters_bytes / GiB:7.1f}{m.gradients_bytes / GiB:7.1f}"
-            f"{m.optimizer_states_bytes / GiB:7.1f}{m.activations_bytes / GiB:7.1f}"
-            f"{m.total_bytes / GiB:8.1f}  {_duration(s.busy_s):>9} {_duration(s.idle_s):>9}")
+              f"{result.memory_capacity_bytes / GiB:.0f} GiB ({fits})", *memory_table(result)]
     if any(v > 0 for k, v in result.profile_coverage.items() if k != "analytic"):
         cov = ", ".join(f"{k} {v:.0%}" for k, v in result.profile_coverage.items())
         lines += ["", f"  profile coverage    {cov}"]
     return "\n".join(lines)
 
 
-def chrome_trace(result: SimulationResult) -> dict[str, Any]:
-    """Chrome trace JSON (opens in Perfetto): pid = pipeline stage, tid = stream, times in us."""
-    tl = result.timeline
-    if tl is None:
-        raise ValueError("result has no timeline")
-    plan = tl.plan
-    events: list[dict[str, Any]] = []
-    for s in range(len(result.stages)):
-        events.append({"ph": "M", "name": "process_name", "pid": s, "args": {"name": f"stage {s}"}})
-        events.append({"ph": "M", "name": "thread_name", "pid": s, "tid": 0, "args": {"name": "compute"}})
-        events.append({"ph": "M", "name": "thread_name", "pid": s, "tid": 1, "args": {"name": "dp-comm"}})
-    chunked = bool(plan.chunk.max())
-    for i in range(plan.stage.size):
-        kind = "B" if plan.backward[i] else "F"
-        name = f"{kind}{int(plan.microbatch[i])}" + (f".c{int(plan.chunk[i])}" if chunked else "")
-        events.append({
-            "ph": "X", "pid": int(plan.stage[i]), "tid": 0, "cat": kind, "name": name,
-            "ts": float(tl.start[i]) * 1e6, "dur": float(tl.duration[i]) * 1e6,
-        })
-    for s, stage_end in enumerate(tl.stage_end):
-        dp = result.dp_comm_s[s] if result.dp_comm_s else 0.0
-        if dp > 0:
-            events.append({"ph": "X", "pid": s, "tid": 1, "cat": "dp", "name": "dp grad reduce",
-                           "ts": float(stage_end) * 1e6, "dur": dp * 1e6})
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
+def _memory_columns(stage: StageReport) -> list[str]:
+    """Every `*_bytes` term of `StageMemory.to_dict()` except the total, in its order: new
+    memory terms appear without an edit here, and a row's terms sum to its total."""
+    return [k for k, v in stage.memory.to_dict().items()
+            if k.endswith("_bytes") and k != "total_bytes" and isinstance(v, int | float)]
+
+
+def _shown_stages(result: SimulationResult) -> list[StageReport]:
+    stages = list(result.stages)
+    if len(stages) <= MAX_STAGE_ROWS:
+        return stages
+    half = MAX_STAGE_ROWS // 2
+    peak = max(stages, key=lambda s: s.memory.total_bytes)
+    keep = {s.stage for s in stages[:half] + stages[-half:]} | {peak.stage}
+    return [s for s in stages if s.stage in keep]
+
+
+def memory_table(result: SimulationResult) -> list[str]:
+    """Per-stage memory (GiB per GPU) by term, the total, and each stage's busy and idle time;
+    stages left out of a long pipeline are marked, with the largest one always shown."""
+    if not result.stages:
+        return []
+    columns = _memory_columns(result.stages[0])
+    labels = [c.removesuffix("_bytes") for c in columns] + ["total"]
+    widths = [max(len(label), 6) + 2 for label in labels]
+    header = "    stage" + "".join(f"{lab:>{w}}" for lab, w in zip(labels, widths, strict=True))
+    lines = [header + "       busy       idle"]
+    previous = -1
+    peak_stage = max(result.stages, key=lambda s: s.memory.total_bytes).stage
+    for s in _shown_stages(result):
+        if s.stage > previous + 1:
+            lines.append(f"    ... stages {previous + 1}-{s.stage - 1} not shown "
+                         f"({s.stage - previous - 1} stages)")
+        values: dict[str, Any] = s.memory.to_dict()
+        cells = [values[c] / GiB for c in columns] + [s.memory.total_bytes / GiB]
+        mark = " <- peak" if s.stage == peak_stage and len(result.stages) > 1 else ""
+        lines.append(f"    {s.stage:>5}" + "".join(f"{v:>{w}.1f}" for v, w in zip(cells, widths, strict=True))
+                     + f" {duration(s.busy_s):>10} {duration(s.idle_s):>10}{mark}")
+        previous = s.stage
+    if previous < len(result.stages) - 1:
+        lines.append(f"    ... stages {previous + 1}-{len(result.stages) - 1} not shown")
+    return lines

@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.engine import Timeline
+from simulator.graph import JobGraph
+from simulator.lowering import StageCosts
 from simulator.memory import StageMemory
+from simulator.tail import Tail
 
 BREAKDOWN_KEYS = ("forward", "backward", "recompute", "tp_comm", "overhead", "pp_comm",
                   "dp_comm_exposed", "embedding_sync", "pipeline_bubble", "optimizer")
@@ -50,6 +53,11 @@ class SimulationResult:
     profile_coverage: dict[str, float]
     timeline: Timeline | None = field(default=None, repr=False, compare=False)
     dp_comm_s: tuple[float, ...] = field(default=(), repr=False, compare=False)
+    # what the timeline was built from, for renderers that show every task (Chrome trace)
+    graph: JobGraph | None = field(default=None, repr=False, compare=False)
+    costs: StageCosts | None = field(default=None, repr=False, compare=False)
+    tail: Tail | None = field(default=None, repr=False, compare=False)
+    p2p_s: tuple[float, ...] = field(default=(), repr=False, compare=False)  # per pp boundary
 
     @property
     def memory_overflow_bytes(self) -> float:

@@ -43,7 +43,8 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     costs = lower(job, graph, kernels, network)
     p, v, m = job.parallel.pp, job.parallel.virtual_stages, job.num_microbatches
     plan = round_plan(job.parallel.schedule, p, m, v)
-    timeline = run_pipeline(plan, costs.forward_s, costs.backward_s, _edge_delays(job, graph, network))
+    edge_delays = _edge_delays(job, graph, network)
+    timeline = run_pipeline(plan, costs.forward_s, costs.backward_s, edge_delays)
     params = stage_param_counts(job)
     tail = compute_tail(job, timeline, params, kernels, network)
     stage_total = timeline.stage_end + tail.dp_exposed_s + tail.embedding_sync_s + tail.optimizer_s
@@ -85,6 +86,10 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         profile_coverage=_coverage(costs, job, graph),
         timeline=timeline,
         dp_comm_s=tuple(float(x) for x in tail.dp_comm_s),
+        graph=graph,
+        costs=costs,
+        tail=tail,
+        p2p_s=tuple(float(x) for x in edge_delays),
     )
 
 

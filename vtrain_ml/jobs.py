@@ -1,31 +1,158 @@
-"""Job helpers for the face: load a job and apply command-line overrides, re-validated."""
+"""Job helpers for the face: command-line overrides of a loaded job (hardware, price, layout),
+validated again exactly as a job file is, and the variants of several values to compare.
+
+Layout rules follow Megatron-LM's launcher: the data-parallel size is what the GPUs leave,
+`dp = num_gpus / (tp * pp)`. So overriding tp or pp (without dp) re-derives dp from the job's GPU
+count; overriding dp (without the GPU count) makes the GPU count tp * pp * dp.
+"""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from simulator.catalog import resolve_hardware
+from simulator.errors import ConfigError
 from simulator.loaders import load_job
-from simulator.specs import Job
+from simulator.specs import ClusterSpec, Job, ParallelPlan, TrainingSpec, parse
 from simulator.validation import validate_job
+
+# override field -> (job section, field of that section)
+LAYOUT_FIELDS: dict[str, tuple[str, str]] = {
+    "num_gpus": ("cluster", "num_gpus"),
+    "tp": ("parallel", "tp"),
+    "pp": ("parallel", "pp"),
+    "dp": ("parallel", "dp"),
+    "virtual_stages": ("parallel", "virtual_stages"),
+    "schedule": ("parallel", "schedule"),
+    "sequence_parallel": ("parallel", "sequence_parallel"),
+    "distributed_optimizer": ("parallel", "distributed_optimizer"),
+    "overlap_grad_reduce": ("parallel", "overlap_grad_reduce"),
+    "micro_batch_size": ("training", "micro_batch_size"),
+    "global_batch_size": ("training", "global_batch_size"),
+    "recompute": ("training", "recompute"),
+    "precision": ("training", "precision"),
+    "flash_attention": ("training", "flash_attention"),
+    "price_per_gpu_hour_usd": ("cluster", "price_per_gpu_hour_usd"),
+}
+# the command-line flag of each override, for labels and messages
+FLAGS: dict[str, str] = {
+    "num_gpus": "--num-gpus", "tp": "--tp", "pp": "--pp", "dp": "--dp",
+    "virtual_stages": "--virtual-stages", "schedule": "--schedule",
+    "sequence_parallel": "--sequence-parallel", "distributed_optimizer": "--distributed-optimizer",
+    "overlap_grad_reduce": "--overlap-grad-reduce", "micro_batch_size": "--micro-batch",
+    "global_batch_size": "--global-batch", "recompute": "--recompute", "precision": "--precision",
+    "flash_attention": "--flash-attention", "price_per_gpu_hour_usd": "--price",
+    "hardware": "--hardware", "train_tokens": "--train-tokens",
+}
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Values that replace a job's (None = keep the job's)."""
+
+    hardware: str | None = None
+    train_tokens: float | None = None
+    num_gpus: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    virtual_stages: int | None = None
+    schedule: str | None = None
+    sequence_parallel: bool | None = None
+    distributed_optimizer: bool | None = None
+    overlap_grad_reduce: bool | None = None
+    micro_batch_size: int | None = None
+    global_batch_size: int | None = None
+    recompute: str | None = None
+    precision: str | None = None
+    flash_attention: bool | None = None
+    price_per_gpu_hour_usd: float | None = None
+
+    def given(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def label(self) -> str:
+        """The command-line flags of the given values, e.g. "--tp 4 --recompute full"."""
+        parts = []
+        for key, value in self.given().items():
+            if isinstance(value, bool):
+                parts.append(FLAGS[key] if value else FLAGS[key].replace("--", "--no-", 1))
+            else:
+                parts.append(f"{FLAGS[key]} {value}")
+        return " ".join(parts)
 
 
 def with_overrides(job: Job, hardware: str | None = None, price: float | None = None,
                    train_tokens: float | None = None) -> Job:
     """`job` with another hardware (name or file), price or token budget; validated again."""
-    update: dict[str, Any] = {}
-    cluster = job.cluster
-    if hardware is not None:
-        update["hardware"] = resolve_hardware(hardware)
-        cluster = cluster.model_copy(update={"gpu": hardware})
-    if price is not None:
-        cluster = cluster.model_copy(update={"price_per_gpu_hour_usd": price})
-    update["cluster"] = cluster
-    if train_tokens is not None:
-        update["training"] = job.training.model_copy(update={"train_tokens": train_tokens})
-    return validate_job(job.model_copy(update=update))
+    return apply(job, Overrides(hardware=hardware, price_per_gpu_hour_usd=price, train_tokens=train_tokens))
+
+
+def apply(job: Job, overrides: Overrides) -> Job:
+    """The job with `overrides`, every section re-validated as a job file's would be."""
+    given = overrides.given()
+    if not given:
+        return job
+    sections: dict[str, dict[str, Any]] = {
+        "training": job.training.model_dump(mode="json"),
+        "parallel": job.parallel.model_dump(mode="json"),
+        "cluster": job.cluster.model_dump(mode="json"),
+    }
+    for key, value in given.items():
+        if key in LAYOUT_FIELDS:
+            section, name = LAYOUT_FIELDS[key]
+            sections[section][name] = value
+    _rederive_layout(sections, given)
+    hardware = job.hardware
+    if overrides.hardware is not None:
+        hardware = resolve_hardware(overrides.hardware)
+        sections["cluster"]["gpu"] = overrides.hardware
+    if overrides.train_tokens is not None:
+        sections["training"]["train_tokens"] = overrides.train_tokens
+    where = overrides.label() or "overrides"
+    try:
+        updated = Job(model=job.model, hardware=hardware,
+                      training=parse(TrainingSpec, sections["training"], "training"),
+                      parallel=parse(ParallelPlan, sections["parallel"], "parallel"),
+                      cluster=parse(ClusterSpec, sections["cluster"], "cluster"))
+        return validate_job(updated)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _rederive_layout(sections: dict[str, dict[str, Any]], given: Mapping[str, Any]) -> None:
+    parallel, cluster = sections["parallel"], sections["cluster"]
+    if "dp" in given:
+        if "num_gpus" not in given:
+            cluster["num_gpus"] = int(parallel["tp"]) * int(parallel["pp"]) * int(given["dp"])
+    elif {"tp", "pp", "num_gpus"} & set(given):
+        parallel["dp"] = None  # re-derived: num_gpus / (tp * pp)
+    if "virtual_stages" in given and given["virtual_stages"] > 1 and "schedule" not in given:
+        parallel["schedule"] = "interleaved_1f1b"
 
 
 def load_with_overrides(path: str | Path, **overrides: Any) -> Job:
     return with_overrides(load_job(path), **overrides)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Several values per override: their product is the set of variants to compare."""
+
+    values: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def variants(self) -> Iterator[Overrides]:
+        keys = list(self.values)
+        for combo in itertools.product(*(self.values[k] for k in keys)):
+            yield replace(Overrides(), **dict(zip(keys, combo, strict=True)))
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for v in self.values.values():
+            n *= len(v)
+        return n

@@ -119,17 +119,50 @@ def test_invalid_vtrain_config_is_one_line_naming_the_key(name, tmp_path, capsys
     assert_one_line_error(*run_cli(capsys, str(path))[::2], *expected)
 
 
-@pytest.mark.parametrize(("content", "expected"), [
-    (b"model: [1, 2\n  x: {", "not valid YAML/JSON"),
-    (b'{"model": "gpt3-175b",', "not valid YAML/JSON"),
-    (b"\x00\x01\x02\xff\xfe\xfd", "not a text file"),
-    (b"- 1\n- 2\n", "must hold a mapping"),
-    (b"just a sentence", "must hold a mapping"),
+@pytest.mark.parametrize(("name", "content", "expected"), [
+    ("job.yaml", b"model: [1, 2\n  x: {", "not valid YAML"),
+    ("job.json", b'{"model": "gpt3-175b",', "not valid JSON"),
+    ("job.json", b'{"model": "gpt3-175b",\n "cluster": {"num_gpus": 8,},\n}', "trailing comma"),
+    ("job.json", b'{"model": NaN}', "NaN is not a JSON number"),
+    ("job.json", b'{"model": "a", "model": "b"}', "key 'model' appears more than once"),
+    ("job.yaml", b"model: a\ntraining: {}\nmodel: b\n", "duplicate key 'model' (lines 1 and 3)"),
+    ("job.json", b"\x00\x01\x02\xff\xfe\xfd", "not a text file"),
+    ("job.yaml", b"- 1\n- 2\n", "must hold a mapping"),
+    ("job.yaml", b"just a sentence", "must hold a mapping"),
+    ("job.json", b"[1, 2]", "must hold a mapping"),
 ])
-def test_file_that_is_not_a_job_is_one_line(content, expected, tmp_path, capsys):
-    path = tmp_path / "job.json"
+def test_file_that_is_not_a_job_is_one_line(name, content, expected, tmp_path, capsys):
+    path = tmp_path / name
     path.write_bytes(content)
     assert_one_line_error(*run_cli(capsys, str(path))[::2], str(path), expected)
+
+
+def test_json_with_a_trailing_comma_is_not_silently_accepted(tmp_path, capsys):
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job_dict(), indent=1).replace('"num_gpus": 8', '"num_gpus": 8,'))
+    code, out, err = run_cli(capsys, str(path))
+    assert out == ""
+    assert_one_line_error(code, err, "not valid JSON", "line", "trailing comma", "remove it")
+
+
+def test_duplicate_yaml_key_names_the_key_not_a_missing_one(tmp_path, capsys):
+    path = tmp_path / "job.yaml"
+    text = yaml.safe_dump(job_dict())
+    path.write_text(text + "training:\n  precision: bf16\n")
+    code, _, err = run_cli(capsys, str(path))
+    assert_one_line_error(code, err, "duplicate key 'training'", "keep one")
+    assert "missing required key" not in err
+
+
+def test_directory_as_job_file_says_it_is_a_directory(tmp_path, capsys):
+    from simulator.loaders import load_job
+
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_job(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run_cli(capsys, str(empty))
+    assert_one_line_error(code, err, str(empty), "no job files")
 
 
 def test_missing_file_is_one_line(tmp_path, capsys):
