@@ -2,10 +2,10 @@
 A100 rows), uncalibrated and calibrated by k-fold cross-validation.
 
 Prints the table quoted in the README and writes docs/accuracy_*.png (predicted vs measured):
-- H100 (`data/measured/h100/**/runs.csv`: every runs file there, e.g. the shared runs and, once
-  measured, `oom_candidates/runs.csv`): time uncalibrated and calibrated 5-fold on the
-  h100-sxm-80gb datasheet file; peak memory (allocated, and reserved where measured) and the OOM
-  table from the simulator's memory model (memory has no calibrated parameter);
+- H100 (`data/measured/h100/**/runs*.csv`: every runs file there: the shared runs, the runs
+  measured one job per process and, once measured, `oom_candidates/runs.csv`): time uncalibrated
+  and calibrated 5-fold on the h100-sxm-80gb datasheet file; peak memory (allocated, and reserved
+  where measured) and the OOM table from the simulator's memory model (no calibrated parameter);
 - A100 (vTrain's rows, Megatron-DeepSpeed): uncalibrated datasheet a100-80gb and calibrated k-fold
   per file, and the multi-node 39.1B rows predicted from a fit on the 3.6B and 18.4B rows only.
 Every calibrated number is out-of-sample: a row is predicted by parameters fitted without it.
@@ -40,7 +40,7 @@ A100 = {"single": MEASURED / "a100_single_node.csv", "multi": MEASURED / "a100_m
 
 
 def h100_files() -> list[Path]:
-    return sorted(MEASURED.glob("h100/**/runs.csv"))
+    return sorted(MEASURED.glob("h100/**/runs*.csv"))
 
 
 def _runs(key: str) -> Runs:
