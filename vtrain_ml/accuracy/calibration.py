@@ -49,7 +49,7 @@ PARAMS: tuple[Param, ...] = (
     Param("collective_overhead_s", 1e-7, 5e-4, True, "host time per collective call", True),
     Param("microbatch_overhead_s", 1e-6, 2e-2, True, "framework work per micro-batch step", True),
 )
-BOUND_MARGIN = 0.005  # normalized distance from a bound that counts as "at the bound"
+BOUND_MARGIN = 0.02  # normalized distance from a bound that counts as "at the bound"
 
 Progress = Callable[[int, float], None]  # (evaluations so far, train MAPE of the latest)
 
