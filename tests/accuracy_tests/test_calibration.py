@@ -81,7 +81,7 @@ def test_parameters_that_no_run_depends_on_are_found_without_fitting():
     counts = affected_rows(jobs, base, PARAMS)
     assert {n for n, c in counts.items() if c == 0} == NETWORK
     # every row pays host dispatch; a fully host-bound row may not feel GEMM speed at all
-    assert counts["host_overhead_s"] == 16 and 12 <= counts["gemm_max_efficiency"] <= 16
+    assert counts["host_overhead_s"] == 16 and 8 <= counts["gemm_max_efficiency"] <= 16
 
 
 def test_frozen_parameters_keep_their_exact_start_value():
@@ -103,7 +103,7 @@ def test_a_parameter_pushed_past_its_physical_bound_is_reported_with_what_it_set
     (note,) = bound_notes(jobs, truth, base, fitted, subset)
     assert (note.name, note.side, note.start) == ("gemm_max_efficiency", "lower", 0.8)
     assert note.value == pytest.approx(0.3)
-    assert 12 <= note.rows <= 16 and note.total_rows == 16 and note.mape_at_start > note.mape_fitted
+    assert 8 <= note.rows <= 16 and note.total_rows == 16 and note.mape_at_start > note.mape_fitted
     sentence = note.sentence()
     assert "ended at its lower bound" in sentence and "matrix multiply" in sentence
     assert "--freeze gemm_max_efficiency" in sentence

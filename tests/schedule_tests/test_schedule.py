@@ -63,8 +63,9 @@ def test_never_a_gpu_count_at_which_the_model_does_not_fit(curve_cache: CurveCac
 def test_meets_every_deadline_where_that_is_possible(curve_cache: CurveCache) -> None:
     # b's window is 1.5x its duration on the whole cluster, a's 4x (same work): running b alone
     # from its arrival, then a, meets both, so a feasible schedule exists
-    tr = trace(row("a", 0, TINY, train_tokens=1.5e9, deadline_factor=4),
-               row("b", 1, TINY, train_tokens=1.5e9, deadline_factor=1.5))
+    # (the FIFO baseline's fixed request is one GPU each: far from the whole cluster's speed)
+    tr = trace(row("a", 0, TINY, train_tokens=1.5e9, deadline_factor=4, gpus=1),
+               row("b", 1, TINY, train_tokens=1.5e9, deadline_factor=1.5, gpus=1))
     s = scheduler(tr, curve_cache, restart_s=0.0)
     elastic = s.run("elastic", ExactOracle(CLUSTER, cache=curve_cache))
     assert [j.outcome for j in elastic.jobs] == [Outcome.MET, Outcome.MET]
