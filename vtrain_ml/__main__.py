@@ -17,9 +17,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("vtrain_ml.cli.validate", "simulate measured runs and report the error"),
     "calibrate": ("vtrain_ml.cli.calibrate", "fit the hardware model to measured runs, write a hardware "
                                              "file"),
-    "profile": ("vtrain_ml.cli.profile", "measure operators and collectives with PyTorch into a profile"),
+    "profile": ("vtrain_ml.cli.profile", "trace your stack (or import a torch.profiler trace), measure "
+                                         "operators and collectives into a profile"),
     "surrogate": ("vtrain_ml.cli.surrogate", "sample the simulator, train and serve the XGBoost surrogate"),
     "schedule": ("vtrain_ml.cli.schedule", "schedule many training jobs on one cluster"),
+    "compat": ("vtrain_ml.compat.vtrain", "vTrain's example.py: predicted iteration time of a vTrain "
+                                         "config (-c config.json)"),
 }
 FIRST = "vtrain-search --config examples/case_study_1_mtnlg.yaml"
 

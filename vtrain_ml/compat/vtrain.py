@@ -231,10 +231,16 @@ def vtrain_breakdown(sim: SimulationResult) -> dict[str, dict[str, float]]:
     return out
 
 
+SCRIPT = "vtrain-compat"  # pyproject.toml [project.scripts]
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m vtrain_ml.compat.vtrain",
+    module = "python -m vtrain_ml.compat.vtrain"
+    p = argparse.ArgumentParser(prog=SCRIPT if Path(sys.argv[0]).name == SCRIPT else module,
                                 description="vTrain's example.py: predict the iteration time of a "
-                                            "vTrain config file.")
+                                            "vTrain config file.",
+                                epilog=f"Installed as the console script `{SCRIPT}` too ({module} "
+                                       "works the same).")
     p.add_argument("-c", "--config", required=True, metavar="CONFIG_JSON", help="vTrain config file")
     add_common(p)
     return p
