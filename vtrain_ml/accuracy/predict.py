@@ -40,18 +40,12 @@ def predict_ms(jobs: list[Job], hardware: HardwareSpec | None = None) -> np.ndar
 def memory_terms(result: SimulationResult) -> tuple[float, float]:
     """(peak allocated, peak reserved) bytes per GPU of a simulation.
 
-    Allocated is what `torch.cuda.max_memory_allocated` measures; reserved adds what the caching
-    allocator holds beyond it. A result that names both (`peak_allocated_bytes`,
-    `peak_reserved_bytes`) is read directly; otherwise allocated is the peak stage's total less
-    its fixed reserve (CUDA context, NCCL buffers, fragmentation: `HardwareSpec
-    .reserved_memory_GiB`), and reserved is the total, the figure the capacity check uses.
+    Allocated is what `torch.cuda.max_memory_allocated` measures (`peak_allocated_bytes`);
+    reserved is what `torch.cuda.max_memory_reserved` shows: the caching allocator's reservation
+    of the fullest GPU at its peak (`StageMemory.allocator_reserved_bytes`, simulator.memory).
     """
-    allocated = getattr(result, "peak_allocated_bytes", None)
-    reserved = getattr(result, "peak_reserved_bytes", None)
-    if allocated is not None:
-        return float(allocated), float(reserved if reserved is not None else result.peak_memory_bytes)
-    peak = max(result.stages, key=lambda s: s.memory.total_bytes).memory
-    return float(peak.total_bytes - peak.reserved_bytes), float(peak.total_bytes)
+    peak = max(result.stages, key=lambda s: s.memory.allocated_bytes).memory
+    return float(result.peak_allocated_bytes), float(peak.allocator_reserved_bytes)
 
 
 @dataclass(frozen=True)
