@@ -1,141 +1,107 @@
-"""Measure the framework (host) cost per kernel of a Megatron-style transformer layer.
+"""Measure the host (framework + dispatch) cost per kernel launch of a training stack.
 
-Why: on small layers, Megatron training is bound by the host dispatching kernels, not by the GPU.
-The analytic model's default `host_overhead_s` (host time per kernel, see simulator/lowering.py)
-comes from this measurement, not from the validation data. The layer follows Megatron-LM's
-Python structure, because that structure is what costs host time: linear layers as custom
-autograd Functions (LinearWithGradAccumulationAndAsyncCommunication), TorchScript-fused bias-GeLU
-and bias-dropout-add, a fused scale-mask-softmax Function, the layer wrapped in reentrant
-activation checkpointing (full recompute), gradients accumulated into `main_grad` buffers.
-Tensors are tiny, so compute is negligible and what remains is Python + dispatcher + autograd.
-The per-kernel figure divides the time of forward + recompute + backward by the number of
-kernels the simulator's graph counts for the same layer. On CPU it omits the CUDA launch call
-itself (a few microseconds per kernel on the GPU host), so it is a lower bound there; on a GPU
-host (`--device cuda`, fp16, e.g. through the device tool) it includes the launch path and the
-caching allocator, and the tiny tensors keep the GPU idle, so the time is the host's.
+Why: on small layers training is bound by the host dispatching kernels, not by the GPU. The
+simulator charges `Efficiency.host_overhead_s` per launch of its graph, weighted per direction by
+the stack's `FrameworkSemantics.host_launch_cost` (simulator/lowering.py, simulator/framework.py);
+both come from the two measurements below, never from the iteration times we validate against.
+A cost per launch is only meaningful together with the graph that counts the launches, so both
+divide measured host time by the CURRENT graph's launches of the same work.
 
-Run: python bench/measure_host_overhead.py [--device cuda]   (needs torch; best of several blocks)
+1. Megatron-style layer (default; needs torch): one transformer layer with Megatron-LM's Python
+   structure, which is what costs host time -- linear layers as custom autograd Functions
+   (LinearWithGradAccumulationAndAsyncCommunication), TorchScript bias-GeLU and bias-dropout-add,
+   a scale-mask-softmax Function, reentrant activation checkpointing (full recompute), weight
+   gradients added into `main_grad` buffers. Tensors are tiny, so the GPU is idle and the time is
+   the host's. The time of forward + recompute + backward (and the script's `.sum()` loss and its
+   seed gradient) is divided by the launches the simulator's graph counts for exactly this layer
+   (`measured_layer_job`: h 64, 4 heads, sequence 16, micro-batch 1, fp16, full recompute,
+   dropout 0.1, gradient accumulation not fused, as `main_grad.add_` does) plus those 2. On a GPU
+   host (`--device cuda`) it also counts the launches the iteration really made (torch.profiler:
+   kernels, memsets, memcpys of one profiled step) and prints both. On CPU it omits the CUDA
+   launch path and the caching allocator, so it is a lower bound there.
+2. Eager PyTorch (`--traced PROFILE ...`, no torch needed): the traced profiles that
+   `python -m vtrain_ml.profile trace` writes on a GPU (data/profiles/h100-traced-*) hold, per
+   traced shape, the host time of each phase under the profiler, the CPU ops it recorded and the
+   host time the profiler added per op (`profiler_op_s`); `trace` also timed the iteration's host
+   time WITHOUT the profiler and printed it ("host X ms without", the session log
+   data/profiles/h100-traced-gpu-session-parts.log, `--host-log`). Each phase's share of the
+   host time is its profiled time less the profiler's per-op cost; the shares split the
+   unprofiled host time of the iteration. Pooled over the tp-1 shapes this gives the host
+   time per launch of forward launches, backward launches (autograd's C++ engine: no Python),
+   and the recompute launches of full recompute with everything the checkpoint machinery adds
+   to the checkpointed layer's forward and backward (torch.utils.checkpoint, non-reentrant).
+   Shapes whose iteration waited on the GPU (synchronizing calls) are left out: their host time
+   without the profiler includes the wait.
+
+Run: python bench/measure_host_overhead.py [--device cuda]
+     python bench/measure_host_overhead.py --traced data/profiles/h100-traced-reference \
+         data/profiles/h100-traced-huggingface --host-log data/profiles/h100-traced-gpu-session-parts.log
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-from torch.utils.checkpoint import checkpoint
+import numpy as np
+import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from simulator import Job, job_from_dict
 from simulator.graph import build_layer
-from tests.conftest import make_job
+from simulator.profile_format import read_profile
+
+LOSS_LAUNCHES = 2  # the script's `.sum()` and the seed gradient of `.backward()`
+H, HEADS, SEQ = 64, 4, 16
+CLASSES = {"layer_forward": "forward", "embedding_forward": "forward", "head_forward": "forward",
+           "layer_backward": "backward", "embedding_backward": "backward", "head_backward": "backward",
+           "layer_recompute": "recompute", "optimizer": "optimizer"}
+HOST_LOG = Path(__file__).resolve().parents[1] / "data" / "profiles" / "h100-traced-gpu-session-parts.log"
+SYNC_LIMIT_S = 1e-3  # an iteration that waited longer than this on the GPU is left out
+HOST_LINE = re.compile(r"traced (\S+): iteration [\d.]+ ms without the profiler, [\d.]+ ms traced; "
+                       r"host ([\d.]+) ms without")
 
 
-class LinearFunction(torch.autograd.Function):
-    """Megatron's linear: explicit data- and weight-gradient GEMMs, weight gradient accumulated
-    into `main_grad` (no bias here: Megatron returns it for fusion, skip_bias_add)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(x, weight)
-        return torch.matmul(x, weight.t())
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        x, weight = ctx.saved_tensors
-        grad_input = grad.matmul(weight)
-        g2, x2 = grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1])
-        weight.main_grad.add_(g2.t().matmul(x2))  # type: ignore[attr-defined]
-        return grad_input, None
+def measured_layer_job() -> Job:
+    """The job whose one layer is the Megatron-style layer this script times."""
+    return job_from_dict({
+        "model": {"num_layers": 1, "hidden_size": H, "num_attention_heads": HEADS, "seq_length": SEQ,
+                  "vocab_size": 128},
+        "training": {"global_batch_size": 1, "micro_batch_size": 1, "precision": "fp16",
+                     "recompute": "full", "framework": "megatron-lm",
+                     "gradient_accumulation_fusion": False},
+        "parallel": {"tp": 1, "pp": 1, "dp": 1},
+        "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 1}})
 
 
-class Linear(nn.Module):
-    def __init__(self, n_in: int, n_out: int, **where: Any) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(n_out, n_in, **where) * 0.02)
-        self.bias = nn.Parameter(torch.zeros(n_out, **where))
-        self.weight.main_grad = torch.zeros_like(self.weight)  # type: ignore[attr-defined]
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return LinearFunction.apply(x, self.weight), self.bias
+def graph_launches() -> int:
+    """Launches of the measured iteration as the simulator's graph counts them."""
+    block = build_layer(measured_layer_job())
+    return sum(op.kernels for op in (*block.forward, *block.recompute, *block.backward)) + LOSS_LAUNCHES
 
 
-@torch.jit.script
-def bias_gelu(bias: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    x = bias + y
-    return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+def megatron_layer(device_name: str) -> None:
+    import torch
+    from megatron_style_layer import Layer  # the layer lives beside this script
 
-
-@torch.jit.script
-def bias_dropout_add(x: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor,
-                     prob: float) -> torch.Tensor:
-    return residual + F.dropout(x + bias, p=prob, training=True)
-
-
-class ScaleMaskSoftmax(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, scores: torch.Tensor, scale: float) -> torch.Tensor:
-        s = scores.shape[-1]
-        mask = torch.ones(s, s, dtype=torch.bool, device=scores.device).triu(1)
-        probs = torch.softmax((scores * scale).masked_fill(mask, -10000.0), dim=-1)
-        ctx.save_for_backward(probs)
-        ctx.scale = scale
-        return probs
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        (probs,) = ctx.saved_tensors
-        return torch.ops.aten._softmax_backward_data(grad, probs, -1, probs.dtype) * ctx.scale, None
-
-
-class Layer(nn.Module):
-    """Megatron's ParallelTransformerLayer (tp = 1) with its Python structure."""
-
-    def __init__(self, h: int, heads: int, **where: Any) -> None:
-        super().__init__()
-        self.heads, self.p = heads, 0.1
-        self.ln1, self.ln2 = nn.LayerNorm(h, **where), nn.LayerNorm(h, **where)
-        self.qkv, self.proj = Linear(h, 3 * h, **where), Linear(h, h, **where)
-        self.up, self.down = Linear(h, 4 * h, **where), Linear(4 * h, h, **where)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s, b, h = x.shape
-        mixed, qkv_bias = self.qkv(self.ln1(x))
-        mixed = (mixed + qkv_bias).view(s, b * self.heads, 3 * h // self.heads)
-        q, k, v = torch.split(mixed, h // self.heads, dim=-1)
-        scores = torch.baddbmm(q.new_empty(b * self.heads, s, s), q.transpose(0, 1),
-                               k.transpose(0, 1).transpose(1, 2), beta=0.0, alpha=1.0)
-        probs = F.dropout(ScaleMaskSoftmax.apply(scores, 0.125), self.p, training=True)
-        context = torch.bmm(probs, v.transpose(0, 1)).permute(1, 0, 2).contiguous().view(s, b, h)
-        out, bias = self.proj(context)
-        x = bias_dropout_add(out, bias, x, self.p)
-        hidden, bias = self.up(self.ln2(x))
-        out, bias2 = self.down(bias_gelu(bias, hidden))
-        return bias_dropout_add(out, bias2, x, self.p)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="cpu", help="cpu or cuda (a GPU host: fp16, like the runs)")
-    args = ap.parse_args()
-    device = torch.device(args.device)
+    device = torch.device(device_name)
     where: dict[str, Any] = {"device": device,
                              "dtype": torch.float16 if device.type == "cuda" else torch.float32}
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    layer = Layer(64, 4, **where)
-    x = torch.randn(16, 1, 64, requires_grad=True, **where)
+    layer = Layer(H, HEADS, **where)
+    x = torch.randn(SEQ, 1, H, requires_grad=True, **where)
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
     def step() -> None:
-        checkpoint(layer, x, use_reentrant=True).sum().backward()
+        torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=True).sum().backward()
 
     for _ in range(50):
         step()
@@ -149,11 +115,85 @@ def main() -> None:
         sync()
         timings.append((time.perf_counter() - start) / reps)
     per_layer = min(timings)
-    block = build_layer(make_job(training={"recompute": "full"}))
-    kernels = sum(op.kernels for op in (*block.forward, *block.recompute, *block.backward))
-    print(f"Megatron-style layer, fwd + recompute + bwd: {per_layer * 1e6:.0f} us over {kernels} "
-          f"graph kernels -> {per_layer / kernels * 1e6:.1f} us host time per kernel "
+    launches = graph_launches()
+    print(f"Megatron-style layer, fwd + recompute + bwd: {per_layer * 1e6:.0f} us over {launches} "
+          f"graph launches -> {per_layer / launches * 1e6:.1f} us host time per launch "
           f"(torch {torch.__version__}, {device.type}, best of {blocks} blocks of {reps})")
+    if device.type == "cuda":
+        real = cuda_launches(step)
+        print(f"launches of one iteration on this GPU (torch.profiler): {real} -> "
+              f"{per_layer / real * 1e6:.1f} us per real launch")
+
+
+def cuda_launches(step: Any) -> int:
+    """Kernels, memsets and memcpys one iteration launches on the GPU."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+    return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+
+
+def unprofiled_host(log: Path) -> dict[str, float]:
+    """Trace file -> host seconds of an iteration without the profiler, as `trace` printed it."""
+    return {m.group(1): float(m.group(2)) * 1e-3 for m in HOST_LINE.finditer(log.read_text())}
+
+
+def traced_costs(profiles: list[Path], host_log: Path) -> pd.DataFrame:
+    """Unprofiled host seconds and launches per class (forward, backward, recompute, optimizer)
+    of every tp-1 traced shape without GPU waits, one row per shape."""
+    unprofiled = unprofiled_host(host_log)
+    rows = []
+    for folder in profiles:
+        prof = read_profile(folder)
+        assert prof.traces is not None and prof.phases is not None, f"{folder} is not a traced profile"
+        for _, t in prof.traces.iterrows():
+            ph = prof.phases[(prof.phases.trace == t.trace) & prof.phases.phase.isin(CLASSES)]
+            iterations = ph.loc[ph.phase == "optimizer", "instances"].sum() or 1
+            waited = float((ph.instances * (ph.sync_s + ph.blocked_s)).sum()) / iterations
+            if t.tp != 1 or t.file not in unprofiled or waited > SYNC_LIMIT_S:
+                continue
+            per_op = 0.0 if np.isnan(t.profiler_op_s) else float(t.profiler_op_s)
+            own = ((ph.host_s - ph.cpu_ops * per_op).clip(lower=0) * ph.instances / iterations)
+            host = own * (unprofiled[t.file] / own.sum())  # the shares split the measured host
+            row = {"stack": t.stack, "file": t.file, "recompute": t.recompute}
+            for cls in ("forward", "backward", "recompute", "optimizer"):
+                part = ph.phase.map(CLASSES) == cls
+                row[f"{cls}_s"] = float(host[part].sum())
+                row[f"{cls}_launches"] = float((ph.kernels * ph.instances)[part].sum() / iterations)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def eager_stack(profiles: list[Path], host_log: Path) -> None:
+    df = traced_costs(profiles, host_log)
+    print(f"{len(df)} traced tp-1 shapes without GPU waits")
+    for stack, g in df.groupby("stack"):
+        none, full = g[g.recompute == "none"], g[g.recompute == "full"]
+        fwd = none.forward_s.sum() / none.forward_launches.sum()
+        bwd = none.backward_s.sum() / none.backward_launches.sum()
+        line = (f"{stack}: {len(none)} shapes without recompute: {fwd * 1e6:.1f} us per forward launch, "
+                f"{bwd * 1e6:.1f} us per backward launch (x{bwd / fwd:.2f})")
+        if len(full):
+            beyond = (full.forward_s + full.backward_s + full.recompute_s
+                      - fwd * full.forward_launches - bwd * full.backward_launches).sum()
+            rec = beyond / full.recompute_launches.sum()
+            line += (f"; {len(full)} with full recompute: {rec * 1e6:.1f} us per recompute launch, "
+                     f"checkpointing included (x{rec / fwd:.2f})")
+        print(line)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (a GPU host: fp16, like the runs)")
+    ap.add_argument("--traced", nargs="+", type=Path, help="traced profile folders (eager stacks)")
+    ap.add_argument("--host-log", type=Path, default=HOST_LOG,
+                    help="the `profile trace` session output with the host times without the profiler")
+    args = ap.parse_args()
+    if args.traced:
+        eager_stack(args.traced, args.host_log)
+    else:
+        megatron_layer(args.device)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,13 @@ training stacks comes from `simulator.framework`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from simulator import graph_eager
 from simulator.enums import CollectiveKind, Norm, PositionEmbedding, Recompute
-from simulator.framework import FrameworkSemantics, semantics
+from simulator.framework import MEGATRON_HOST, FrameworkSemantics, HostCost, semantics
 from simulator.ops import CommGroup, CommOp, Op, OpKind, Phase
 from simulator.params import padded_vocab
 from simulator.partition import chunk_layers
@@ -42,6 +42,7 @@ class Block:
     saved_bytes: float  # held from the micro-batch's forward until its backward
     working_bytes: float  # transient during its backward (e.g. the recomputed activations)
     forward_transient_bytes: float = 0.0  # alive only at the end of its forward (loss temps)
+    host_cost: HostCost = MEGATRON_HOST  # the stack's host time per launch of each direction
 
 
 @dataclass(frozen=True)
@@ -282,8 +283,10 @@ def build_layer(job: Job) -> Block:
     add(_gemm("mlp.down", T, m.hidden_size, f, c.dt, 2 * T * f, accumulate_bytes=acc))
     add(_dropout_add(c, "mlp.dropout_add"))
     nbytes = c.tokens * c.h * c.dt
-    qkv_c, proj_c = column_parallel("qkv", nbytes, t, c.sp), row_parallel("attn.proj", nbytes, t, c.sp)
-    up_c, down_c = column_parallel("mlp.up", nbytes, t, c.sp), row_parallel("mlp.down", nbytes, t, c.sp)
+    overlap = c.fw.async_tp_grad_allreduce
+    qkv_c = column_parallel("qkv", nbytes, t, c.sp, overlap)
+    up_c = column_parallel("mlp.up", nbytes, t, c.sp, overlap)
+    proj_c, down_c = row_parallel("attn.proj", nbytes, t, c.sp), row_parallel("mlp.down", nbytes, t, c.sp)
     fwd_comm = qkv_c.forward + proj_c.forward + up_c.forward + down_c.forward
     bwd_comm = down_c.backward + up_c.backward + proj_c.backward + qkv_c.backward
     linears = {"qkv": (m.hidden_size, qkv_out), "attn.proj": (heads * d, m.hidden_size),
@@ -464,7 +467,7 @@ def build_head(job: Job) -> Block:
     loss_f = _small("loss", Phase.FORWARD, LOSS_FWD_KERNELS, c.tokens, LOSS_FWD_KERNELS * 8 * c.tokens)
     loss_b = _small("loss.bwd", Phase.BACKWARD, LOSS_BWD_KERNELS, c.tokens,
                     LOSS_BWD_KERNELS * 8 * c.tokens)
-    logits_c = column_parallel("logits", c.tokens * c.h * c.dt, c.t, c.sp)
+    logits_c = column_parallel("logits", c.tokens * c.h * c.dt, c.t, c.sp, c.fw.async_tp_grad_allreduce)
     comm = list(logits_c.forward)
     if c.t > 1:  # max and sum-exp of the vocab-parallel softmax, and the target logit
         comm += [CommOp(f"cross_entropy.{x}", CollectiveKind.ALL_REDUCE, FP32 * c.tokens, CommGroup.TP)
@@ -494,10 +497,13 @@ def p2p_bytes(job: Job) -> float:
 
 
 def build_graph(job: Job) -> JobGraph:
-    if semantics(job.training.framework).eager_autocast:
-        return _eager_graph(job)
-    return JobGraph(build_layer(job), build_embedding(job), build_head(job), chunk_layers(job),
-                    p2p_bytes(job))
+    fw = semantics(job.training.framework)
+    graph = _eager_graph(job) if fw.eager_autocast else JobGraph(
+        build_layer(job), build_embedding(job), build_head(job), chunk_layers(job), p2p_bytes(job))
+    cost = fw.host_launch_cost  # which Python dispatches these kernels (simulator.framework)
+    return replace(graph, layer=replace(graph.layer, host_cost=cost),
+                   embedding=replace(graph.embedding, host_cost=cost),
+                   head=replace(graph.head, host_cost=cost))
 
 
 def _eager_graph(job: Job) -> JobGraph:

@@ -58,7 +58,9 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTimer,
                efficiency: Efficiency) -> BlockCost:
     """Cost a block. The host launches kernels asynchronously and runs ahead of the GPU, so a
     window of kernels takes max(GPU time, host dispatch time), not a per-kernel maximum; host
-    dispatch is `host_overhead_s` per kernel plus `collective_overhead_s` per collective call."""
+    dispatch is `host_overhead_s` per kernel launch, weighted by what the stack's Python costs for
+    a forward, backward or recompute launch (`block.host_cost`, simulator.framework), plus
+    `collective_overhead_s` per collective call."""
     by_source: dict[CostSource, float] = defaultdict(float)
     seconds: dict[str, float] = {}
 
@@ -76,15 +78,18 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTimer,
         return sum(max(0.0, comm_time(op) - seconds.get(op.overlap, 0.0)) if op.overlap
                    else comm_time(op) for op in ops)
 
-    def host(ops: tuple[Op, ...], comms: tuple[CommOp, ...]) -> float:
+    def host(ops: tuple[Op, ...], comms: tuple[CommOp, ...], weight: float) -> float:
         launches = sum(op.kernels for op in ops)
-        return launches * efficiency.host_overhead_s + len(comms) * efficiency.collective_overhead_s
+        return (launches * weight * efficiency.host_overhead_s
+                + len(comms) * efficiency.collective_overhead_s)
 
     fwd, fwd_c = compute(block.forward), comm(block.forward_comm)
     bwd, bwd_c = compute(block.backward), comm(block.backward_comm)
     rec, rec_c = compute(block.recompute), comm(block.recompute_comm)
-    fwd_host = host(block.forward, block.forward_comm)
-    bwd_host = host(block.backward, block.backward_comm) + host(block.recompute, block.recompute_comm)
+    w = block.host_cost
+    fwd_host = host(block.forward, block.forward_comm, w.forward)
+    bwd_host = (host(block.backward, block.backward_comm, w.backward)
+                + host(block.recompute, block.recompute_comm, w.recompute))
     return BlockCost(fwd, fwd_c, bwd, bwd_c, rec, rec_c, max(0.0, fwd_host - fwd - fwd_c),
                      max(0.0, bwd_host - bwd - bwd_c - rec - rec_c), dict(by_source))
 

@@ -110,10 +110,12 @@ class Efficiency(Frozen):
     Defaults (used where a hardware file gives none) are A100 values from independent
     measurements, not from the iteration times we validate against: GEMM efficiency, its depth
     dependence and the launch gap fitted to Vidur's measured A100 GEMMs
-    (bench/fit_kernel_defaults.py); host dispatch per kernel measured on a Megatron-style eager
-    PyTorch layer on a GPU host (bench/measure_host_overhead.py --device cuda: 64.1 us per kernel,
-    H100 host, torch 2.11; the same layer on this project's CPU without CUDA, 24 us, lacks the
-    launch path) and per collective call on that CPU; the rest are typical published values
+    (bench/fit_kernel_defaults.py); host dispatch per kernel launch measured on a Megatron-style
+    layer on a GPU host (bench/measure_host_overhead.py --device cuda: 4040 us of host time for the
+    layer's forward + recompute + backward on an H100 host, torch 2.11, over the 77 launches the
+    graph counts for that layer: 52.5 us; a stack's Python weights it per direction,
+    simulator.framework) and per collective call on this project's CPU; the rest are typical
+    published values
     (achievable HBM and NCCL bus bandwidth about 80% of nominal, microsecond-scale latencies).
     """
 
@@ -121,7 +123,7 @@ class Efficiency(Frozen):
     gemm_k_half: float = Field(85.0, ge=0)  # reduction depth at which GEMM efficiency halves
     memory_efficiency: float = Field(0.8, gt=0, le=1)  # achievable fraction of HBM bandwidth
     kernel_launch_s: float = Field(3.1e-6, ge=0)  # GPU-side gap between kernels
-    host_overhead_s: float = Field(6.41e-5, ge=0)  # host dispatch per kernel, measured on a GPU host
+    host_overhead_s: float = Field(5.25e-5, ge=0)  # host dispatch per launch, measured on a GPU host
     intra_bus_efficiency: float = Field(0.8, gt=0, le=1)
     inter_bus_efficiency: float = Field(0.8, gt=0, le=1)
     intra_latency_s: float = Field(8e-6, ge=0)  # per ring step

@@ -19,6 +19,11 @@ Row-parallel linear (attention projection, MLP down):
 - backward: nothing without SP; with SP the all-gather of the output gradient (blocking).
 So per layer Megatron blocks on 2 forward collectives without SP (4 with SP) and on 0 backward
 collectives without SP (2 with SP); the others hide behind a GEMM.
+
+Without SP the overlap of the input gradient's all-reduce is a switch of the stack
+(`FrameworkSemantics.async_tp_grad_allreduce`, Megatron-LM's
+`--no-async-tensor-model-parallel-allreduce`): when it is off, `copy_to_tensor_model_parallel_region`
+all-reduces the input gradient synchronously after the linear's backward, a blocking collective.
 """
 
 from __future__ import annotations
@@ -41,13 +46,16 @@ def _op(name: str, kind: CollectiveKind, nbytes: float, overlap: str = "") -> Co
     return CommOp(name, kind, nbytes, CommGroup.TP, overlap)
 
 
-def column_parallel(name: str, nbytes: float, tp: int, sp: bool) -> TpComm:
+def column_parallel(name: str, nbytes: float, tp: int, sp: bool, async_allreduce: bool = True
+                    ) -> TpComm:
     """Collectives of a column-parallel linear `name` (its GEMMs are `name`, `name.dgrad`,
-    `name.wgrad`)."""
+    `name.wgrad`). `async_allreduce`: without SP the input gradient's all-reduce overlaps the
+    weight-gradient GEMM (else it blocks)."""
     if tp == 1:
         return TpComm()
     if not sp:
-        return TpComm((), (_op(f"{name}.dgrad_all_reduce", AR, nbytes, f"{name}.wgrad"),))
+        overlap = f"{name}.wgrad" if async_allreduce else ""
+        return TpComm((), (_op(f"{name}.dgrad_all_reduce", AR, nbytes, overlap),))
     return TpComm((_op(f"{name}.all_gather", AG, nbytes),),
                   (_op(f"{name}.wgrad_all_gather", AG, nbytes, f"{name}.dgrad"),
                    _op(f"{name}.dgrad_reduce_scatter", RS, nbytes, f"{name}.wgrad")))

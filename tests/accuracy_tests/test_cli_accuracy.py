@@ -202,14 +202,18 @@ def test_calibrate_scores_holdout_runs_before_and_after_and_warns_when_they_get_
 
 
 def test_validate_with_a_measured_profile_costs_kernels_from_it(tmp_path, capsys):
+    """A GPU-bound job whose GEMMs the H100 operator profile measured (the h4096 mgpt shape: its
+    layer GEMMs, e.g. QKV 1x4096x12288x4096, are rows of its ops.csv) is predicted from the
+    profile's kernel times, so the prediction moves. (A host-bound job, e.g. Llama h2048 at
+    micro-batch 1, would barely move: its kernels hide behind the host's dispatch by design.)"""
     root = Path(__file__).resolve().parents[2]
-    job = root / "data" / "measured" / "h100" / "jobs" / "llama_h2048_l16_s2048_mb1_ga2_none_flash.yaml"
-    runs = write_runs(tmp_path, f"job,iteration_ms\n{job},160.22\n")
+    job = root / "data" / "measured" / "h100" / "jobs" / "mgpt_h4096_l16_s2048_mb2_ga2_none_flash.yaml"
+    runs = write_runs(tmp_path, f"job,iteration_ms\n{job},464.51\n")
     assert validate([str(runs), "--json"]) == 0
     analytic = json.loads(capsys.readouterr().out)["rows"][0]["predicted_ms"]
     profile = root / "data" / "profiles" / "h100-sxm-80gb-ops"
     assert validate([str(runs), "--json", "--profile", str(profile)]) == 0
     profiled = json.loads(capsys.readouterr().out)["rows"][0]["predicted_ms"]
-    assert profiled != pytest.approx(analytic, rel=0.01)
+    assert profiled != pytest.approx(analytic, rel=0.02)
     assert validate([str(runs), "--profile", str(tmp_path / "nope")]) == 2
     assert "nope" in _one_error_line(capsys.readouterr().err)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.accuracy_tests.conftest import h100_job, write_job, write_runs
 from vtrain_ml.accuracy.predict import Prediction
@@ -32,13 +33,32 @@ def test_errors_are_scored_only_where_measured_and_oom_rows_fill_the_table(tmp_p
     assert result.in_sample.count == 0 and result.unseen_time is None
 
 
-def test_a_calibrated_file_from_before_row_fingerprints_is_recognised_by_its_file_hash():
-    """examples/a100-80gb-calibrated.yaml was fitted on both vTrain files (its data_hash is their
-    bytes' hash): validating it on them is in-sample, on one of them alone it is not known."""
-    example = str(ROOT / "examples" / "a100-80gb-calibrated.yaml")
-    both = [ROOT / "data" / "measured" / f"a100_{k}_node.csv" for k in ("single", "multi")]
-    runs = read_runs(both, hardware=example)
+BOTH_A100 = [ROOT / "data" / "measured" / f"a100_{k}_node.csv" for k in ("single", "multi")]
+
+
+def _in_sample(hardware: str, files: list[Path]) -> int:
+    runs = read_runs(files, hardware=hardware)
     predictions = [Prediction(r.iteration_s or 1.0, GiB, GiB, True) for r in runs.runs]
-    assert validate(runs, predictions).in_sample.count == 195
-    one = read_runs(both[:1], hardware=example)
-    assert validate(one, predictions[:144]).in_sample.count == 0
+    return validate(runs, predictions).in_sample.count
+
+
+def test_a_calibrated_file_from_before_row_fingerprints_is_recognised_by_its_file_hash(tmp_path):
+    """A file calibrated before row fingerprints existed names only the fitted files' bytes'
+    hash (`data_hash`): validating it on both vTrain files is in-sample, on one of them alone it
+    is not known. The legacy file is the shipped example with its fingerprints taken out."""
+    example = yaml.safe_load((ROOT / "examples" / "a100-80gb-calibrated.yaml").read_text())
+    cal = example["calibration"]
+    cal["data_hash"] = cal.pop("file_hash")
+    del cal["row_fingerprints"]
+    legacy = tmp_path / "legacy.yaml"
+    legacy.write_text(yaml.safe_dump(example))
+    assert _in_sample(str(legacy), BOTH_A100) == 195
+    assert _in_sample(str(legacy), BOTH_A100[:1]) == 0
+
+
+def test_the_shipped_calibrated_example_knows_each_row_it_was_fitted_on():
+    """examples/a100-80gb-calibrated.yaml was fitted on both vTrain files (144 single-node and
+    51 multi-node rows): every row of either file alone is in-sample too."""
+    example = str(ROOT / "examples" / "a100-80gb-calibrated.yaml")
+    assert _in_sample(example, BOTH_A100) == 195
+    assert _in_sample(example, BOTH_A100[:1]) == 144
