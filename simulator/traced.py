@@ -157,10 +157,27 @@ def _row_structure(row: dict[str, Any]) -> tuple[Any, ...]:
             float(row["hidden_dropout"]) > 0, float(row["attention_dropout"]) > 0)
 
 
+def rank_vocab(job: Job, tp: int | None = None) -> int:
+    """Rows of the embedding table (and logits columns) one tensor-parallel rank holds.
+
+    Megatron-LM and Megatron-DeepSpeed pad the vocabulary to a multiple of 128 * tp
+    (`megatron/training/tokenizer`, `_vocab_size_with_padding`); plain PyTorch and Hugging Face
+    models (framework `pytorch`) keep it as it is. It matters for the traced stacks: GPT-2's
+    50,257 columns make the logits GEMM unaligned, and on an H100 cuBLAS then runs an align-1
+    CUTLASS kernel ~8x slower than the aligned one at 50,304 (the shared traces of
+    ../shared/data/traces/h100: 19.2 ms vs 2.1 ms per mgpt_h4096 micro-batch's forward logits).
+    (simulator.framework's `pads_vocab` states the same rule for the graph.)"""
+    m = job.model
+    tp = job.parallel.tp if tp is None else tp
+    if job.training.framework is Framework.PYTORCH:
+        return m.vocab_size // tp
+    return padded_vocab(m, tp) // tp
+
+
 def per_rank_shape(job: Job) -> tuple[int, ...]:
     m, p = job.model, job.parallel
     return (m.hidden_size, m.num_attention_heads // p.tp, m.query_groups // p.tp, m.ffn // p.tp,
-            padded_vocab(m, p.tp) // p.tp, m.seq_length, job.training.micro_batch_size,
+            rank_vocab(job), m.seq_length, job.training.micro_batch_size,
             int(job.training.flash_attention), int(p.sequence_parallel and p.tp > 1))
 
 
@@ -179,7 +196,7 @@ def block_params(job: Job, phase: TracePhase, layers: int | None = None) -> floa
     m, tp = job.model, job.parallel.tp
     h = m.hidden_size
     norm = h * (2 if m.norm is Norm.LAYERNORM else 1)
-    vocab = padded_vocab(m, tp) // tp * h
+    vocab = rank_vocab(job) * h
     pos = m.seq_length * h if m.position_embedding is PositionEmbedding.LEARNED else 0
     emb = vocab + pos
     head = norm + (0 if m.tied_embeddings else vocab)
