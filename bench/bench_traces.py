@@ -63,11 +63,17 @@ def stack_of(name: str) -> str:
     return name.split("_")[0]
 
 
-def import_all(names: list[str]) -> dict[str, ImportedTrace]:
+def import_all(names: list[str], measured: pd.DataFrame) -> dict[str, ImportedTrace]:
+    """Each trace as `import-trace --iteration-ms` takes it: with its job's unprofiled iteration
+    time when measured.csv has one (a leave-one-out prediction never sees its own job's trace,
+    hence never its measurement)."""
     out = {}
     for name in names:
         job = load_job(JOBS / f"{name}.yaml")
-        out[name] = analyze(TraceSource(TRACES / f"{name}.json.gz", job, stack_of(name)))
+        known = name in measured.index
+        unprofiled = float(measured.loc[name, "iteration_ms_median"]) / 1e3 if known else None
+        out[name] = analyze(TraceSource(TRACES / f"{name}.json.gz", job, stack_of(name),
+                                        measured_iteration_s=unprofiled))
     return out
 
 
@@ -274,7 +280,7 @@ def main() -> None:
         measured = pd.read_csv(TRACES / "measured.csv").set_index("job")
         names = sorted(p.name[:-len(".json.gz")] for p in TRACES.glob("*.json.gz"))
         start = time.perf_counter()
-        imported = import_all(names)
+        imported = import_all(names, measured)
         print(f"imported {len(imported)} traces in {time.perf_counter() - start:.1f} s "
               f"(streamed; unattributed kernel time: "
               f"{max(i.summary.unattributed_kernel_s for i in imported.values()) * 1e3:.3f} ms max)")

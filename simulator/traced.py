@@ -54,13 +54,10 @@ from simulator.ops import Op, OpKind
 from simulator.params import layer_params, padded_vocab
 from simulator.profile_format import Profile, TracePhase, read_profile
 from simulator.specs import Job
+from simulator.traced_host import DEFAULT_HOST_RATIO, deflation, host_scale
 
-# Host time without the profiler / with it, on the reference stack (Megatron-structured eager
-# PyTorch, bf16 autocast, AdamW) under torch.profiler(record_shapes=True): median of 5 rounds of
-# bench/measure_profiler_overhead.py on this project's CPU (2026-11-23: 0.71-0.78, median 0.76).
-# Used for traces whose stack's own host was not measured (a `trace` run records it).
-DEFAULT_HOST_RATIO = 0.76
-MIN_HOST_FRACTION = 0.1  # never deflate a phase's host time below this share of the traced
+__all__ = ["DEFAULT_HOST_RATIO", "TracedCosts", "TracedOptions", "rank_vocab", "simulate_traced",
+           "simulate_with_profile", "traced_costs"]
 
 SOURCES = ("traced", "scaled", "analytic")
 MATMUL_CLASSES = frozenset({"gemm", "attention"})
@@ -242,9 +239,8 @@ class TracedCosts:
         self.analytic = AnalyticKernelModel(job.hardware, job.training.precision)
         self.fallback = fallback or self.analytic
         traces = load_traces(profile)
-        self.ratio_default = _profile_median(traces, "host_ratio", None) or DEFAULT_HOST_RATIO
-        self.per_op_default = _profile_median(traces, "profiler_op_s", None)
-        self.per_step_op_default = _profile_median(traces, "profiler_step_op_s", None)
+        self.deflation = deflation([(t.row, _phases(t)) for t in traces])
+        self._host_scales: dict[str, float] = {}
         self.graph = build_graph(job)
         self.candidates = [t for t in traces if _row_structure(t.row) == _structure(job)]
         self._ref_graphs: dict[str, tuple[Job, JobGraph]] = {}
@@ -306,22 +302,22 @@ class TracedCosts:
         return self._scaled(t, wanted, phase)
 
     def _host(self, t: _Trace, row: dict[str, Any]) -> float:
-        """A phase instance's host time without the profiler: the trace's minus the profiler's
-        measured cost per recorded op (this trace's, else the profile's), else scaled by the
-        measured (or default) ratio of host times; as traced with `profiled_host`."""
+        """A phase instance's host time without the profiler (`simulator.traced_host`): the
+        traced one less the profiler's cost, times the trace's factor that reproduces its own
+        unprofiled iteration; as traced with `profiled_host`."""
         host = float(row["host_s"])
         if self.options.profiled_host:
             return host
         if self.options.host_ratio is not None:
             return host * self.options.host_ratio
-        column, default = ("profiler_step_op_s", self.per_step_op_default) \
-            if row["phase"] == TracePhase.OPTIMIZER.value else ("profiler_op_s", self.per_op_default)
-        per_op = _known(t.row.get(column))
-        per_op = per_op if per_op is not None else default
-        if per_op is not None:
-            return max(host - per_op * float(row["cpu_ops"]), MIN_HOST_FRACTION * host)
-        ratio = _known(t.row.get("host_ratio"))
-        return host * (ratio if ratio is not None else self.ratio_default)
+        return self.deflation.host(t.row, row) * self.host_scale(t)
+
+    def host_scale(self, t: _Trace) -> float:
+        key = str(t.row["trace"])
+        if key not in self._host_scales:
+            self._host_scales[key] = host_scale(t.row, _phases(t),
+                                                lambda r: self.deflation.host(t.row, r))
+        return self._host_scales[key]
 
     def _scaled(self, t: _Trace, traced: TracePhase, phase: TracePhase) -> PhaseCost:
         ref_job, ref_graph = self._ref(t)
@@ -508,14 +504,8 @@ def _stage_layers(job: Job) -> int:
     return job.model.num_layers // job.parallel.pp
 
 
-def _known(value: Any) -> float | None:
-    return None if value is None or pd.isna(value) else float(value)
-
-
-def _profile_median(traces: list[_Trace], column: str, default: float | None) -> float | None:
-    """The median of a measured per-trace column over the profile's traces, else `default`."""
-    values = [v for v in (_known(t.row.get(column)) for t in traces) if v is not None]
-    return float(np.median(values)) if values else default
+def _phases(t: _Trace) -> dict[TracePhase, dict[str, Any]]:
+    return {p: r for p, r in t.phases.items() if p is not TracePhase.UNATTRIBUTED}
 
 
 @dataclass(frozen=True, eq=False)

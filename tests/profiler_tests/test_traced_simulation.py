@@ -11,6 +11,7 @@ from simulator.loaders import load_job
 from simulator.profile_format import TracePhase
 from simulator.simulate import simulate
 from simulator.traced import TracedOptions, simulate_traced, traced_costs
+from simulator.traced_host import DEFAULT_PROFILER_OP_S
 from tests.profiler_tests.trace_builder import Builder, write
 from vtrain_ml.cli.profile import main
 from vtrain_ml.cli.simulate import main as simulate_main
@@ -85,9 +86,10 @@ def test_a_host_bound_trace_reproduces_its_own_iteration(tmp_path):
     span = (max(e["ts"] + e["dur"] for e in ops) - min(e["ts"] for e in ops)) * 1e-6
     result = simulate_traced(load_job(_job(tmp_path)), out, TracedOptions(profiled_host=True))
     assert result.iteration_time_s == pytest.approx(span, rel=0.03)
-    # without the profiler the host is faster: the default deflation applies
+    # without the profiler the host is faster: each recorded op loses the default profiler cost
     real = simulate_traced(load_job(_job(tmp_path)), out)
-    assert real.iteration_time_s < 0.9 * result.iteration_time_s
+    expected = result.iteration_time_s - len(ops) * DEFAULT_PROFILER_OP_S
+    assert real.iteration_time_s == pytest.approx(expected, rel=0.01)
 
 
 def test_simulate_cli_reports_the_traced_profile(tmp_path, capsys):
