@@ -24,9 +24,10 @@ in order:
      measurement's spread), never more than the estimate;
    - the timeline is shorter and the GPU alone explains the measurement: nothing is learned
      about the host; unchanged;
-   - the timeline is shorter and the host explains the rest: scale the host up, at most to the
-     traced (profiled) host time, since the profiler only ever adds host time (if even that
-     does not reach the measurement, the host is not the cause: unchanged).
+   - the timeline is shorter, the host paces it and explains the rest: scale the host up, at
+     most to the traced (profiled) host time, since the profiler only ever adds host time; if
+     the GPU paces the timeline (a small host change cannot be told from noise) or even the
+     traced host does not reach the measurement, the host is not the cause: unchanged.
 
    Disagreements within the measurement's own spread (`NOISE`) change nothing.
 
@@ -210,8 +211,8 @@ def host_scale(trace: Row, phases: dict[TracePhase, Row], host: Callable[[Row], 
         return _solve(timeline, max(measured, floor) * (1 + NOISE), 0.0, 1.0)
     if measured <= floor * (1 + NOISE):  # the GPU explains the measurement: nothing learned
         return 1.0
-    if timeline(ceiling) < measured:  # not the host either (a stall in the measured run?)
-        return 1.0
+    if now <= floor * (1 + NOISE) or timeline(ceiling) < measured:
+        return 1.0  # the host does not pace the timeline, or cannot explain the rest
     return _solve(timeline, measured, 1.0, ceiling)
 
 

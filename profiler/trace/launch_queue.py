@@ -27,22 +27,31 @@ from profiler.trace.links import NONE, Links
 
 # Full: at least this share of the deepest queue the trace reached; uncongested: below this one.
 FULL_QUEUE_SHARE, UNCONGESTED_SHARE = 0.9, 0.5
+# The deepest queue is the driver's limit only when the trace sat there: at least this share of
+# its launch calls found it (0.40-0.85 in the GPU-bound H100 traces, at most 0.14 in the others,
+# whose deepest queue is a passing peak: 6 to 452 kernels).
+PLATEAU_SHARE = 0.25
 MIN_SAMPLES = 3  # uncongested calls of an (op, shapes) needed to know its unhurried time
 
 
 def pending_at(trace: RawTrace, links: Links, times: np.ndarray) -> tuple[np.ndarray, float]:
-    """GPU events launched and not finished at each of `times` (us), and the trace's maximum
-    over its launch calls (the queue depth it reached)."""
+    """GPU events launched and not finished at each of `times` (us), and the queue's capacity:
+    the most the trace's launch calls found, when the queue sat at that level (PLATEAU_SHARE),
+    else infinity (the queue never filled)."""
     launched = [(int(c), g) for g, c in enumerate(links.gpu_call) if c != NONE]
     if not launched:
-        return np.zeros(len(times)), 0.0
+        return np.zeros(len(times)), np.inf
     starts = np.sort([trace.runtime[c].ts for c, _ in launched])
     ends = np.sort([trace.gpu[g].end for _, g in launched])
 
     def pending(t: np.ndarray) -> np.ndarray:
         return (np.searchsorted(starts, t) - np.searchsorted(ends, t)).astype(float)
 
-    return pending(np.asarray(times, dtype=float)), float(pending(starts).max())
+    at_launch = pending(starts)
+    depth = float(at_launch.max())
+    if (at_launch >= FULL_QUEUE_SHARE * depth).mean() < PLATEAU_SHARE:
+        depth = np.inf
+    return pending(np.asarray(times, dtype=float)), depth
 
 
 def queue_waits(trace: RawTrace, links: Links) -> np.ndarray:
@@ -74,7 +83,7 @@ def pressure_excess(trace: RawTrace, links: Links) -> tuple[np.ndarray, float]:
     the ops that ran with the queue full; 1 when the trace cannot tell, never below 1)."""
     own = _own_time(trace, links)
     pending, depth = pending_at(trace, links, np.array([op.ts for op in trace.ops]))
-    full = (pending >= FULL_QUEUE_SHARE * depth) & (depth > 0)
+    full = pending >= FULL_QUEUE_SHARE * depth
     free = pending < UNCONGESTED_SHARE * depth
     times: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for i in np.flatnonzero(free | full):
