@@ -193,7 +193,7 @@ def elementwise(op: Op, row: int, x: Inputs) -> Kernel:
         return lambda: acc.add_(grad)
     if op.variant == "small":  # a burst of tiny index/mask kernels: `kernels` launches
         ids = torch.randint(0, 1 << 16, (op.shape[0],), generator=x.gen, device=x.device)
-        return lambda: [ids.add_(1) for _ in range(op.kernels)]
+        return lambda: [ids.add_(1) for _ in range(round(op.kernels))]
     a = x.rows(op.shape[0], row)
     if op.variant == "bias_grad":  # column sums of the output gradient
         return lambda: a.sum(0)

@@ -4,7 +4,8 @@ The analytic model gives GPU time: max(FLOPs / achievable FLOP/s, bytes / achiev
 + launch gap (host dispatch time is accounted per window of kernels in `lowering`). GEMM
 efficiency depends on the shape: tile
 quantization (partial output tiles), wave quantization on the GPU's SMs, and reduction depth
-(short K cannot amortize the tile's prologue/epilogue). A profiled model (from measured kernels)
+(short K cannot amortize the tile's prologue/epilogue), and alignment (a dimension that is not a
+multiple of 8 elements forces cuBLAS's align-1 fallback kernels). A profiled model (from measured kernels)
 implements the same interface and reports where each cost came from.
 """
 
@@ -23,6 +24,11 @@ from simulator.specs import HardwareSpec
 # (smaller tiles re-read operands more often per FLOP from shared memory / L2).
 TILES: tuple[tuple[int, int, float], ...] = ((256, 128, 1.0), (128, 128, 0.92), (128, 64, 0.8),
                                              (64, 64, 0.6))
+
+
+# cuBLAS's tensor-core kernels need every leading dimension 16-byte aligned: 8 elements of a
+# 16-bit GEMM; otherwise it falls back to slow align-1 kernels (Efficiency.unaligned_gemm_efficiency).
+ALIGN = 8
 
 
 class CostSource(StrEnum):
@@ -81,6 +87,8 @@ class AnalyticKernelModel:
                 batch, m, n, k = op.shape
                 frac = gemm_efficiency(batch, m, n, k, hw.num_sms, eff.gemm_max_efficiency,
                                        eff.gemm_k_half)
+                if (m % ALIGN or n % ALIGN or k % ALIGN) and op.kind is OpKind.GEMM:
+                    frac = min(frac, eff.unaligned_gemm_efficiency)
             gpu = max(op.flops / (peak * frac), mem_time)
         elif op.kind is OpKind.OPTIMIZER:
             gpu = mem_time

@@ -37,14 +37,15 @@ class RoundPlan:
 
 
 @lru_cache(maxsize=256)
-def round_plan(schedule: Schedule, p: int, m: int, v: int) -> RoundPlan:
+def round_plan(schedule: Schedule, p: int, m: int, v: int, all_warmup: bool = False) -> RoundPlan:
     """The cached round plan of a pipeline shape."""
-    return build_round_plan(schedule, p, m, v)
+    return build_round_plan(schedule, p, m, v, all_warmup=all_warmup)
 
 
-def build_round_plan(schedule: Schedule, p: int, m: int, v: int, closed_form: bool = True) -> RoundPlan:
+def build_round_plan(schedule: Schedule, p: int, m: int, v: int, closed_form: bool = True,
+                     all_warmup: bool = False) -> RoundPlan:
     """Rounds from the closed form (1F1B, GPipe) or, otherwise or when asked, from the generic
-    construction that walks the stage orders."""
+    construction that walks the stage orders (`all_warmup`: see `schedule.stage_orders`)."""
     idx = OpIndex(p, v, m)
     n = idx.count
     dep, edge = dependencies(p, m, v)
@@ -54,7 +55,7 @@ def build_round_plan(schedule: Schedule, p: int, m: int, v: int, closed_form: bo
         per_stage = _stage_ops(idx)
         orders = np.take_along_axis(per_stage, np.argsort(level[per_stage], axis=1), axis=1)
     else:
-        orders = stage_orders(schedule, p, m, v)
+        orders = stage_orders(schedule, p, m, v, all_warmup)
         level = _levels_by_rounds(orders, dep_s, n)
     backward, chunk, stage, mb = idx.decode()
     original = np.lexsort((stage, level))

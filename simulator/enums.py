@@ -33,6 +33,13 @@ class Norm(StrEnum):
     RMSNORM = "rmsnorm"
 
 
+class Activation(StrEnum):
+    """The MLP activation of a non-gated model (a gated MLP is SwiGLU)."""
+
+    GELU = "gelu"  # one kernel (Megatron's fused bias-GeLU, torch.nn.functional.gelu)
+    GELU_NEW = "gelu_new"  # Hugging Face GPT-2's tanh approximation written as eager PyTorch ops
+
+
 class PositionEmbedding(StrEnum):
     LEARNED = "learned"
     ROPE = "rope"

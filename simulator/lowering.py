@@ -1,8 +1,10 @@
 """Graph -> timed tasks: cost each block once, then compose stage-chunk durations.
 
 Identical layers are costed once; a chunk's forward is `layers * layer forward` plus the
-embedding on the first model chunk and the head on the last. Tensor-parallel collectives block
-the compute stream and are kept separately for the breakdown. Framework overheads are explicit:
+embedding on the first model chunk and the head on the last. Blocking tensor-parallel
+collectives stall the compute stream; asynchronous ones (Megatron's overlapped backward
+collectives) cost only what outlasts the GEMM they overlap. Both are kept separately for the
+breakdown. Framework overheads are explicit:
 host dispatch beyond the GPU's work (per kernel and per collective call) and a fixed cost per
 micro-batch step (pipeline-engine bookkeeping, data loading) -- on small models they dominate.
 """
@@ -58,17 +60,21 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTimer,
     window of kernels takes max(GPU time, host dispatch time), not a per-kernel maximum; host
     dispatch is `host_overhead_s` per kernel plus `collective_overhead_s` per collective call."""
     by_source: dict[CostSource, float] = defaultdict(float)
+    seconds: dict[str, float] = {}
 
     def compute(ops: tuple[Op, ...]) -> float:
         total = 0.0
         for op in ops:
             c = kernels.cost(op)
             by_source[c.source] += c.seconds
+            seconds[op.name] = c.seconds
             total += c.seconds
         return total
 
     def comm(ops: tuple[CommOp, ...]) -> float:
-        return sum(comm_time(op) for op in ops)
+        """Blocking collectives in full; asynchronous ones only beyond the op they overlap."""
+        return sum(max(0.0, comm_time(op) - seconds.get(op.overlap, 0.0)) if op.overlap
+                   else comm_time(op) for op in ops)
 
     def host(ops: tuple[Op, ...], comms: tuple[CommOp, ...]) -> float:
         launches = sum(op.kernels for op in ops)
@@ -110,12 +116,13 @@ class StageCosts:
     backward_parts: dict[str, np.ndarray] | None = None
 
 
-def chunk_grid(shape: tuple[int, int], layers_per_chunk: int, per_layer: float, per_embedding: float,
-               per_head: float) -> np.ndarray:
-    """(p, v) total of a per-block quantity over each stage chunk: its layers, plus the embedding
+def chunk_grid(shape: tuple[int, int], chunk_layers: np.ndarray | int, per_layer: float,
+               per_embedding: float, per_head: float) -> np.ndarray:
+    """(p, v) total of a per-block quantity over each stage chunk: its layers (`chunk_layers`,
+    (p, v) or one count for all chunks; uneven with first/last stage layers), plus the embedding
     on the first chunk of the first stage and the head on the last chunk of the last stage."""
     p, v = shape
-    g = np.full((p, v), layers_per_chunk * per_layer)
+    g = np.broadcast_to(np.asarray(chunk_layers, dtype=float) * per_layer, (p, v)).copy()
     g[0, 0] += per_embedding
     g[p - 1, v - 1] += per_head
     return g
@@ -126,7 +133,7 @@ def chunk_totals(graph: JobGraph, shape: tuple[int, int]) -> dict[str, np.ndarra
     launches of its forward, backward and recompute, and the bytes and calls of their tensor-
     parallel collectives (for renderers; not on the simulation's hot path)."""
     work = [block_totals(b) for b in (graph.layer, graph.embedding, graph.head)]
-    return {key: chunk_grid(shape, graph.layers_per_chunk, work[0][key], work[1][key], work[2][key])
+    return {key: chunk_grid(shape, graph.chunk_layers, work[0][key], work[1][key], work[2][key])
             for key in work[0]}
 
 
@@ -160,7 +167,7 @@ def lower(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel
     head = cost_block(graph.head, kernels, timer, eff)
     if blocks is not None:
         layer, emb, head = blocks.replace_blocks(graph, layer, emb, head)
-    p, v, n = job.parallel.pp, job.parallel.virtual_stages, graph.layers_per_chunk
+    p, v, n = job.parallel.pp, job.parallel.virtual_stages, graph.chunk_layers
 
     def grid(attr: str) -> np.ndarray:
         return chunk_grid((p, v), n, getattr(layer, attr), getattr(emb, attr), getattr(head, attr))

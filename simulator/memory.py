@@ -1,11 +1,31 @@
-"""Memory per pipeline stage per GPU: weights, gradients, optimizer states, activations.
+"""Memory per pipeline stage per GPU at the moment of its peak, term by term.
 
-Mixed-precision Adam (Rajbhandari et al. 2020, ZeRO, Sec. 3.1): fp16/bf16 weights (2 bytes),
-gradients (2 bytes for fp16; 4 for bf16, which Megatron accumulates and reduces in fp32), and
-fp32 master weights, momentum and variance (12 bytes), sharded over dp with the distributed
+Static terms follow the framework's bytes per parameter (simulator.framework: Megatron-LM,
+Megatron-DeepSpeed / ZeRO, PyTorch AMP), the sharded ones split over dp by the distributed
 optimizer (ZeRO-1). Activations: per-micro-batch saved bytes of each chunk from the graph
-(Korthikanti et al. 2022) times the micro-batches in flight, taken from the stage's actual
-schedule order, plus the transient working set of one layer's backward.
+(Korthikanti et al. 2022 for Megatron; autograd's saved tensors for eager PyTorch) times the
+micro-batches in flight, taken from the stage's actual schedule order.
+
+The peak is a moment, not a sum of maxima. Three moments are evaluated per stage and the largest
+is reported with its name:
+- `forward`: the most micro-batches in flight (end of the warm-up forwards for 1F1B), and on the
+  last stage the loss's logits temporaries (16-bit logits alive while their fp32 copy is made);
+  eager autocast also holds every bf16 weight copy (autocast's cache) at that point;
+- `backward`: the same activations plus the larger of one layer's backward working set (its
+  recomputed activations) and, on the last stage, the loss backward's temporaries (eager
+  PyTorch: two fp32 logits-sized gradients);
+- `optimizer`: after the last backward: all gradients, the fp32 copies of 16-bit main
+  gradients Megatron-LM makes for its step, and (eager) the embedding table's dense gradient
+  being added to the accumulated one.
+Eager PyTorch allocates gradients on the first backward of an iteration (`zero_grad(
+set_to_none=True)`): they are absent from the first micro-batch's moments, so a job with one
+micro-batch peaks without them. What `torch.cuda.max_memory_allocated` reports is
+`allocated_bytes`: these terms plus the cuBLAS/cuBLASLt workspaces PyTorch allocates through its
+caching allocator. The allocator reserves more than it hands out (block rounding, segments it
+cannot split or return): `allocator_reserved_bytes` = allocated x (1 + ALLOCATOR_OVERHEAD), what
+`torch.cuda.max_memory_reserved` shows when memory is plentiful. Near the capacity the allocator
+frees its cache and retries before failing, so what must fit is the allocated peak plus the
+CUDA context and communication buffers of the hardware file (`total_bytes`).
 """
 
 from __future__ import annotations
@@ -14,12 +34,19 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from simulator import graph_eager
 from simulator.engine import RoundPlan
-from simulator.enums import Precision
+from simulator.enums import Precision, Recompute
+from simulator.framework import semantics
 from simulator.graph import JobGraph
-from simulator.params import embedding_params, head_params, layer_params, padded_vocab
+from simulator.params import final_norm_params, layer_params, padded_vocab, position_params
+from simulator.partition import stage_layers
 from simulator.specs import GiB, Job
 
+BF16 = 2
+
+# Megatron-DeepSpeed's accounting, kept for callers that want a lower bound on Megatron stacks'
+# static memory (2 + these bytes per parameter); `static_bytes_per_param` is the exact one.
 OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights, Adam momentum and variance
 
 
@@ -27,39 +54,88 @@ def grad_bytes_per_param(precision: Precision) -> int:
     return 4 if precision is Precision.BF16 else 2
 
 
+def static_bytes_per_param(job: Job) -> float:
+    """Bytes per parameter of weights, gradients and optimizer states under the job's framework
+    (simulator.framework), the sharded part split over dp with the distributed optimizer."""
+    shard = job.dp if job.parallel.distributed_optimizer else 1
+    return semantics(job.training.framework).param_bytes(job.training.precision).per_param(shard)
+
+
+# Measured with bench/measure_memory_terms.py on an H100 (PyTorch 2.11, fresh process per job,
+# ten probe jobs that are not the validation rows): allocated at an iteration's start exceeded
+# weights + optimizer states by 63-80 MiB (the cuBLAS and cuBLASLt workspaces), and
+# max_memory_reserved exceeded max_memory_allocated by 3-18%, median 7%.
+WORKSPACE_BYTES = 64 * 2**20
+ALLOCATOR_OVERHEAD = 0.07
+
+
 @dataclass(frozen=True)
 class StageMemory:
-    parameters_bytes: float
+    """Bytes held by one GPU of a stage at its peak moment, by what holds them."""
+
+    weights_bytes: float
     gradients_bytes: float
-    optimizer_states_bytes: float
-    activations_bytes: float
-    reserved_bytes: float
+    main_gradients_bytes: float  # fp32 copies of 16-bit gradients for the optimizer step
+    optimizer_states_bytes: float  # fp32 master weights and Adam moments
+    activations_bytes: float  # saved for the backward, every micro-batch in flight
+    amp_weight_copies_bytes: float  # autocast's bf16 copies of fp32 weights
+    loss_temporaries_bytes: float  # logits copies / gradients alive in the loss
+    working_bytes: float  # one layer's recomputed activations during its backward
+    embedding_gradient_bytes: float  # a dense table gradient being accumulated (eager)
+    workspace_bytes: float  # cuBLAS workspaces
+    context_bytes: float  # CUDA context and communication buffers (outside the allocator)
+    moment: str  # forward | backward | optimizer
+
+    @property
+    def allocated_bytes(self) -> float:
+        """What `torch.cuda.max_memory_allocated` measures."""
+        return (self.weights_bytes + self.gradients_bytes + self.main_gradients_bytes
+                + self.optimizer_states_bytes + self.activations_bytes
+                + self.amp_weight_copies_bytes + self.loss_temporaries_bytes + self.working_bytes
+                + self.embedding_gradient_bytes + self.workspace_bytes)
+
+    @property
+    def allocator_reserved_bytes(self) -> float:
+        """What `torch.cuda.max_memory_reserved` measures."""
+        return self.allocated_bytes * (1 + ALLOCATOR_OVERHEAD)
 
     @property
     def total_bytes(self) -> float:
-        return (self.parameters_bytes + self.gradients_bytes + self.optimizer_states_bytes
-                + self.activations_bytes + self.reserved_bytes)
+        """What the device must hold at least: the allocated peak and the context. The
+        allocator's extra reservation is not added: when a request cannot be met, PyTorch's
+        caching allocator frees its cached blocks and retries before it raises out-of-memory."""
+        return self.allocated_bytes + self.context_bytes
 
-    def to_dict(self) -> dict[str, float]:
-        return {**asdict(self), "total_bytes": self.total_bytes}
+    @property
+    def parameters_bytes(self) -> float:
+        return self.weights_bytes
+
+    def to_dict(self) -> dict[str, float | str]:
+        return {**asdict(self), "allocated_bytes": self.allocated_bytes,
+                "allocator_reserved_bytes": self.allocator_reserved_bytes,
+                "total_bytes": self.total_bytes, "parameters_bytes": self.parameters_bytes}
 
 
 def stage_param_counts(job: Job) -> np.ndarray:
-    """Parameters held by one GPU of each pipeline stage (its tp shard)."""
+    """Parameters held by one GPU of each pipeline stage: its layers' tp shard plus, on the first
+    stage, the word embedding's shard and the replicated position embedding, on the last the
+    replicated final norm and the output layer's shard (or, with more than one stage, the tied
+    word embedding's copy)."""
     p, tp, m = job.parallel.pp, job.parallel.tp, job.model
-    layers = m.num_layers // p
-    counts = np.full(p, layers * layer_params(m).per_rank(tp))
-    counts[0] += embedding_params(m, tp) / tp
-    counts[-1] += head_params(m, tp) / tp
-    if p > 1 and m.tied_embeddings:  # the last stage keeps a copy of the word embedding
-        counts[-1] += padded_vocab(m, tp) * m.hidden_size / tp
+    pad = semantics(job.training.framework).pads_vocab
+    table = padded_vocab(m, tp, pad) * m.hidden_size / tp
+    counts = stage_layers(job) * layer_params(m).per_rank(tp)
+    counts[0] += table + position_params(m)
+    counts[-1] += final_norm_params(m)
+    if not m.tied_embeddings or p > 1:  # an untied output layer, or the tied table's copy
+        counts[-1] += table
     return counts
 
 
 def chunk_activation_bytes(job: Job, graph: JobGraph) -> np.ndarray:
     """(p, v) activation bytes one micro-batch leaves saved on each stage chunk."""
     p, v = job.parallel.pp, job.parallel.virtual_stages
-    act = np.full((p, v), graph.layers_per_chunk * graph.layer.saved_bytes)
+    act = graph.chunk_layers * graph.layer.saved_bytes
     act[0, 0] += graph.embedding.saved_bytes
     act[p - 1, v - 1] += graph.head.saved_bytes
     return act
@@ -76,14 +152,86 @@ def in_flight_peak(plan: RoundPlan, act: np.ndarray, m: int) -> np.ndarray:
     return np.cumsum(delta, axis=1).max(axis=1)
 
 
-def stage_memory(job: Job, graph: JobGraph, plan: RoundPlan) -> list[StageMemory]:
-    params = stage_param_counts(job)
+@dataclass(frozen=True)
+class _Moments:
+    """(p,) arrays of the terms that differ between the moments of each stage."""
+
+    static: dict[str, np.ndarray]
+    grads_in_flight: np.ndarray  # gradients present while micro-batches are in flight
+    grads_all: np.ndarray
+    main: np.ndarray
+    act: np.ndarray
+    amp_forward: np.ndarray
+    amp_saved: np.ndarray
+    head_forward: np.ndarray
+    head_backward: np.ndarray
+    working: np.ndarray
+    table_grad: np.ndarray
+
+
+def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
+    p = job.parallel.pp
+    fw = semantics(job.training.framework)
+    pb = fw.param_bytes(job.training.precision)
+    n = stage_param_counts(job)
     shard = job.dp if job.parallel.distributed_optimizer else 1
-    act = in_flight_peak(plan, chunk_activation_bytes(job, graph), job.num_microbatches)
-    working = graph.layer.working_bytes
-    reserved = job.hardware.reserved_memory_GiB * GiB
-    grad = grad_bytes_per_param(job.training.precision)
-    return [
-        StageMemory(2.0 * n, grad * n, OPTIMIZER_BYTES_PER_PARAM * n / shard, a + working, reserved)
-        for n, a in zip(params, act, strict=True)
-    ]
+    grads = pb.gradients * n
+    # eager: allocated by the first backward of the iteration; DDP's buckets are allocated once
+    later = (job.num_microbatches > 1) + (job.dp > 1)
+    in_flight = grads if fw.persistent_grad_buffer else grads * later
+    last = np.arange(p) == p - 1
+    layers = stage_layers(job)
+    amp_forward = amp_saved = table_grad = np.zeros(p)
+    if fw.eager_autocast:
+        per_layer, head = graph_eager.amp_cast_params(job)
+        amp_forward = BF16 * (layers * per_layer + last * head)
+        full = job.training.recompute is Recompute.FULL  # checkpointed layers drop their copies
+        amp_saved = amp_forward - (BF16 * layers * per_layer if full else 0.0)
+        tied = job.model.tied_embeddings
+        table_grad = (np.arange(p) == 0) * pb.gradients * job.model.vocab_size \
+            * job.model.hidden_size * (2 if tied else 1)
+    return _Moments(
+        static={"weights_bytes": pb.weights * n,
+                "optimizer_states_bytes": (pb.master_weights + pb.optimizer_states) * n / shard},
+        grads_in_flight=in_flight, grads_all=grads * (1 + (not fw.persistent_grad_buffer
+                                                          and job.dp > 1)),
+        main=pb.main_gradients * n / shard,
+        act=in_flight_peak(plan, chunk_activation_bytes(job, graph), job.num_microbatches),
+        amp_forward=amp_forward, amp_saved=amp_saved,
+        head_forward=last * graph.head.forward_transient_bytes,
+        head_backward=last * graph.head.working_bytes,
+        working=(layers > 0) * graph.layer.working_bytes, table_grad=table_grad)
+
+
+def stage_memory(job: Job, graph: JobGraph, plan: RoundPlan) -> list[StageMemory]:
+    """Each stage's memory at its peak moment (see the module docstring)."""
+    mo = _moments(job, graph, plan)
+    p = job.parallel.pp
+    zero = np.zeros(p)
+    candidates = {
+        "forward": dict(gradients_bytes=mo.grads_in_flight, activations_bytes=mo.act,
+                        amp_weight_copies_bytes=mo.amp_forward,
+                        loss_temporaries_bytes=mo.head_forward),
+        "backward": dict(gradients_bytes=mo.grads_in_flight, activations_bytes=mo.act,
+                         amp_weight_copies_bytes=mo.amp_saved,
+                         loss_temporaries_bytes=np.where(mo.head_backward > mo.working,
+                                                         mo.head_backward, 0.0),
+                         working_bytes=np.where(mo.head_backward > mo.working, 0.0, mo.working)),
+        "optimizer": dict(gradients_bytes=mo.grads_all, main_gradients_bytes=mo.main,
+                          embedding_gradient_bytes=mo.table_grad),
+    }
+    keys = ("gradients_bytes", "main_gradients_bytes", "activations_bytes",
+            "amp_weight_copies_bytes", "loss_temporaries_bytes", "working_bytes",
+            "embedding_gradient_bytes")
+    names = tuple(candidates)
+    # (moment, term, stage) and the moment each stage peaks at; built once, not per stage
+    terms = np.array([[c.get(k, zero) for k in keys]
+                      for c in candidates.values()])
+    peak = terms.sum(axis=1).argmax(axis=0)
+    chosen = terms[peak, :, np.arange(p)].tolist()  # (stage, term)
+    weights = mo.static["weights_bytes"].tolist()
+    states = mo.static["optimizer_states_bytes"].tolist()
+    context = job.hardware.reserved_memory_GiB * GiB
+    return [StageMemory(weights[s], g, mg, states[s], a, amp, loss, w, emb, WORKSPACE_BYTES,
+                        context, names[int(peak[s])])
+            for s, (g, mg, a, amp, loss, w, emb) in enumerate(chosen)]

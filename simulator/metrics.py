@@ -3,7 +3,8 @@
 Model FLOPs follow Narayanan et al. 2021 (Sec. 5.1, Appendix): matmul FLOPs only, forward plus
 twice for backward, generalized to GQA and gated MLPs; for a GPT model they equal
 72 B s l h^2 (1 + s/(6h) + V/(12 l h)). Hardware FLOPs add the recomputed forward (full: whole
-layers; selective: the attention score and value matmuls).
+layers; selective: the attention score and value matmuls -- flash attention included, since
+Megatron checkpoints the core attention whatever its kernel and runs its forward again).
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ def hardware_flops_per_iteration(job: Job) -> float:
         Recompute.SELECTIVE: 4.0 * m.seq_length * m.hidden_size,
         Recompute.FULL: layer_forward_flops_per_token(m),
     }[job.training.recompute]
-    if job.training.recompute is Recompute.SELECTIVE and job.training.flash_attention:
-        extra = 0.0  # flash attention recomputes inside its own kernel; nothing extra re-runs
     return model_flops_per_iteration(job) + tokens * m.num_layers * extra
 
 

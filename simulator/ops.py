@@ -53,7 +53,7 @@ class Op:
     bytes: float  # HBM traffic
     saved_bytes: float = 0.0  # activations kept for backward (forward ops only)
     variant: str = ""
-    kernels: int = 1
+    kernels: float = 1  # launches per micro-batch (fractional: runs in some micro-batches only)
 
     @property
     def profile_key(self) -> tuple[str, str, str, tuple[int, ...], int]:
@@ -69,9 +69,13 @@ class CommGroup(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class CommOp:
-    """A collective or point-to-point transfer; `bytes` is the buffer size per GPU."""
+    """A collective or point-to-point transfer; `bytes` is the buffer size per GPU (the full,
+    gathered tensor for all-gather and reduce-scatter). `overlap` names the compute op of the same
+    block that runs while it is in flight (Megatron launches it asynchronously and waits after
+    that op): only the part of its time beyond that op is exposed. Empty: it blocks."""
 
     name: str
     kind: CollectiveKind
     bytes: float
     group: CommGroup
+    overlap: str = ""

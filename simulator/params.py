@@ -9,8 +9,12 @@ from simulator.enums import Norm, PositionEmbedding
 from simulator.specs import ModelSpec
 
 
-def padded_vocab(model: ModelSpec, tp: int) -> int:
-    """Megatron pads the vocabulary to a multiple of 128 * tp so that each shard is aligned."""
+def padded_vocab(model: ModelSpec, tp: int, pad: bool = True) -> int:
+    """Megatron pads the vocabulary to a multiple of 128 * tp so that each shard is aligned
+    (`megatron/training/tokenizer`, `_vocab_size_with_padding`); plain PyTorch / Hugging Face
+    models keep it as is (`pad=False`, see simulator.framework)."""
+    if not pad:
+        return model.vocab_size
     unit = 128 * tp
     return math.ceil(model.vocab_size / unit) * unit
 
@@ -40,15 +44,26 @@ def layer_params(model: ModelSpec) -> LayerParams:
     return LayerParams(weights + sharded_bias, replicated_bias + 2 * _norm_params(model))
 
 
-def embedding_params(model: ModelSpec, tp: int = 1) -> int:
+def position_params(model: ModelSpec) -> int:
+    """Learned position embedding: replicated on every tp rank (Megatron's `Embedding` keeps
+    `position_embeddings` as a plain `torch.nn.Embedding`)."""
+    learned = model.position_embedding is PositionEmbedding.LEARNED
+    return model.seq_length * model.hidden_size if learned else 0
+
+
+def final_norm_params(model: ModelSpec) -> int:
+    """The final norm: replicated on every tp rank."""
+    return _norm_params(model)
+
+
+def embedding_params(model: ModelSpec, tp: int = 1, pad: bool = True) -> int:
     """Word (padded vocabulary) and learned position embeddings."""
-    pos = model.seq_length * model.hidden_size if model.position_embedding is PositionEmbedding.LEARNED else 0
-    return padded_vocab(model, tp) * model.hidden_size + pos
+    return padded_vocab(model, tp, pad) * model.hidden_size + position_params(model)
 
 
-def head_params(model: ModelSpec, tp: int = 1) -> int:
+def head_params(model: ModelSpec, tp: int = 1, pad: bool = True) -> int:
     """Final norm plus the output layer when it is not tied to the word embedding."""
-    out = 0 if model.tied_embeddings else padded_vocab(model, tp) * model.hidden_size
+    out = 0 if model.tied_embeddings else padded_vocab(model, tp, pad) * model.hidden_size
     return _norm_params(model) + out
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import fields
 
+from simulator.memory import StageMemory
 from simulator.render_trace import chrome_trace
 from simulator.result import BREAKDOWN_KEYS, SimulationResult, StageReport
 
@@ -87,11 +88,12 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
     return "\n".join(lines)
 
 
-def _memory_columns(stage: StageReport) -> list[str]:
-    """Every `*_bytes` term of `StageMemory.to_dict()` except the total, in its order: new
-    memory terms appear without an edit here, and a row's terms sum to its total."""
-    return [k for k, v in stage.memory.to_dict().items()
-            if k.endswith("_bytes") and k != "total_bytes" and isinstance(v, int | float)]
+def _memory_columns(stages: list[StageReport]) -> list[str]:
+    """The memory terms of `StageMemory` (its `*_bytes` fields, in order: a new term appears
+    without an edit here) that any shown stage holds; they sum to a stage's total (the
+    allocated peak plus the CUDA context). Derived figures (allocated, reserved) are not terms."""
+    terms = [f.name for f in fields(StageMemory) if f.name.endswith("_bytes")]
+    return [t for t in terms if any(getattr(s.memory, t) for s in stages)]
 
 
 def _shown_stages(result: SimulationResult) -> list[StageReport]:
@@ -105,23 +107,26 @@ def _shown_stages(result: SimulationResult) -> list[StageReport]:
 
 
 def memory_table(result: SimulationResult) -> list[str]:
-    """Per-stage memory (GiB per GPU) by term, the total, and each stage's busy and idle time;
-    stages left out of a long pipeline are marked, with the largest one always shown."""
+    """Per-stage memory (GiB per GPU) by term, their total, what the caching allocator reserves
+    beside it (`torch.cuda.max_memory_reserved`; not part of the total: PyTorch frees its cache
+    and retries before it runs out of memory), and each stage's busy and idle time; stages left
+    out of a long pipeline are marked, with the largest one always shown."""
     if not result.stages:
         return []
-    columns = _memory_columns(result.stages[0])
-    labels = [c.removesuffix("_bytes") for c in columns] + ["total"]
+    shown = _shown_stages(result)
+    columns = _memory_columns(shown)
+    labels = [c.removesuffix("_bytes") for c in columns] + ["total", "reserved"]
     widths = [max(len(label), 6) + 2 for label in labels]
     header = "    stage" + "".join(f"{lab:>{w}}" for lab, w in zip(labels, widths, strict=True))
     lines = [header + "       busy       idle"]
     previous = -1
     peak_stage = max(result.stages, key=lambda s: s.memory.total_bytes).stage
-    for s in _shown_stages(result):
+    for s in shown:
         if s.stage > previous + 1:
             lines.append(f"    ... stages {previous + 1}-{s.stage - 1} not shown "
                          f"({s.stage - previous - 1} stages)")
-        values: dict[str, Any] = s.memory.to_dict()
-        cells = [values[c] / GiB for c in columns] + [s.memory.total_bytes / GiB]
+        cells = [getattr(s.memory, c) / GiB for c in columns] + [
+            s.memory.total_bytes / GiB, s.memory.allocator_reserved_bytes / GiB]
         mark = " <- peak" if s.stage == peak_stage and len(result.stages) > 1 else ""
         lines.append(f"    {s.stage:>5}" + "".join(f"{v:>{w}.1f}" for v, w in zip(cells, widths, strict=True))
                      + f" {duration(s.busy_s):>10} {duration(s.idle_s):>10}{mark}")

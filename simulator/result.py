@@ -30,7 +30,10 @@ class StageReport:
 @dataclass(frozen=True)
 class SimulationResult:
     """Iteration time, its breakdown (seconds; sums to the iteration time on the critical stage),
-    per-stage load and memory, throughput, FLOP utilization and cost."""
+    per-stage load and memory, throughput, FLOP utilization and cost. `peak_memory_bytes` is
+    what the fullest GPU must hold (the allocated peak and the CUDA context; `fits_in_memory`
+    compares it with the capacity); `peak_allocated_bytes` is the allocated peak alone,
+    comparable with `torch.cuda.max_memory_allocated`."""
 
     job: dict[str, Any]
     iteration_time_s: float
@@ -53,6 +56,7 @@ class SimulationResult:
     profile_coverage: dict[str, float]
     timeline: Timeline | None = field(default=None, repr=False, compare=False)
     dp_comm_s: tuple[float, ...] = field(default=(), repr=False, compare=False)
+    peak_allocated_bytes: float = 0.0  # what torch.cuda.max_memory_allocated reports
     # what the timeline was built from, for renderers that show every task (Chrome trace)
     graph: JobGraph | None = field(default=None, repr=False, compare=False)
     costs: StageCosts | None = field(default=None, repr=False, compare=False)
@@ -77,6 +81,7 @@ class SimulationResult:
             "hfu": self.hfu,
             "memory": [s.memory.to_dict() for s in self.stages],
             "peak_memory_bytes": self.peak_memory_bytes,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits_in_memory": self.fits_in_memory,
             "memory_overflow_bytes": self.memory_overflow_bytes,

@@ -38,10 +38,14 @@ class OpIndex:
         return backward, chunk, stage, mb
 
 
-def stage_orders(schedule: Schedule, p: int, m: int, v: int) -> np.ndarray:
-    """Array (p, 2*v*m) of op ids: the execution order on each stage."""
+def stage_orders(schedule: Schedule, p: int, m: int, v: int, all_warmup: bool = False) -> np.ndarray:
+    """Array (p, 2*v*m) of op ids: the execution order on each stage. `all_warmup`: every stage
+    runs all its forwards first (Megatron's interleaved schedule before Nov 2024 when m == p)."""
     idx = OpIndex(p, v, m)
-    orders = [_ORDERS[schedule](idx, s) for s in range(p)]
+    if all_warmup and schedule is Schedule.INTERLEAVED_1F1B:
+        orders = [_interleaved(idx, s, all_warmup=True) for s in range(p)]
+    else:
+        orders = [_ORDERS[schedule](idx, s) for s in range(p)]
     return np.asarray(orders, dtype=np.int64)
 
 
@@ -58,7 +62,7 @@ def _one_f_one_b(idx: OpIndex, s: int) -> list[int]:
     return order + [idx.of(1, 0, s, j) for j in range(m - warm, m)]
 
 
-def _interleaved(idx: OpIndex, s: int) -> list[int]:
+def _interleaved(idx: OpIndex, s: int, all_warmup: bool = False) -> list[int]:
     p, v, m = idx.p, idx.v, idx.m
     total = m * v
 
@@ -68,7 +72,8 @@ def _interleaved(idx: OpIndex, s: int) -> list[int]:
     def bwd(k: int) -> int:
         return idx.of(1, v - 1 - (k // p) % v, s, (k // (p * v)) * p + k % p)
 
-    warm = min((p - s - 1) * 2 + (v - 1) * p, total)
+    # Megatron's get_pp_rank_microbatches: 2 (p - s - 1) + (v - 1) p warm-up forwards
+    warm = total if all_warmup else min((p - s - 1) * 2 + (v - 1) * p, total)
     order = [fwd(k) for k in range(warm)]
     for i in range(total - warm):
         order += [fwd(warm + i), bwd(i)]

@@ -11,6 +11,7 @@ from simulator.catalog import data_dir
 from simulator.costs import AnalyticKernelModel, CostSource, KernelModel
 from simulator.engine import Timeline, round_plan, run_pipeline
 from simulator.enums import CollectiveKind
+from simulator.framework import semantics
 from simulator.graph import JobGraph, build_graph
 from simulator.lowering import BlockReplacer, StageCosts, lower
 from simulator.memory import stage_memory, stage_param_counts
@@ -44,12 +45,13 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     graph = build_graph(job)
     costs = lower(job, graph, kernels, network, blocks)
     p, v, m = job.parallel.pp, job.parallel.virtual_stages, job.num_microbatches
-    plan = round_plan(job.parallel.schedule, p, m, v)
+    all_warmup = semantics(job.training.framework).all_forwards_first_when_m_equals_p and m == p
+    plan = round_plan(job.parallel.schedule, p, m, v, all_warmup)
     edge_delays = _edge_delays(job, graph, network)
     timeline = run_pipeline(plan, costs.forward_s, costs.backward_s, edge_delays)
     params = stage_param_counts(job)
     tail = compute_tail(job, timeline, params, kernels, network)
-    stage_total = timeline.stage_end + tail.dp_exposed_s + tail.embedding_sync_s + tail.optimizer_s
+    stage_total = timeline.stage_end + tail.total_s
     iteration = float(stage_total.max())
     critical = int(stage_total.argmax())
     idle = np.bincount(plan.stage, weights=timeline.idle, minlength=p)
@@ -61,6 +63,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         for s in range(p)
     )
     peak = float(max(s.memory.total_bytes for s in stages))
+    allocated = float(max(s.memory.allocated_bytes for s in stages))
     model_flops = model_flops_per_iteration(job)
     hw_flops = hardware_flops_per_iteration(job)
     tokens_per_s = job.training.global_batch_size * job.model.seq_length / iteration
@@ -92,6 +95,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         costs=costs,
         tail=tail,
         p2p_s=tuple(float(x) for x in edge_delays),
+        peak_allocated_bytes=allocated,
     )
 
 
@@ -108,6 +112,7 @@ def _edge_delays(job: Job, graph: JobGraph, network: NetworkModel) -> np.ndarray
 def _breakdown(costs: StageCosts, tail: Tail, m: int, c: int, idle: np.ndarray, p2p: np.ndarray,
                wait: float) -> dict[str, float]:
     parts = {name: float(m * grid[c].sum()) for name, grid in costs.parts.items()}
+    parts["tp_comm"] += float(tail.sp_grad_sync_s[c])
     return {
         **parts,
         "pp_comm": float(p2p[c]),

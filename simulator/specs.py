@@ -11,7 +11,16 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
-from simulator.enums import Framework, Norm, Optimizer, PositionEmbedding, Precision, Recompute, Schedule
+from simulator.enums import (
+    Activation,
+    Framework,
+    Norm,
+    Optimizer,
+    PositionEmbedding,
+    Precision,
+    Recompute,
+    Schedule,
+)
 from simulator.errors import ConfigError
 
 GiB = 1024**3
@@ -33,6 +42,7 @@ class ModelSpec(Frozen):
     num_query_groups: PositiveInt | None = None  # GQA/MQA; None = multi-head (= heads)
     ffn_hidden_size: PositiveInt | None = None  # None = 4 * hidden_size
     gated_mlp: bool = False  # SwiGLU: gate and up projections
+    activation_function: Activation = Activation.GELU  # of a non-gated MLP (HF's name)
     vocab_size: PositiveInt
     seq_length: PositiveInt
     norm: Norm = Norm.LAYERNORM
@@ -100,9 +110,10 @@ class Efficiency(Frozen):
     Defaults (used where a hardware file gives none) are A100 values from independent
     measurements, not from the iteration times we validate against: GEMM efficiency, its depth
     dependence and the launch gap fitted to Vidur's measured A100 GEMMs
-    (bench/fit_kernel_defaults.py); host dispatch per kernel (and per collective call) measured
-    on a Megatron-style eager PyTorch layer (bench/measure_host_overhead.py: 24 us per kernel on
-    this project's CPU, a lower bound on a GPU host); the rest are typical published values
+    (bench/fit_kernel_defaults.py); host dispatch per kernel measured on a Megatron-style eager
+    PyTorch layer on a GPU host (bench/measure_host_overhead.py --device cuda: 64.1 us per kernel,
+    H100 host, torch 2.11; the same layer on this project's CPU without CUDA, 24 us, lacks the
+    launch path) and per collective call on that CPU; the rest are typical published values
     (achievable HBM and NCCL bus bandwidth about 80% of nominal, microsecond-scale latencies).
     """
 
@@ -110,7 +121,7 @@ class Efficiency(Frozen):
     gemm_k_half: float = Field(85.0, ge=0)  # reduction depth at which GEMM efficiency halves
     memory_efficiency: float = Field(0.8, gt=0, le=1)  # achievable fraction of HBM bandwidth
     kernel_launch_s: float = Field(3.1e-6, ge=0)  # GPU-side gap between kernels
-    host_overhead_s: float = Field(2.4e-5, ge=0)  # host (framework) dispatch time per kernel
+    host_overhead_s: float = Field(6.41e-5, ge=0)  # host dispatch per kernel, measured on a GPU host
     intra_bus_efficiency: float = Field(0.8, gt=0, le=1)
     inter_bus_efficiency: float = Field(0.8, gt=0, le=1)
     intra_latency_s: float = Field(8e-6, ge=0)  # per ring step
@@ -119,6 +130,11 @@ class Efficiency(Frozen):
     collective_overhead_s: float = Field(2.4e-5, ge=0)  # host time per collective call
     collective_table_scale: float = Field(1.0, gt=0)  # measured nccl-tests time -> in training
     microbatch_overhead_s: float = Field(0.0, ge=0)  # framework work per micro-batch step
+    # cuBLAS's fallback for a GEMM with a dimension not a multiple of 8 (16 bytes: no aligned
+    # tensor-core kernel, e.g. an unpadded 50,257-token vocabulary): fraction of peak. Measured
+    # from kernel durations in the H100 traces (../shared/data/traces/h100, mgpt_h2048 logits
+    # GEMMs, `cutlass_75_..._align1`: 0.10 forward, 0.14-0.15 backward).
+    unaligned_gemm_efficiency: float = Field(0.12, gt=0, le=1)
 
 
 class HardwareSpec(Frozen):
@@ -135,7 +151,7 @@ class HardwareSpec(Frozen):
     gpus_per_node: PositiveInt = 8
     inter_node_bandwidth_Gbps: PositiveFloat = 800.0  # per node
     price_per_gpu_hour_usd: float = Field(0.0, ge=0)
-    reserved_memory_GiB: float = Field(2.0, ge=0)  # CUDA context, NCCL buffers, fragmentation
+    reserved_memory_GiB: float = Field(2.0, ge=0)  # CUDA context and NCCL buffers (not allocator)
     supports_flash_attention: bool = True
     nccl_tables: str | None = None  # folder of nccl-tests all-reduce tables, relative to data/
     efficiency: Efficiency = Efficiency()

@@ -1,12 +1,17 @@
 """After the pipeline: data-parallel gradient reduction, embedding sync, optimizer step.
 
 Without overlap, each stage reduces its gradients once its last backward is done (all-reduce, or
-reduce-scatter with the distributed optimizer). With overlap, gradients are reduced in buckets
-as the last micro-batch's backward produces them (PyTorch DDP / Megatron bucketing): bucket i of
-a chunk is ready at fraction (i+1)/n of that chunk's last backward, the buckets go through one
-communication stream, and only what outlasts the pipeline is exposed. Then tied-embedding
-gradients are all-reduced between the first and last stage, and the Adam step runs over the local
-(sharded, with ZeRO-1) parameters; ZeRO-1 then all-gathers the updated parameters.
+reduce-scatter with the distributed optimizer), in the framework's gradient dtype. With overlap,
+gradients are reduced in buckets as the last micro-batch's backward produces them (PyTorch DDP /
+Megatron bucketing): bucket i of a chunk is ready at fraction (i+1)/n of that chunk's last
+backward, the buckets go through one communication stream, and only what outlasts the pipeline
+is exposed. Then tied-embedding gradients are all-reduced between the first and last stage; with
+sequence parallelism the gradients of the parameters every tp rank holds whole (norms,
+row-parallel biases) are all-reduced over tp (Megatron's
+`finalize_model_grads::_allreduce_non_tensor_model_parallel_grads`, counted as tp
+communication); the optimizer all-reduces its gradient statistics (norm for clipping, fp16
+overflow flag: one fp32 scalar each) over the model-parallel ranks and runs the Adam step over
+the local (sharded, with ZeRO-1) parameters; ZeRO-1 then all-gathers the updated parameters.
 """
 
 from __future__ import annotations
@@ -18,15 +23,18 @@ import numpy as np
 
 from simulator.costs import KernelModel
 from simulator.engine import Timeline
-from simulator.enums import CollectiveKind
-from simulator.memory import grad_bytes_per_param
+from simulator.enums import CollectiveKind, Norm, Precision
+from simulator.framework import semantics
+from simulator.graph_eager import optimizer_launches
 from simulator.network import NetworkModel
 from simulator.ops import Op, OpKind, Phase
-from simulator.params import padded_vocab
+from simulator.params import final_norm_params, padded_vocab
+from simulator.partition import stage_layers
 from simulator.specs import Job
-from simulator.topology import dp_placement, embedding_placement
+from simulator.topology import dp_placement, embedding_placement, grad_stats_placement, tp_placement
 
 ADAM_BYTES_PER_PARAM = 36  # read grad + master/m/v, write master/m/v + fp16 copy, grad-norm read
+ADAMW_FP32_BYTES_PER_PARAM = 28  # read param, grad, m, v; write param, m, v
 
 
 @dataclass(frozen=True)
@@ -35,19 +43,32 @@ class Tail:
 
     dp_exposed_s: np.ndarray
     embedding_sync_s: np.ndarray
-    optimizer_s: np.ndarray
+    sp_grad_sync_s: np.ndarray  # tp all-reduce of sequence-parallel parameters' gradients
+    optimizer_s: np.ndarray  # gradient-statistics all-reduces and the Adam step
     dp_comm_s: np.ndarray  # total dp communication (exposed or hidden), for the trace
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return self.dp_exposed_s + self.embedding_sync_s + self.sp_grad_sync_s + self.optimizer_s
 
 
 def optimizer_op(params: float, job: Job) -> Op:
+    """The Adam step over `params` local parameters. With fp32 parameters (PyTorch AMP) the
+    fused AdamW reads parameter, gradient and moments and writes parameter and moments (28 bytes
+    per parameter) in multi-tensor launches (graph_eager.optimizer_launches)."""
     n = int(params)
+    if semantics(job.training.framework).fp32_parameters:
+        launches = optimizer_launches(n, 12 * job.model.num_layers + 6)
+        return Op("adamw_fused", OpKind.OPTIMIZER, Phase.STEP, (n,), 4, 10.0 * n,
+                  ADAMW_FP32_BYTES_PER_PARAM * n, kernels=launches)
     return Op("adam", OpKind.OPTIMIZER, Phase.STEP, (n,), 4, 10.0 * n, ADAM_BYTES_PER_PARAM * n)
 
 
 def compute_tail(job: Job, timeline: Timeline, params_per_stage: np.ndarray,
                  kernels: KernelModel, network: NetworkModel) -> Tail:
     p = job.parallel.pp
-    grad_bytes = params_per_stage * grad_bytes_per_param(job.training.precision)
+    pb = semantics(job.training.framework).param_bytes(job.training.precision)
+    grad_bytes = params_per_stage * pb.gradients
     dp_total = np.zeros(p)
     exposed = np.zeros(p)
     if job.dp > 1:
@@ -60,21 +81,59 @@ def compute_tail(job: Job, timeline: Timeline, params_per_stage: np.ndarray,
             dp_total = np.array([network.time(kind, b, where) for b in grad_bytes])
             exposed = dp_total.copy()
         if job.parallel.distributed_optimizer:
-            gather = np.array([network.time(CollectiveKind.ALL_GATHER, 2.0 * n, where)
+            gather = np.array([network.time(CollectiveKind.ALL_GATHER, pb.weights * n, where)
                                for n in params_per_stage])
             exposed = exposed + gather
             dp_total = dp_total + gather
     shard = job.dp if job.parallel.distributed_optimizer else 1
     optimizer = np.array([kernels.cost(optimizer_op(n / shard, job)).seconds
                           for n in params_per_stage])
-    return Tail(exposed, _embedding_sync(job, network), optimizer, dp_total)
+    return Tail(exposed, _embedding_sync(job, network), _sp_grad_sync(job, network),
+                optimizer + _grad_stats_s(job, network), dp_total)
+
+
+def sp_parameters(job: Job) -> np.ndarray:
+    """(pp,) parameters per stage whose gradients sequence parallelism leaves partial on each tp
+    rank: norm weights (and biases) and the row-parallel linears' biases of every layer, and the
+    final norm (Megatron sets `sequence_parallel` on exactly these)."""
+    m = job.model
+    norm = m.hidden_size * (2 if m.norm is Norm.LAYERNORM else 1)
+    per_layer = 2 * norm + (2 * m.hidden_size if m.use_bias else 0)
+    counts = stage_layers(job) * float(per_layer)
+    counts[-1] += final_norm_params(m)
+    return counts
+
+
+def _sp_grad_sync(job: Job, network: NetworkModel) -> np.ndarray:
+    if not (job.parallel.sequence_parallel and job.parallel.tp > 1):
+        return np.zeros(job.parallel.pp)
+    gb = semantics(job.training.framework).param_bytes(job.training.precision).gradients
+    where = tp_placement(job)
+    return np.array([network.time(CollectiveKind.ALL_REDUCE, n * gb, where)
+                     for n in sp_parameters(job)])
+
+
+def grad_stats_all_reduces(job: Job) -> int:
+    """fp32 scalar all-reduces of the optimizer step: the gradient norm, and the overflow flag of
+    fp16 loss scaling (none when the framework needs none)."""
+    if not semantics(job.training.framework).grad_stats_all_reduce:
+        return 0
+    return 2 if job.training.precision is Precision.FP16 else 1
+
+
+def _grad_stats_s(job: Job, network: NetworkModel) -> float:
+    where = grad_stats_placement(job)
+    return sum(network.time(CollectiveKind.ALL_REDUCE, 4.0, where)
+               for _ in range(grad_stats_all_reduces(job)))
 
 
 def _embedding_sync(job: Job, network: NetworkModel) -> np.ndarray:
     p, m, tp = job.parallel.pp, job.model, job.parallel.tp
     sync = np.zeros(p)
     if p > 1 and m.tied_embeddings:
-        nbytes = padded_vocab(m, tp) * m.hidden_size / tp * grad_bytes_per_param(job.training.precision)
+        fw = semantics(job.training.framework)
+        gb = fw.param_bytes(job.training.precision).gradients
+        nbytes = padded_vocab(m, tp, fw.pads_vocab) * m.hidden_size / tp * gb
         t = network.time(CollectiveKind.ALL_REDUCE, nbytes, embedding_placement(job))
         sync[0] = sync[-1] = t
     return sync

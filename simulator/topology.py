@@ -71,3 +71,21 @@ def embedding_placement(job: Job) -> Placement:
     """The first and last stage, which share the tied word embedding."""
     crosses = _stage_node(job, 0) != _stage_node(job, job.parallel.pp - 1)
     return Placement(2, 1 if crosses else 2, 2 if crosses else 1, _node_size(job))
+
+
+def grad_stats_placement(job: Job) -> Placement:
+    """The ranks that reduce the optimizer's gradient statistics: the model-parallel group (tp x
+    pp ranks; Megatron's `get_grad_stats_parallel_group`), and every rank when the distributed
+    optimizer shards the gradients over dp."""
+    tp, pp, dp, gpn = job.parallel.tp, job.parallel.pp, job.dp, _node_size(job)
+    if job.parallel.distributed_optimizer:
+        size = tp * pp * dp
+        return Placement(size, gpn, math.ceil(size / gpn), gpn)
+    size = tp * pp
+    if gpn <= tp:
+        per_node = gpn
+    elif gpn <= tp * dp:
+        per_node = tp  # one tp slice of this dp replica per node
+    else:
+        per_node = tp * min(pp, gpn // (tp * dp))  # several stages share a node
+    return Placement(size, per_node, math.ceil(size / per_node), gpn)

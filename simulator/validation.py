@@ -6,8 +6,10 @@ Each rule names the fields, their values and the fix. All violations are reporte
 
 from __future__ import annotations
 
-from simulator.enums import Schedule
+from simulator.enums import Recompute, Schedule
 from simulator.errors import ConfigError
+from simulator.framework import semantics
+from simulator.partition import partition_problems
 from simulator.specs import Job
 
 
@@ -38,7 +40,7 @@ def job_problems(job: Job) -> list[str]:
         )
     if m.ffn % tp:
         problems.append(f"tensor_parallel_size={tp} does not divide ffn_hidden_size={m.ffn}")
-    problems += _pipeline_problems(job)
+    problems += _pipeline_problems(job) + _framework_problems(job)
     dp = job.dp
     if p.dp is not None and tp * pp * p.dp != c.num_gpus:
         problems.append(
@@ -76,7 +78,7 @@ def job_problems(job: Job) -> list[str]:
 
 
 def _pipeline_problems(job: Job) -> list[str]:
-    m, p = job.model, job.parallel
+    p = job.parallel
     pp, v = p.pp, p.virtual_stages
     problems = []
     if v > 1 and p.schedule is not Schedule.INTERLEAVED_1F1B:
@@ -88,11 +90,25 @@ def _pipeline_problems(job: Job) -> list[str]:
             f"schedule=interleaved_1f1b needs virtual_stages >= 2 and pipeline_parallel_size >= 2 "
             f"(got virtual_stages={v}, pp={pp}); use 1f1b otherwise"
         )
-    if m.num_layers % (pp * v):
-        what = f"pp*virtual_stages = {pp}*{v} = {pp * v}" if v > 1 else f"pipeline_parallel_size={pp}"
+    return problems + partition_problems(job)
+
+
+def _framework_problems(job: Job) -> list[str]:
+    """The eager PyTorch stack (simulator.graph_eager) is modelled on one model replica per GPU:
+    data parallelism only, and checkpointing whole layers."""
+    t, p = job.training, job.parallel
+    if not semantics(t.framework).eager_autocast:
+        return []
+    problems = []
+    if p.tp > 1 or p.pp > 1 or p.sequence_parallel:
         problems.append(
-            f"num_layers={m.num_layers} is not divisible by {what}; use a divisor of the layer count"
-        )
+            f"training.framework={t.framework.value} is modelled with data parallelism only "
+            f"(got tp={p.tp}, pp={p.pp}, sequence_parallel={p.sequence_parallel}); use tp=1, "
+            f"pp=1, or framework megatron-lm for model parallelism")
+    if t.recompute is Recompute.SELECTIVE:
+        problems.append(
+            f"training.recompute=selective is Megatron's; with framework={t.framework.value} use "
+            f"none or full (torch.utils.checkpoint of whole layers)")
     return problems
 
 

@@ -4,7 +4,8 @@ A record holds exactly `JOB_COLUMNS`, one scalar each, so that a table of jobs i
 DataFrame (Parquet, MLflow pyfunc input, the search's candidate batches). Fields a record does
 not carry follow the model *family* convention of the presets: ``gated_mlp=True`` is a Llama-style
 model (RMSNorm, no biases, untied embeddings, RoPE), ``gated_mlp=False`` a GPT/Megatron one
-(LayerNorm, biases, tied embeddings, learned positions). `job_to_record` warns when a job breaks
+(LayerNorm, biases, tied embeddings, learned positions); Llama models train without dropout,
+GPT ones with Megatron's 0.1. `job_to_record` warns when a job breaks
 that convention, because the surrogate then predicts the convention's model, not the job's.
 """
 
@@ -43,9 +44,11 @@ INTEGER_COLUMNS = tuple(c for c in JOB_COLUMNS if c not in CATEGORICAL_COLUMNS +
 # The family convention for the ModelSpec fields a record does not carry (see module docstring).
 _FAMILY: dict[bool, dict[str, Any]] = {
     True: {"norm": Norm.RMSNORM, "use_bias": False, "tied_embeddings": False,
-           "position_embedding": PositionEmbedding.ROPE},
+           "position_embedding": PositionEmbedding.ROPE, "hidden_dropout": 0.0,
+           "attention_dropout": 0.0},
     False: {"norm": Norm.LAYERNORM, "use_bias": True, "tied_embeddings": True,
-            "position_embedding": PositionEmbedding.LEARNED},
+            "position_embedding": PositionEmbedding.LEARNED, "hidden_dropout": 0.1,
+            "attention_dropout": 0.1},
 }
 
 

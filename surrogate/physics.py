@@ -18,10 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from simulator.memory import WORKSPACE_BYTES
 from simulator.specs import GiB, HardwareSpec
 from surrogate.columns import factorize
 
-OPTIMIZER_BYTES_PER_PARAM = 12.0  # simulator.memory: fp32 master weights, momentum, variance
+# simulator.framework, megatron-lm (the records' framework): fp32 master weights and Adam
+# moments sharded by the distributed optimizer, plus fp32 main-gradient copies with fp16
+OPTIMIZER_BYTES_PER_PARAM = 12.0
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("fp16", "bf16")
@@ -149,8 +152,8 @@ def stage_params(r: Rows) -> dict[str, np.ndarray]:
     pos = bias * r.s * r.h  # learned positions (GPT family)
     layers = r.L / r.p * (sharded / r.t + replicated)
     one = r.p == 1  # the single stage holds both the embedding and the head
-    embedding = (vocab_p * r.h + pos) / r.t
-    head = (norm + untied * vocab_p * r.h) / r.t
+    embedding = vocab_p * r.h / r.t + pos  # positions and the final norm are replicated over tp
+    head = norm + untied * vocab_p * r.h / r.t
     first = layers + embedding + one * head
     last = layers + head + one * embedding + (r.p > 1) * (1 - untied) * vocab_p * r.h / r.t
     total = r.L * (sharded + replicated) + r.V * r.h * (1 + untied) + pos + norm
@@ -168,7 +171,7 @@ def flops(r: Rows) -> dict[str, np.ndarray]:
     lf = layer_flops_per_token(r)
     tokens = r.B * r.s
     model = 3.0 * tokens * (r.L * lf + 2.0 * r.h * r.V)
-    selective = 4.0 * r.s * r.h * (1 - r.flash)
+    selective = 4.0 * r.s * r.h  # flash attention is checkpointed and re-run too
     extra = r.xp.select([r.recompute == 1, r.recompute == 2], [selective, lf], 0.0)
     return {"model": model, "hardware": model + tokens * r.L * extra}
 
@@ -182,24 +185,31 @@ def fused_softmax(r: Rows) -> np.ndarray:
 
 
 def layer_activations(r: Rows) -> dict[str, np.ndarray]:
-    """Saved and transient bytes of one layer for one micro-batch (Korthikanti et al. 2022)."""
+    """Saved and transient bytes of one layer for one micro-batch (Korthikanti et al. 2022, as
+    simulator.graph): dropout only in the GPT family (Llama trains without), K and V expanded to
+    every head before the unfused attention's bmms (GQA), selective recompute keeping the core
+    attention's Q, K, V inputs, flash attention included."""
     T, hd = r.b * r.s, r.h / r.a
     heads, groups = r.a / r.t, r.g / r.t
+    drop = 1 - r.gated  # the family convention of surrogate.features
     sp_tokens = r.xp.where(r.sp > 0, T / r.t, T)
     shard = r.xp.where(r.sp > 0, 1 / r.t, 1.0)
     scores = r.b * heads * r.s * r.s
-    qk = 2 * T * heads * hd + 2 * T * groups * hd
-    probs = r.xp.where(fused_softmax(r) > 0, 2.0, 4.0) * scores  # the unfused softmax keeps fp32
-    core = qk + probs + scores + 2 * scores + 2 * T * groups * hd
-    flash = 2 * T * heads * hd + 4 * T * groups * hd + 4 * r.b * heads * r.s
+    fused = fused_softmax(r) > 0
+    qkv = 2 * T * hd * (heads + 2 * groups)  # the core's inputs
+    kv = 2 * T * heads * hd  # K or V after the GQA expand
+    probs = r.xp.where(fused, 2.0, 4.0) * scores  # the unfused softmax keeps fp32
+    probs16 = r.xp.where(fused & (drop == 0), 0.0, 2.0 * scores)  # what the second bmm saves
+    core = 2 * T * heads * hd + kv + probs + drop * scores + probs16 + kv
+    flash = qkv + 4 * r.b * heads * r.s
     up = r.f / r.t * (1 + r.gated)
-    rest = (4 * sp_tokens * r.h + 2 * 2 * T * r.h * shard + 2 * T * heads * hd + 2 * sp_tokens * r.h
-            + 2 * T * up + 2 * T * r.f / r.t)
-    full = rest + r.xp.where(r.flash > 0, flash, core)
-    selective = (r.recompute == 1) & (r.flash == 0)
-    saved = r.xp.select([r.recompute == 2, selective],
-                      [2 * sp_tokens * r.h, full - core + qk + 2 * T * groups * hd], full)
-    working = r.xp.select([r.recompute == 2, selective], [full, core], 0.0)
+    rest = (4 * sp_tokens * r.h + 2 * 2 * T * r.h * shard + 2 * T * heads * hd
+            + drop * 2 * sp_tokens * r.h + 2 * T * up + 2 * T * r.f / r.t)
+    internals = r.xp.where(r.flash > 0, flash, core)
+    full = rest + internals
+    saved = r.xp.select([r.recompute == 2, r.recompute == 1],
+                        [2 * sp_tokens * r.h, full - internals + qkv], full)
+    working = r.xp.select([r.recompute == 2, r.recompute == 1], [full, internals], 0.0)
     return {"saved": saved, "working": working, "full": full, "sp_tokens": sp_tokens}
 
 
@@ -221,19 +231,30 @@ def memory(r: Rows, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     flight = in_flight(r)
     lpc = r.L / (r.p * r.v)
     T = r.b * r.s
-    emb_saved = act["sp_tokens"] * r.h
-    head_saved = 2 * act["sp_tokens"] * r.h + 2 * T * r.h + 4 * T * params["vocab_p"] / r.t
+    emb_saved = (1 - r.gated) * act["sp_tokens"] * r.h  # the embedding dropout's mask
+    head_saved = (2 * act["sp_tokens"] * r.h + 2 * T * r.h * r.xp.where(r.sp > 0, 1 / r.t, 1.0)
+                  + 4 * T * params["vocab_p"] / r.t)
     grad = r.xp.where(r.bf16 > 0, 4.0, 2.0)
+    main_grad_copy = r.xp.where(r.bf16 > 0, 0.0, 4.0)  # only at the optimizer step
     shard = r.xp.where(r.dopt > 0, r.d, 1.0)
     per_param = 2.0 + grad + OPTIMIZER_BYTES_PER_PARAM / shard
-    fixed = act["working"] + r.hw["reserved_bytes"]
     one = r.p == 1
     first_act = flight["first"] * lpc * act["saved"] + flight["emb_first"] * emb_saved + one * head_saved
     last_act = (flight["last"] * lpc * act["saved"] + flight["head_last"] * head_saved
                 + one * emb_saved * flight["emb_first"])
     first_act = first_act + one * (flight["head_last"] - 1) * head_saved
-    first = per_param * params["first"] + first_act + fixed
-    last = per_param * params["last"] + last_act + fixed
+    logits16 = 2 * T * params["vocab_p"] / r.t  # the loss's 16-bit logits / gradient
+
+    def peak_moment(n: Vec, acts: Vec, head: Vec) -> Vec:
+        """simulator.memory: the largest of the forward, backward and optimizer moments, plus
+        the workspaces and the context."""
+        static = per_param * n
+        moments = r.xp.maximum(r.xp.maximum(acts + head, acts + r.xp.maximum(act["working"], head)),
+                               main_grad_copy / shard * n)
+        return static + moments + WORKSPACE_BYTES + r.hw["reserved_bytes"]
+
+    first = peak_moment(params["first"], first_act, one * logits16)
+    last = peak_moment(params["last"], last_act, logits16)
     peak = r.xp.maximum(first, last)
     return {"peak": peak, "first": first, "last": last, "activations": r.xp.maximum(first_act, last_act),
             "weights_states": per_param * r.xp.maximum(params["first"], params["last"]),
@@ -308,7 +329,7 @@ def physics_of_rows(r: Rows) -> dict[str, Any]:
         "log_mem_first": _log(mem["first"]), "log_mem_last": _log(mem["last"]),
         "log_tp_bytes": _log(T * r.h * 2.0 * (r.t > 1) + 1),
         "log_dp_bytes": _log(stage * r.xp.where(r.bf16 > 0, 4.0, 2.0) * (r.d > 1) + 1),
-        "log_p2p_bytes": _log(T * r.h * 2.0 / r.t * (r.p > 1) + 1),
+        "log_p2p_bytes": _log(T * r.h * 2.0 / r.xp.where(r.sp > 0, r.t, 1.0) * (r.p > 1) + 1),
     }
     for name in ("pipeline", "stage_mb", "layer", "layer_compute", "tp_comm", "recompute", "host_excess",
                  "attention", "p2p", "pp_comm", "dp_comm", "dp_exposed", "embedding_sync",

@@ -177,17 +177,19 @@ def _memory_rows(out: str) -> tuple[list[str], list[list[float]]]:
         parts = line.split()
         if not parts or not parts[0].isdigit():
             continue
-        rows.append([float(x) for x in parts[: len(header) - 2]])
+        rows.append([float(x) for x in parts[: len(header) - 2]])  # up to reserved
     return header, rows
 
 
 def test_memory_rows_sum_to_their_total_with_the_reserved_column(tmp_path, capsys):
     _, out, _ = run_cli(capsys, str(write_job(tmp_path)))
     header, rows = _memory_rows(out)
-    assert "reserved" in header and header[-3:] == ["total", "busy", "idle"]
+    assert header[-4:] == ["total", "reserved", "busy", "idle"]
     assert len(rows) == 2
     for row in rows:
-        terms, total = row[1:-1], row[-1]
+        terms, total, reserved = row[1:-2], row[-2], row[-1]
+        allocated = total - row[header.index("context")]
+        assert reserved >= allocated - 0.05  # the allocator reserves at least what it allocated
         assert sum(terms) == pytest.approx(total, abs=0.05 * len(terms))
 
 

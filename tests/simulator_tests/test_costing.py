@@ -11,6 +11,7 @@ from simulator.costs import CostSource, KernelModel, OpCost
 from simulator.ops import Op
 from simulator.simulate import default_kernels
 from tests.conftest import make_job
+from tests.simulator_tests.conftest import free_network
 
 
 @dataclass
@@ -51,7 +52,8 @@ def test_graph_has_every_transformer_kernel():
 
 
 def test_a_custom_kernel_model_sets_the_compute_time():
-    """Doubling every kernel's time doubles forward, backward and recompute exactly."""
+    """Doubling every kernel's time doubles forward, backward, recompute and the optimizer step
+    exactly (free communication: the optimizer's gradient-norm all-reduce is not a kernel)."""
     job = make_job(training={"recompute": "selective"})
     base = default_kernels(job)
 
@@ -60,7 +62,8 @@ def test_a_custom_kernel_model_sets_the_compute_time():
         def cost(self, op: Op) -> OpCost:
             return OpCost(2 * base.cost(op).seconds, CostSource.MEASURED)
 
-    plain, slow = simulate(job), simulate(job, kernels=Twice())
+    net = free_network(job)
+    plain, slow = simulate(job, network=net), simulate(job, kernels=Twice(), network=net)
     for key in ("forward", "backward", "recompute", "optimizer"):
         assert slow.breakdown[key] == pytest.approx(2 * plain.breakdown[key], rel=1e-12)
     assert slow.profile_coverage["measured"] == pytest.approx(1.0)

@@ -67,8 +67,14 @@ def test_vocab_parallel_cross_entropy_makes_three_tp_all_reduces():
     assert build_head(_job(1, 1)).forward_comm == ()
 
 
+def _unfused(job):
+    """The job without gradient-accumulation fusion (as Megatron-DeepSpeed runs)."""
+    training = job.training.model_copy(update={"gradient_accumulation_fusion": False})
+    return job.model_copy(update={"training": training})
+
+
 def test_tied_table_gradient_is_summed_on_one_stage_and_accumulated_where_it_lives():
-    one_stage, two_stages = _job(1, 1), _job(1, 1, pp=2)
+    one_stage, two_stages = _unfused(_job(1, 1)), _unfused(_job(1, 1, pp=2))
     emb1 = {op.name for op in build_embedding(one_stage).backward}
     head1 = {op.name for op in build_head(one_stage).backward}
     assert {"embedding.tied_grad_sum", "embedding.grad_accum"} <= emb1
@@ -107,3 +113,26 @@ def test_host_dispatch_is_charged_per_kernel_launch_not_per_op():
     launches = sum(op.kernels for op in head.forward)
     assert launches > len(head.forward)
     assert cost.forward_total == pytest.approx(launches, rel=1e-6)
+
+
+def test_fused_accumulation_writes_the_tied_table_gradient_in_place():
+    """Megatron-LM's logits wgrad GEMM accumulates into the shared table's main gradient; only
+    the embedding's own dense gradient is added by the gradient hook: no sum kernel, no
+    accumulation kernel for the output layer."""
+    emb = {op.name for op in build_embedding(_job(1, 1)).backward}
+    head = {op.name for op in build_head(_job(1, 1, pp=2)).backward}
+    assert "embedding.tied_grad_sum" not in emb and "embedding.grad_accum" in emb
+    assert "logits.grad_accum" not in head
+
+
+def test_a_stack_without_megatron_s_softmax_kernels_runs_the_fp32_fallback():
+    """`training.fused_softmax: false` (e.g. Megatron-Core's local spec without apex or
+    Transformer Engine): five PyTorch kernels and the fp32 probabilities kept, even where the
+    fused kernel's shape rule holds."""
+    fused = make_job(training={"micro_batch_size": 2, "global_batch_size": 16})
+    plain = make_job(training={"micro_batch_size": 2, "global_batch_size": 16,
+                               "fused_softmax": False})
+    assert fused_softmax_available(fused, 8) and not fused_softmax_available(plain, 8)
+    softmax = _op(build_layer(plain).forward, "attn.softmax")
+    assert (softmax.kernels, softmax.variant) == (5, "unfused_fp32")
+    assert softmax.saved_bytes == 4 * softmax.shape[0]

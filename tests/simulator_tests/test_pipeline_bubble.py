@@ -67,9 +67,10 @@ def test_engine_p2p_delay_is_paid_once_per_boundary_in_the_fill():
 
 
 def _wide_job(p: int, m: int, schedule: str = "1f1b", v: int = 1) -> dict:
-    """Wide layers with a 128-token vocabulary: embedding and head are negligible."""
+    """Wide layers with a 128-token vocabulary: embedding and head are negligible (8 layers per
+    stage keep them under 2% of a chunk even with 4 chunks per stage)."""
     return {
-        "model": {"name": "wide", "num_layers": 4 * p, "hidden_size": 4096,
+        "model": {"name": "wide", "num_layers": 8 * p, "hidden_size": 4096,
                   "num_attention_heads": 32, "vocab_size": 128, "seq_length": 2048},
         "training": {"global_batch_size": m, "micro_batch_size": 1, "precision": "fp16"},
         "parallel": {"tp": 1, "pp": p, "dp": 1, "schedule": schedule, "virtual_stages": v},

@@ -3,15 +3,17 @@
 Robust least squares (scipy `least_squares`, soft-L1 loss) on log(predicted / measured), each
 parameter bounded to a physical range and optimized in a normalized (log for times) coordinate.
 The parameters are global -- GEMM efficiency and its depth dependence, memory bandwidth
-efficiency, per-kernel launch gap and host dispatch floor, collective bus efficiency and
+efficiency, per-kernel launch gap and host dispatch cost, collective bus efficiency and
 latency intra- and inter-node, p2p efficiency -- never one per row or per layout, so a dozen runs
-fitted predict thousands. Accuracy is reported by k-fold cross-validation: each fold is predicted
-by parameters fitted without it.
+fitted predict thousands. A parameter that no row depends on (e.g. inter-node latency for
+single-GPU runs) is found by moving it once and left at its starting value. Accuracy is reported
+by k-fold cross-validation: each fold is predicted by parameters fitted without it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 from joblib import Parallel, delayed
@@ -27,23 +29,29 @@ class Param:
     lower: float
     upper: float
     log: bool  # optimize in log space (times spanning decades)
+    sets: str  # what it sets, i.e. which jobs inherit its fitted value
+    lower_means_none: bool = False  # the lower bound stands for "no such cost": not a warning
 
 
 PARAMS: tuple[Param, ...] = (
-    Param("gemm_max_efficiency", 0.3, 1.0, False),
-    Param("gemm_k_half", 1.0, 1024.0, True),
-    Param("memory_efficiency", 0.3, 0.95, False),
-    Param("kernel_launch_s", 1e-6, 3e-5, True),
-    Param("host_overhead_s", 1e-6, 3e-4, True),
-    Param("intra_bus_efficiency", 0.2, 1.0, False),
-    Param("inter_bus_efficiency", 0.1, 1.0, False),
-    Param("intra_latency_s", 1e-6, 2e-4, True),
-    Param("inter_latency_s", 1e-6, 5e-4, True),
-    Param("p2p_efficiency", 0.02, 1.0, False),
-    Param("collective_table_scale", 0.5, 5.0, True),
-    Param("collective_overhead_s", 1e-7, 5e-4, True),
-    Param("microbatch_overhead_s", 1e-6, 2e-2, True),
+    Param("gemm_max_efficiency", 0.3, 1.0, False, "every matrix multiply's achievable FLOP rate"),
+    Param("gemm_k_half", 1.0, 1024.0, True, "how much shallow GEMMs (small hidden per tp) slow down"),
+    Param("memory_efficiency", 0.3, 0.95, False, "memory-bound kernels (norms, activations, softmax)"),
+    Param("kernel_launch_s", 1e-6, 3e-5, True, "the GPU-side gap between kernels"),
+    Param("host_overhead_s", 1e-6, 3e-4, True, "host dispatch per kernel (small, host-bound jobs)"),
+    Param("intra_bus_efficiency", 0.2, 1.0, False, "collectives inside a node (tp, dp within a node)"),
+    Param("inter_bus_efficiency", 0.1, 1.0, False, "collectives across nodes (dp, tp spanning nodes)"),
+    Param("intra_latency_s", 1e-6, 2e-4, True, "small collectives inside a node"),
+    Param("inter_latency_s", 1e-6, 5e-4, True, "small collectives across nodes"),
+    Param("p2p_efficiency", 0.02, 1.0, False, "pipeline send/receive between stages (pp > 1, across "
+                                               "nodes above all)"),
+    Param("collective_table_scale", 0.5, 5.0, True, "collective times read from nccl-tests tables"),
+    Param("collective_overhead_s", 1e-7, 5e-4, True, "host time per collective call", True),
+    Param("microbatch_overhead_s", 1e-6, 2e-2, True, "framework work per micro-batch step", True),
 )
+BOUND_MARGIN = 0.02  # normalized distance from a bound that counts as "at the bound"
+
+Progress = Callable[[int, float], None]  # (evaluations so far, train MAPE of the latest)
 
 
 def _to_unit(value: float, p: Param) -> float:
@@ -61,31 +69,72 @@ def with_params(hardware: HardwareSpec, values: dict[str, float]) -> HardwareSpe
     return hardware.model_copy(update={"efficiency": hardware.efficiency.model_copy(update=values)})
 
 
+def start_value(base: HardwareSpec, p: Param) -> float:
+    """The base hardware's value, clipped into the parameter's physical range."""
+    return float(np.clip(getattr(base.efficiency, p.name), p.lower, p.upper))
+
+
 @dataclass(frozen=True)
 class Fit:
-    params: dict[str, float]
+    params: dict[str, float]  # every parameter of `params`, fitted or left at its start
     train_mape: float
     evaluations: int
+    affected_rows: dict[str, int] = field(default_factory=dict)  # rows each parameter moves
+    at_bound: dict[str, str] = field(default_factory=dict)  # name -> "lower" / "upper"
+    frozen: tuple[str, ...] = ()
+
+    @property
+    def unused(self) -> tuple[str, ...]:
+        """Parameters no row depends on: left at their start value."""
+        return tuple(name for name, n in self.affected_rows.items() if n == 0)
+
+
+def affected_rows(jobs: list[Job], base: HardwareSpec, params: tuple[Param, ...]) -> dict[str, int]:
+    """How many jobs' predicted times move when each parameter moves (0: the data cannot fit it)."""
+    reference = np.log(predict_ms(jobs, base))
+    counts = {}
+    for p in params:
+        u = _to_unit(start_value(base, p), p)
+        moves = np.zeros(len(jobs), bool)
+        for step in {min(u + 0.3, 1.0), max(u - 0.3, 0.0)} - {u}:  # both ways: max() may hide one
+            shifted = np.log(predict_ms(jobs, with_params(base, {p.name: _from_unit(step, p)})))
+            moves |= np.abs(shifted - reference) > 1e-6
+        counts[p.name] = int(moves.sum())
+    return counts
 
 
 def fit(jobs: list[Job], measured_ms: np.ndarray, base: HardwareSpec,
-        params: tuple[Param, ...] = PARAMS, max_evaluations: int = 400) -> Fit:
-    """Fit `params` of `base` to the measured iteration times of `jobs`."""
-    start = np.array([_to_unit(max(getattr(base.efficiency, p.name), p.lower), p) for p in params])
+        params: tuple[Param, ...] = PARAMS, max_evaluations: int = 400, freeze: tuple[str, ...] = (),
+        progress: Progress | None = None) -> Fit:
+    """Fit `params` of `base` (except `freeze`, and those no job depends on) to the measured
+    iteration times (ms) of `jobs`."""
+    starts = {p.name: float(getattr(base.efficiency, p.name)) for p in params}  # exact, if not fitted
+    affected = affected_rows(jobs, base, tuple(p for p in params if p.name not in freeze))
+    free = tuple(p for p in params if affected.get(p.name, 0) > 0)
     log_measured = np.log(measured_ms)
+    evaluations = 0
 
     def values(u: np.ndarray) -> dict[str, float]:
-        return {p.name: _from_unit(float(x), p) for p, x in zip(params, u, strict=True)}
+        return {**starts, **{p.name: _from_unit(float(x), p) for p, x in zip(free, u, strict=True)}}
 
     def residuals(u: np.ndarray) -> np.ndarray:
-        return np.log(predict_ms(jobs, with_params(base, values(u)))) - log_measured
+        nonlocal evaluations
+        error = np.log(predict_ms(jobs, with_params(base, values(u)))) - log_measured
+        evaluations += 1
+        if progress:
+            progress(evaluations, float(np.mean(np.abs(np.expm1(error)))))
+        return error
 
-    result = least_squares(residuals, start, bounds=(0.0, 1.0), loss="soft_l1", f_scale=0.05,
-                           diff_step=1e-3, max_nfev=max_evaluations, x_scale=1.0)
-    fitted = values(result.x)
+    u = np.array([_to_unit(start_value(base, p), p) for p in free])
+    if free:
+        u = least_squares(residuals, u, bounds=(0.0, 1.0), loss="soft_l1", f_scale=0.05, diff_step=1e-3,
+                          max_nfev=max_evaluations, x_scale=1.0).x
+    fitted = values(u)
     pred = predict_ms(jobs, with_params(base, fitted))
-    mape = float(np.mean(np.abs(pred - measured_ms) / measured_ms))
-    return Fit(fitted, mape, int(result.nfev))
+    bounds = {p.name: ("lower" if x < BOUND_MARGIN else "upper") for p, x in zip(free, u, strict=True)
+              if (x < BOUND_MARGIN and not p.lower_means_none) or x > 1 - BOUND_MARGIN}
+    return Fit(fitted, float(np.mean(np.abs(pred - measured_ms) / measured_ms)), evaluations, affected,
+               bounds, tuple(freeze))
 
 
 def folds(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
@@ -95,20 +144,28 @@ def folds(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def _fold(jobs: list[Job], measured_ms: np.ndarray, base: HardwareSpec, test: np.ndarray,
-          params: tuple[Param, ...]) -> np.ndarray:
+          params: tuple[Param, ...], freeze: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     train = np.setdiff1d(np.arange(len(jobs)), test)
-    fitted = fit([jobs[i] for i in train], measured_ms[train], base, params)
-    return predict_ms([jobs[i] for i in test], with_params(base, fitted.params))
+    fitted = fit([jobs[i] for i in train], measured_ms[train], base, params, freeze=freeze)
+    return test, predict_ms([jobs[i] for i in test], with_params(base, fitted.params))
+
+
+def cross_validate_folds(jobs: list[Job], measured_ms: np.ndarray, base: HardwareSpec, k: int = 5,
+                         seed: int = 0, params: tuple[Param, ...] = PARAMS, n_jobs: int = 1,
+                         freeze: tuple[str, ...] = ()) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(test indices, their predictions in ms) of each fold as it finishes; folds run in `n_jobs`
+    processes (joblib; -1 = all cores)."""
+    parts = folds(len(jobs), k, seed)
+    yield from Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+        delayed(_fold)(jobs, measured_ms, base, test, params, freeze) for test in parts)
 
 
 def cross_validate(jobs: list[Job], measured_ms: np.ndarray, base: HardwareSpec, k: int = 5,
-                   seed: int = 0, params: tuple[Param, ...] = PARAMS, n_jobs: int = 1) -> np.ndarray:
-    """Out-of-fold predictions (ms): every row predicted by a fit that never saw it. Folds run
-    in `n_jobs` processes (joblib; -1 = all cores)."""
-    parts = folds(len(jobs), k, seed)
-    runs = Parallel(n_jobs=n_jobs)(delayed(_fold)(jobs, measured_ms, base, test, params) for test in parts)
+                   seed: int = 0, params: tuple[Param, ...] = PARAMS, n_jobs: int = 1,
+                   freeze: tuple[str, ...] = ()) -> np.ndarray:
+    """Out-of-fold predictions (ms): every row predicted by a fit that never saw it."""
     predicted = np.empty(len(jobs))
-    for test, values in zip(parts, runs, strict=True):
+    for test, values in cross_validate_folds(jobs, measured_ms, base, k, seed, params, n_jobs, freeze):
         predicted[test] = values
     return predicted
 
@@ -122,5 +179,44 @@ def holdout(jobs: list[Job], measured_ms: np.ndarray, train_mask: np.ndarray, ba
     return predict_ms(test, with_params(base, fitted.params))
 
 
-__all__ = ["PARAMS", "Efficiency", "Fit", "Param", "cross_validate", "fit", "folds", "holdout",
-           "with_params"]
+@dataclass(frozen=True)
+class BoundNote:
+    """A fitted parameter that ended at its physical bound, and what that means."""
+
+    name: str
+    value: float
+    side: str
+    start: float
+    rows: int  # fitted rows it affects
+    total_rows: int
+    mape_fitted: float
+    mape_at_start: float  # train MAPE with only this parameter put back to its start value
+    sets: str
+
+    def sentence(self) -> str:
+        weak = self.mape_at_start - self.mape_fitted < 0.005
+        verdict = ("the data barely determine it (holding it at its start value changes the train MAPE "
+                   f"from {self.mape_fitted:.1%} to {self.mape_at_start:.1%})" if weak else
+                   f"holding it at its start value would raise the train MAPE from {self.mape_fitted:.1%} "
+                   f"to {self.mape_at_start:.1%}: it absorbs an effect the model lacks")
+        return (f"{self.name} ended at its {self.side} bound ({self.value:.4g}, start {self.start:.4g}); "
+                f"it sets {self.sets} and moves {self.rows} of the {self.total_rows} fitted rows; {verdict}. "
+                "Jobs unlike these runs inherit this value and may be predicted worse: fit on runs that "
+                f"exercise it, or keep it at its start value with --freeze {self.name}")
+
+
+def bound_notes(jobs: list[Job], measured_ms: np.ndarray, base: HardwareSpec, result: Fit,
+                params: tuple[Param, ...] = PARAMS) -> list[BoundNote]:
+    notes = []
+    by_name = {p.name: p for p in params}
+    for name, side in result.at_bound.items():
+        start = start_value(base, by_name[name])
+        pred = predict_ms(jobs, with_params(base, {**result.params, name: start}))
+        notes.append(BoundNote(name, result.params[name], side, start, result.affected_rows[name], len(jobs),
+                               result.train_mape, float(np.mean(np.abs(pred - measured_ms) / measured_ms)),
+                               by_name[name].sets))
+    return notes
+
+
+__all__ = ["PARAMS", "BoundNote", "Efficiency", "Fit", "Param", "affected_rows", "bound_notes",
+           "cross_validate", "cross_validate_folds", "fit", "folds", "holdout", "with_params"]

@@ -16,7 +16,6 @@ The 80 GB part also has the faster HBM2e (2039 vs 1555 GB/s), which memory-bound
 from __future__ import annotations
 
 import hashlib
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +24,6 @@ import pandas as pd
 from simulator.errors import DataError
 from simulator.loaders import job_from_dict
 from simulator.specs import Job
-
-log = logging.getLogger(__name__)
 
 COLUMNS = {
     "# GPUs": "num_gpus",
@@ -53,31 +50,42 @@ CONDITIONS = {
 
 @dataclass(frozen=True)
 class Measurements:
-    """Valid rows (one per configuration) and how many impossible rows were skipped."""
+    """Valid rows (one per configuration) and one line per skipped row (file, row, column, why)."""
 
     rows: pd.DataFrame  # internal column names + source, row (1-based line in its file)
-    skipped: int
-    content_hash: str
+    problems: tuple[str, ...]
+    content_hash: str  # sha256 of the files' bytes, in the order given
+
+    @property
+    def skipped(self) -> int:
+        return len(self.problems)
 
 
-def read_measurements(paths: list[str | Path]) -> Measurements:
-    frames, skipped, digest = [], 0, hashlib.sha256()
+def is_vtrain_header(header: list[str]) -> bool:
+    """vTrain's published layout, told from a runs file by its header."""
+    return "iteration time (ms)" in [c.strip() for c in header]
+
+
+def read_measurements(paths: list[str | Path], require_rows: bool = True) -> Measurements:
+    frames, problems, digest = [], [], hashlib.sha256()
     for path in paths:
         frame, bad = _read_one(Path(path))
         digest.update(Path(path).read_bytes())
         frames.append(frame)
-        skipped += bad
+        problems += bad
     rows = pd.concat(frames, ignore_index=True)
-    if rows.empty:
-        raise DataError("no valid measurement rows in " + ", ".join(map(str, paths)))
-    return Measurements(rows, skipped, digest.hexdigest()[:16])
+    if rows.empty and require_rows:
+        first = f"; first: {problems[0]}" if problems else ""
+        raise DataError(f"no valid measurement rows in {', '.join(map(str, paths))} "
+                        f"({len(problems)} skipped{first})")
+    return Measurements(rows, tuple(problems), digest.hexdigest()[:16])
 
 
-def _read_one(path: Path) -> tuple[pd.DataFrame, int]:
+def _read_one(path: Path) -> tuple[pd.DataFrame, list[str]]:
     if not path.is_file():
         raise DataError(f"measurement file {path} does not exist")
     try:
-        raw = pd.read_csv(path)
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: not a readable CSV ({exc})") from None
     header = [c.strip() for c in raw.columns]
@@ -88,23 +96,32 @@ def _read_one(path: Path) -> tuple[pd.DataFrame, int]:
         parts = ([f"missing column(s) {missing}"] if missing else []) + (
             [f"unknown column(s) {unknown}"] if unknown else [])
         raise DataError(f"{path}: {'; '.join(parts)}; expected the vTrain layout: {list(COLUMNS)}")
+    problems: list[str] = []
+    keep = pd.Series(True, index=raw.index)
     for column in header:
-        values = pd.to_numeric(raw[column], errors="coerce")
-        bad = values.isna()
-        if bad.any():
-            row = int(bad.to_numpy().nonzero()[0][0])
-            raise DataError(f"{path}: row {row + 2}, column '{column}': "
-                            f"{raw[column].iloc[row]!r} is not a number")
+        values = pd.to_numeric(raw[column].str.strip(), errors="coerce")
+        for i in values.index[values.isna() & keep]:
+            problems.append(f"{path}: row {i + 2}, column '{column}': {raw[column].iloc[i]!r} is not "
+                            "a number; row skipped")
+        keep &= values.notna()
         raw[column] = values
     frame = raw.rename(columns={**COLUMNS, **OPTIONAL})
     frame["source"] = path.name
     frame["row"] = frame.index + 2  # line number in the file (header is line 1)
+    frame = frame[keep]
     product = frame.tp * frame.dp * frame.pp
     impossible = product != frame.num_gpus
     for _, r in frame[impossible].iterrows():
-        log.warning("%s: row %d skipped: tp*dp*pp = %d != # GPUs = %d", path, r.row,
-                    r.tp * r.dp * r.pp, r.num_gpus)
-    return frame[~impossible].reset_index(drop=True), int(impossible.sum())
+        problems.append(f"{path}: row {r.row}, column '# GPUs': tp*dp*pp = {int(r.tp * r.dp * r.pp)} != "
+                        f"# GPUs = {int(r.num_gpus)}; row skipped")
+    frame = frame[~impossible].reset_index(drop=True)
+    int_columns = [c for c in COLUMNS.values() if c != "measured_ms"]
+    frame[int_columns] = frame[int_columns].astype(int)
+    return frame, sorted(problems, key=_row_order)
+
+
+def _row_order(problem: str) -> int:
+    return int(problem.split(": row ")[1].split(",")[0])
 
 
 def row_to_job(row: pd.Series, hardware: str) -> Job:
@@ -116,7 +133,7 @@ def row_to_job(row: pd.Series, hardware: str) -> Job:
                   "vocab_size": CONDITIONS["vocab_size"], "seq_length": int(row.seq_length)},
         "training": {"global_batch_size": int(row.global_batch_size),
                      "micro_batch_size": int(row.micro_batch_size), "precision": "fp16",
-                     "recompute": "full", "flash_attention": False},
+                     "recompute": "full", "flash_attention": False, "framework": "megatron-deepspeed"},
         "parallel": {"tp": int(row.tp), "pp": int(row.pp), "dp": int(row.dp), "schedule": "1f1b"},
         "cluster": {"gpu": hardware, "num_gpus": int(row.num_gpus),
                     "gpus_per_node": CONDITIONS["gpus_per_node"],

@@ -1,29 +1,95 @@
-"""Simulate measured rows and score the predictions (absolute percentage errors)."""
+"""Simulate measured runs and score the predictions (absolute percentage errors)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from simulator.catalog import hardware_fingerprint
+from simulator.costs import KernelModel
+from simulator.network import NetworkModel
+from simulator.result import SimulationResult
 from simulator.simulate import simulate
 from simulator.specs import HardwareSpec, Job
 from vtrain_ml.accuracy.measurements import row_to_job
+
+log = logging.getLogger(__name__)
 
 
 def jobs_for(rows: pd.DataFrame, hardware: str) -> list[Job]:
     return [row_to_job(r, hardware) for _, r in rows.iterrows()]
 
 
+def on_hardware(job: Job, hardware: HardwareSpec | None) -> Job:
+    return job if hardware is None else job.model_copy(update={"hardware": hardware})
+
+
 def predict_ms(jobs: list[Job], hardware: HardwareSpec | None = None) -> np.ndarray:
     """Simulated iteration times (ms); `hardware` replaces the jobs' hardware when given."""
     out = np.empty(len(jobs))
     for i, job in enumerate(jobs):
-        if hardware is not None:
-            job = job.model_copy(update={"hardware": hardware})
-        out[i] = simulate(job).iteration_time_s * 1e3
+        out[i] = simulate(on_hardware(job, hardware)).iteration_time_s * 1e3
+    return out
+
+
+def memory_terms(result: SimulationResult) -> tuple[float, float]:
+    """(peak allocated, peak reserved) bytes per GPU of a simulation.
+
+    Allocated is what `torch.cuda.max_memory_allocated` measures; reserved adds what the caching
+    allocator holds beyond it. A result that names both (`peak_allocated_bytes`,
+    `peak_reserved_bytes`) is read directly; otherwise allocated is the peak stage's total less
+    its fixed reserve (CUDA context, NCCL buffers, fragmentation: `HardwareSpec
+    .reserved_memory_GiB`), and reserved is the total, the figure the capacity check uses.
+    """
+    allocated = getattr(result, "peak_allocated_bytes", None)
+    reserved = getattr(result, "peak_reserved_bytes", None)
+    if allocated is not None:
+        return float(allocated), float(reserved if reserved is not None else result.peak_memory_bytes)
+    peak = max(result.stages, key=lambda s: s.memory.total_bytes).memory
+    return float(peak.total_bytes - peak.reserved_bytes), float(peak.total_bytes)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    iteration_s: float
+    peak_allocated_bytes: float
+    peak_reserved_bytes: float
+    fits: bool  # the simulator's verdict: the peak fits the GPU's memory
+
+
+@dataclass
+class ProfileModels:
+    """Kernel and network models from a measured profile directory, built once per hardware and
+    precision (reading a profile and fitting its interpolators is the slow part)."""
+
+    path: Path
+    cache: dict[tuple[str, str], tuple[KernelModel, NetworkModel | None]] = field(default_factory=dict)
+
+    def for_job(self, job: Job) -> tuple[KernelModel, NetworkModel | None]:
+        from simulator.profiled import kernel_model_from_profile, network_from_profile
+
+        key = (hardware_fingerprint(job.hardware), job.training.precision.value)
+        if key not in self.cache:
+            self.cache[key] = (kernel_model_from_profile(self.path, job),
+                               network_from_profile(self.path, job))
+        return self.cache[key]
+
+
+def predict(jobs: list[Job], hardware: HardwareSpec | None = None,
+            profile: ProfileModels | None = None) -> list[Prediction]:
+    """Time and memory of every job (on `hardware` when given, costed from `profile` when given)."""
+    out = []
+    for job in jobs:
+        job = on_hardware(job, hardware)
+        kernels, network = profile.for_job(job) if profile else (None, None)
+        result = simulate(job, kernels=kernels, network=network)
+        allocated, reserved = memory_terms(result)
+        out.append(Prediction(result.iteration_time_s, allocated, reserved, result.fits_in_memory))
     return out
 
 
@@ -42,6 +108,9 @@ class Score:
 
 
 def score(predicted: np.ndarray, measured: np.ndarray) -> Score:
+    predicted, measured = np.asarray(predicted, float), np.asarray(measured, float)
+    if measured.size == 0:
+        return Score(0, float("nan"), float("nan"), float("nan"), float("nan"), float("nan"))
     ape = np.abs(predicted - measured) / measured
     return Score(int(ape.size), float(ape.mean()), float(np.median(ape)),
                  float(np.quantile(ape, 0.9)), float(ape.max()), float((predicted < measured).mean()))
@@ -55,8 +124,10 @@ def with_predictions(rows: pd.DataFrame, predicted: np.ndarray) -> pd.DataFrame:
     return out
 
 
-def by_group(table: pd.DataFrame) -> pd.DataFrame:
-    """Error per (tp, dp, pp) layout."""
-    grouped = table.groupby(["tp", "dp", "pp"])
+def by_group(table: pd.DataFrame, keys: tuple[str, ...] = ("tp", "dp", "pp")) -> pd.DataFrame:
+    """Time error per group of rows (default: per (tp, dp, pp) layout); rows without a time are
+    left out."""
+    timed = table[table.ape.notna()]
+    grouped = timed.groupby(list(keys))
     return grouped.agg(n=("ape", "size"), mape=("ape", "mean"),
                        mean_signed=("signed_error", "mean")).reset_index()

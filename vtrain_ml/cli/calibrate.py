@@ -1,79 +1,213 @@
-"""python -m vtrain_ml.calibrate MEASURED.csv [...] --hardware a100-80gb --out my-a100.yaml"""
+"""python -m vtrain_ml.calibrate RUNS [...] --hardware h100-sxm-80gb --out my-h100.yaml [--folds 5]"""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from simulator.catalog import resolve_hardware
 from simulator.errors import ConfigError
 from simulator.fileio import write_text_atomic
-from vtrain_ml.accuracy.calibration import PARAMS, cross_validate, fit, with_params
-from vtrain_ml.accuracy.measurements import read_measurements
-from vtrain_ml.accuracy.predict import jobs_for, score
+from simulator.specs import HardwareSpec
+from vtrain_ml.accuracy.calibration import (
+    PARAMS,
+    BoundNote,
+    Fit,
+    bound_notes,
+    cross_validate_folds,
+    fit,
+    with_params,
+)
+from vtrain_ml.accuracy.plots import before_after, check_plot_path, save_figure
+from vtrain_ml.accuracy.predict import Score, predict_ms, score
+from vtrain_ml.accuracy.runs import Runs, read_runs
 from vtrain_ml.cli.common import add_common, run
+from vtrain_ml.cli.validate import report_problems
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m vtrain_ml.calibrate",
                                 description="Fit the hardware model's physical parameters to measured "
                                             "iterations and write a hardware file.")
-    p.add_argument("csv", nargs="+", help="measurement CSV(s) in vTrain's layout")
+    p.add_argument("runs", nargs="+", metavar="RUNS",
+                   help="runs file(s) (CSV/YAML: job, iteration_ms, ...) or vTrain's measurement CSV")
     p.add_argument("--hardware", required=True, help="GPU type or hardware file to start from")
     p.add_argument("--out", required=True, help="hardware YAML to write")
     p.add_argument("--folds", type=int, default=5, help="k of the k-fold cross-validation (0: skip)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=-1, help="processes for the folds (-1: all cores)")
+    p.add_argument("--freeze", default="", metavar="NAMES",
+                   help="comma-separated parameters to keep at their starting value, e.g. p2p_efficiency")
+    p.add_argument("--plot", metavar="PNG", help="draw predicted against measured before and after")
+    p.add_argument("--holdout", nargs="+", default=[], metavar="RUNS",
+                   help="other runs files, never fitted: their error before and after calibration shows "
+                        "what the fit does to runs unlike the fitted ones")
     add_common(p)
     return p
+
+
+def _freeze(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    known = [p.name for p in PARAMS]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"--freeze {','.join(unknown)}: unknown parameter; known: {', '.join(known)}")
+    return names
+
+
+class Progress:
+    """Progress lines on stderr: at most one every `every_s` seconds during a fit."""
+
+    def __init__(self, label: str, every_s: float = 5.0) -> None:
+        self.label, self.every_s, self.start, self.last = label, every_s, time.monotonic(), 0.0
+
+    def __call__(self, evaluations: int, mape: float) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            sys.stderr.write(f"  {self.label}: {evaluations} evaluations, train MAPE {mape:.2%}, "
+                             f"{now - self.start:.0f} s\n")
 
 
 def _main(args: argparse.Namespace) -> int:
     if args.folds == 1 or args.folds < 0:
         raise ConfigError(f"--folds={args.folds}: use 0 (no cross-validation) or k >= 2")
+    freeze = _freeze(args.freeze)
+    if args.plot:
+        check_plot_path(args.plot)
     base = resolve_hardware(args.hardware)
-    data = read_measurements(args.csv)
-    if data.skipped:
-        sys.stderr.write(f"skipped {data.skipped} impossible row(s) (tp*dp*pp != # GPUs)\n")
-    if args.folds and len(data.rows) < args.folds:
-        raise ConfigError(f"--folds={args.folds} needs at least that many rows (got {len(data.rows)})")
-    jobs = jobs_for(data.rows, args.hardware)
-    measured = data.rows.measured_ms.to_numpy()
-    sys.stderr.write(f"fitting {len(PARAMS)} parameters to {len(jobs)} rows...\n")
-    fitted = fit(jobs, measured, base)
-    cv = None
-    if args.folds:
-        sys.stderr.write(f"{args.folds}-fold cross-validation...\n")
-        cv = score(cross_validate(jobs, measured, base, args.folds, args.seed, n_jobs=args.jobs),
-                   measured)
-    calibrated = with_params(base, fitted.params)
+    runs = read_runs(args.runs, args.hardware)
+    report_problems(runs)
+    others = read_runs(args.holdout, args.hardware) if args.holdout else None
+    if others is not None:
+        report_problems(others)
+    timed = runs.require_rows().timed()
+    if not timed:
+        raise ConfigError(f"no row of {', '.join(args.runs)} has a measured time (OOM rows have none); "
+                          "calibration fits times")
+    if args.folds and len(timed) < args.folds:
+        raise ConfigError(f"--folds={args.folds} needs at least that many timed rows (got {len(timed)})")
+    _warn_other_gpus(runs, base)
+    jobs = [r.job for r in timed]
+    measured = np.array([r.iteration_s * 1e3 for r in timed])  # type: ignore[operator]
+    before = predict_ms(jobs, base)
+    sys.stderr.write(f"start ({base.name}): MAPE {score(before, measured).mape:.2%} on {len(jobs)} timed rows"
+                     + (f" ({len(runs.runs) - len(jobs)} rows without a time are not used)"
+                        if len(runs.runs) > len(jobs) else "") + "\n")
+    sys.stderr.write(f"fitting up to {len(PARAMS) - len(freeze)} parameters to {len(jobs)} rows...\n")
+    fitted = fit(jobs, measured, base, freeze=freeze, progress=Progress("fit"))
+    sys.stderr.write(f"  fit: done, {fitted.evaluations} evaluations, train MAPE {fitted.train_mape:.2%}\n")
+    out_of_fold = _cross_validate(args, jobs, measured, base, freeze)
+    cv = score(out_of_fold, measured) if out_of_fold is not None else None
+    notes = bound_notes(jobs, measured, base, fitted)
+    for note in notes:
+        sys.stderr.write(f"warning: {note.sentence()}\n")
+    holdout_line = _holdout(others, base, fitted) if others is not None else None
+    _write(args, runs, base, fitted, cv, score(before, measured), notes)
+    if args.plot:
+        after = out_of_fold if out_of_fold is not None else predict_ms(jobs, with_params(base, fitted.params))
+        after_label = (f"calibrated, {args.folds}-fold CV: MAPE {cv.mape:.1%}" if cv else
+                       f"calibrated, in-sample (no CV): MAPE {fitted.train_mape:.1%}")
+        table = runs.table()[[r.iteration_s is not None for r in runs.runs]].reset_index(drop=True)
+        fig = before_after(table.assign(predicted_ms=before), table.assign(predicted_ms=after),
+                           f"{base.name}: MAPE {score(before, measured).mape:.1%}", after_label)
+        save_figure(fig, args.plot)
+    sys.stdout.write(_render(args, base, fitted, cv, score(before, measured))
+                     + (f"\n{holdout_line}" if holdout_line else "") + "\n")
+    return 0
+
+
+def _holdout(others: Runs, base: HardwareSpec, fitted: Fit) -> str:
+    """The never-fitted runs' error before and after: a fit that helps its rows may hurt others."""
+    timed = others.timed()
+    if not timed:
+        return "--holdout: no timed rows to score"
+    jobs = [r.job for r in timed]
+    measured = np.array([r.iteration_s * 1e3 for r in timed])  # type: ignore[operator]
+    before = score(predict_ms(jobs, base), measured).mape
+    after = score(predict_ms(jobs, with_params(base, fitted.params)), measured).mape
+    verdict = "worse" if after > before else "better"
+    line = (f"holdout ({', '.join(Path(s).name for s in others.sources)}, {len(jobs)} rows never fitted): "
+            f"MAPE {before:.2%} -> {after:.2%} ({verdict})")
+    if after > before:
+        sys.stderr.write(f"warning: the calibrated file predicts the holdout runs worse than {base.name} "
+                         f"did ({before:.1%} -> {after:.1%}): fit on runs like them too\n")
+    return line
+
+
+def _warn_other_gpus(runs: Runs, base: HardwareSpec) -> None:
+    measured_on = {r.measured_gpu for r in runs.runs} - {"", base.name}
+    if base.calibration:
+        measured_on -= {str(base.calibration.get("base", ""))}
+    if measured_on:
+        sys.stderr.write(f"warning: the job files name {', '.join(sorted(measured_on))} but are fitted as "
+                         f"{base.name}; pass the GPU they ran on with --hardware\n")
+
+
+def _cross_validate(args: argparse.Namespace, jobs: list, measured: np.ndarray, base: HardwareSpec,
+                    freeze: tuple[str, ...]) -> np.ndarray | None:
+    if not args.folds:
+        return None
+    sys.stderr.write(f"{args.folds}-fold cross-validation ({args.folds} more fits, "
+                     f"{'all cores' if args.jobs == -1 else f'{args.jobs} processes'})...\n")
+    predicted, start = np.empty(len(jobs)), time.monotonic()
+    folds = cross_validate_folds(jobs, measured, base, args.folds, args.seed, n_jobs=args.jobs, freeze=freeze)
+    for done, (test, values) in enumerate(folds, start=1):
+        predicted[test] = values
+        elapsed = time.monotonic() - start
+        sys.stderr.write(f"  fold {done}/{args.folds} done: MAPE {score(values, measured[test]).mape:.2%} on "
+                         f"its {len(test)} held-out rows, {elapsed:.0f} s, about "
+                         f"{elapsed / done * (args.folds - done):.0f} s left\n")
+    return predicted
+
+
+def _write(args: argparse.Namespace, runs: Runs, base: HardwareSpec, fitted: Fit, cv: Score | None,
+           before: Score, notes: list[BoundNote]) -> None:
+    timed = runs.timed()
     record = {
-        "base": base.name, "fitted_on": [Path(c).name for c in args.csv],
-        "data_hash": data.content_hash, "rows": len(jobs), "skipped_rows": data.skipped,
-        "train_mape": fitted.train_mape, "folds": args.folds, "seed": args.seed,
-        "cv": cv.to_dict() if cv else None, "date": dt.date.today().isoformat(),
+        "base": base.name, "fitted_on": [Path(c).name for c in args.runs],
+        "data_hash": runs.data_hash, "file_hash": runs.file_hash, "rows": len(timed),
+        "skipped_rows": runs.skipped, "train_mape": fitted.train_mape, "start_mape": before.mape,
+        "folds": args.folds, "seed": args.seed, "cv": cv.to_dict() if cv else None,
+        "frozen": list(fitted.frozen), "not_determined": list(fitted.unused),
+        "at_bound": dict(fitted.at_bound), "date": dt.date.today().isoformat(),
+        # which rows this file has seen: validate calls their errors in-sample
+        "row_fingerprints": sorted(r.fingerprint for r in timed),
     }
-    name = Path(args.out).stem
-    spec = calibrated.model_copy(update={"name": name, "calibration": record})
+    spec = with_params(base, fitted.params).model_copy(update={"name": Path(args.out).stem,
+                                                               "calibration": record})
     header = (f"# Calibrated from {base.name} on {', '.join(record['fitted_on'])} "
-              f"(data hash {data.content_hash}) by `python -m vtrain_ml.calibrate`.\n")
-    body = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
-    write_text_atomic(args.out, header + body)
-    lines = [f"{'parameter':<24}{'start':>12}{'fitted':>12}"]
+              f"(data hash {runs.data_hash}) by `python -m vtrain_ml.calibrate`.\n")
+    if notes:
+        header += "".join(f"# warning: {n.name} ended at its {n.side} bound\n" for n in notes)
+    write_text_atomic(args.out, header + yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+
+
+def _render(args: argparse.Namespace, base: HardwareSpec, fitted: Fit, cv: Score | None,
+            before: Score) -> str:
+    lines = [f"{'parameter':<24}{'start':>12}{'fitted':>12}  note"]
     for p in PARAMS:
-        lines.append(f"{p.name:<24}{getattr(base.efficiency, p.name):12.4g}{fitted.params[p.name]:12.4g}")
-    lines.append(f"\ntrain MAPE {fitted.train_mape:.2%} on {len(jobs)} rows")
+        note = ("frozen" if p.name in fitted.frozen else
+                "no row depends on it: kept" if p.name in fitted.unused else
+                f"at its {fitted.at_bound[p.name]} bound" if p.name in fitted.at_bound else "")
+        start, value = getattr(base.efficiency, p.name), fitted.params[p.name]
+        lines.append(f"{p.name:<24}{start:12.4g}{value:12.4g}  {note}")
+    lines.append(f"\nstart MAPE {before.mape:.2%} ({base.name}), train MAPE {fitted.train_mape:.2%} "
+                 f"on {before.n} rows (in-sample)")
     if cv:
         lines.append(f"{args.folds}-fold cross-validated MAPE {cv.mape:.2%} (median {cv.median_ape:.2%}, "
-                     f"P90 {cv.p90_ape:.2%})")
+                     f"P90 {cv.p90_ape:.2%}): the error to expect on new runs like these")
     lines.append(f"wrote {args.out}; use it with --hardware {args.out}")
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0
+    if args.plot:
+        lines.append(f"plot: {args.plot}")
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
