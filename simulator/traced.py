@@ -15,9 +15,10 @@ Per phase of the job, the cost comes from:
    tp rank, sequence, micro-batch, attention kernel): its measured means;
 2. **scaled** -- the nearest traced shape of the same layer structure, moved to this shape per
    kernel class through the analytic model fitted to the traced kernels: a class's traced time
-   times analytic(job) / analytic(traced shape) of the graph ops of that class (a class the
-   trace has and the job's graph lacks vanishes, e.g. flash attention for an unfused job; a
-   class only the job has costs analytic x the trace's measured/analytic ratio); kernels that
+   times analytic(job) / analytic(traced shape) of the graph ops of that class that both graphs
+   have (matched by op name); the share of ops only the traced structure has vanishes (e.g.
+   flash attention for an unfused job), and ops only the job has cost analytic x the trace's
+   measured/analytic ratio (bmm + fp32 softmax + dropout + bmm from a flash trace); kernels that
    read parameter-shaped tensors (autocast weight casts, gradient casts and accumulation) scale
    with the per-rank parameters; host time scales with the kernel count;
 3. **analytic** -- nothing of this structure was traced: the op-level kernel model.
@@ -320,11 +321,28 @@ class TracedCosts:
         return self._host_scales[key]
 
     def _scaled(self, t: _Trace, traced: TracePhase, phase: TracePhase) -> PhaseCost:
+        """Move a traced phase to this job's shape; see the module docstring (source 2).
+
+        The traced shape's graph and the job's are compared op by op (by name): ops both have
+        (the linears, norms, casts, residuals) scale per kernel class by the analytic ratio of
+        those common ops; ops only the trace's structure has (e.g. `sdpa` when the job runs
+        bmm + softmax + bmm) leave with their share of their class; ops only the job has are
+        added at their analytic cost times the trace's measured/analytic ratio. Comparing by
+        op, not by class, matters because the trace's kernel classes and the graph's op kinds do
+        not correspond one to one: the unfused attention's fp32 casts are `copy` kernels in a
+        trace but part of the graph's softmax op, and a flash layer's backward has `reduction`
+        kernels (bias gradients) that its graph files elsewhere; a class-level ratio would
+        inflate unrelated kernels by the new structure's growth, or hide the new structure
+        behind a class the trace happens to have."""
         ref_job, ref_graph = self._ref(t)
         ref_ops = phase_ops(ref_graph, traced, ref_job)
         job_ops = phase_ops(self.graph, phase, self.job)
-        a_ref = analytic_by_class(ref_ops, AnalyticKernelModel(ref_job.hardware, ref_job.training.precision))
-        a_job = analytic_by_class(job_ops, self.analytic)
+        common = {o.name for o in ref_ops} & {o.name for o in job_ops}
+        ref_model = AnalyticKernelModel(ref_job.hardware, ref_job.training.precision)
+        a_ref = analytic_by_class(ref_ops, ref_model)
+        a_ref_common = analytic_by_class([o for o in ref_ops if o.name in common], ref_model)
+        a_job = analytic_by_class([o for o in job_ops if o.name in common], self.analytic)
+        a_new = analytic_by_class([o for o in job_ops if o.name not in common], self.analytic)
         p_ref = block_params(ref_job, traced, int(t.row["layers"]))
         p_job = block_params(self.job, phase, _stage_layers(self.job))
         rows = t.kernels.get(traced, [])
@@ -336,25 +354,25 @@ class TracedCosts:
                 traced_tokens[r["kernel_class"]] += float(r["kernel_s"])
         mem_ref = sum(v for c, v in traced_tokens.items() if c not in MATMUL_CLASSES)
         k_mem = mem_ref / a_ref.membound() if a_ref.membound() > 0 and mem_ref > 0 else 1.0
-        mem_scale = a_job.membound() / a_ref.membound() if a_ref.membound() > 0 else 1.0
+        # kernels the graph does not model (casts, copies) grow with the common token work
+        mem_scale = (a_job.membound() / a_ref_common.membound() if a_ref_common.membound() > 0
+                     else 1.0)
         gpu = kernels = 0.0
         for r in rows:
             cls, sec, n = str(r["kernel_class"]), float(r["kernel_s"]), float(r["kernels"])
             if r["scales_with"] == "params":
                 gpu += sec * (p_job / p_ref if p_ref > 0 else 1.0)
                 kernels += n * (p_job / p_ref if phase is TracePhase.OPTIMIZER and p_ref > 0 else 1.0)
-            elif a_ref.seconds.get(cls, 0.0) > 0:
-                if a_job.seconds.get(cls, 0.0) > 0:
-                    gpu += sec * a_job.seconds[cls] / a_ref.seconds[cls]
-                    kernels += n * a_job.kernels[cls] / max(a_ref.kernels[cls], 1e-9)
+            elif a_ref.seconds.get(cls, 0.0) > 0:  # the common ops' share, moved to the job
+                gpu += sec * a_job.seconds.get(cls, 0.0) / a_ref.seconds[cls]
+                kernels += n * a_job.kernels.get(cls, 0.0) / max(a_ref.kernels[cls], 1e-9)
             else:  # a class the graph does not model (casts, copies): memory-bound token work
                 gpu += sec * mem_scale
                 kernels += n
-        for cls, sec in a_job.seconds.items():  # kernels only the job's structure has
-            if a_ref.seconds.get(cls, 0.0) == 0 and traced_tokens.get(cls, 0.0) == 0:
-                k = self._matmul_ratio(traced_tokens, a_ref) if cls in MATMUL_CLASSES else k_mem
-                gpu += sec * k
-                kernels += a_job.kernels[cls]
+        for cls, sec in a_new.seconds.items():  # kernels only the job's structure has
+            k = self._matmul_ratio(traced_tokens, a_ref) if cls in MATMUL_CLASSES else k_mem
+            gpu += sec * k
+            kernels += a_new.kernels[cls]
         traced_row = t.phases[traced]
         n_ref = float(traced_row["kernels"])
         gpu += kernels * float(t.row["gpu_gap_s"])

@@ -113,3 +113,19 @@ def test_a_gpu_heavy_phase_at_the_end_of_host_work_is_not_hidden():
 
     seq = [Step(host_s=10.0, gpu_s=1.0, kernels=10), Step(host_s=1.0, gpu_s=10.0, kernels=1)]
     assert cycle_time(seq, 1) == pytest.approx(10 + 1 + 10)  # not max(11, 11)
+
+
+def test_a_flash_trace_predicts_the_unfused_job_with_its_attention_kernels_added(tmp_path):
+    """The traced layer (5 kernels, none of them attention) keeps its kernels, and the unfused
+    attention the trace lacks is added op by op: bmm Q K^T, Megatron's unfused softmax fallback
+    at sequence 8 (cast, scale, mask, softmax, cast: 5 kernels), dropout, bmm by V -- 8 launches.
+    Scaling per kernel class instead would hide them behind the trace's own classes."""
+    profile = _profile(tmp_path, 200.0, "flash")
+    path = _job(tmp_path)
+    path.write_text(path.read_text().replace("flash_attention: true", "flash_attention: false"))
+    costs = traced_costs(str(profile), load_job(path))
+    layer = costs.phases[TracePhase.LAYER_FORWARD]
+    assert layer is not None and layer.source == "scaled"
+    assert layer.kernels == pytest.approx(5 + 8)
+    flash = traced_costs(str(profile), load_job(_job(tmp_path))).phases[TracePhase.LAYER_FORWARD]
+    assert flash is not None and layer.gpu_s > flash.gpu_s
