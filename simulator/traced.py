@@ -15,9 +15,10 @@ Per phase of the job, the cost comes from:
    tp rank, sequence, micro-batch, attention kernel): its measured means;
 2. **scaled** -- the nearest traced shape of the same layer structure, moved to this shape per
    kernel class through the analytic model fitted to the traced kernels: a class's traced time
-   times analytic(job) / analytic(traced shape) of the graph ops of that class (a class the
-   trace has and the job's graph lacks vanishes, e.g. flash attention for an unfused job; a
-   class only the job has costs analytic x the trace's measured/analytic ratio); kernels that
+   times analytic(job) / analytic(traced shape) of the graph ops of that class that both graphs
+   have (matched by op name); the share of ops only the traced structure has vanishes (e.g.
+   flash attention for an unfused job), and ops only the job has cost analytic x the trace's
+   measured/analytic ratio (bmm + fp32 softmax + dropout + bmm from a flash trace); kernels that
    read parameter-shaped tensors (autocast weight casts, gradient casts and accumulation) scale
    with the per-rank parameters; host time scales with the kernel count;
 3. **analytic** -- nothing of this structure was traced: the op-level kernel model.
@@ -54,13 +55,10 @@ from simulator.ops import Op, OpKind
 from simulator.params import layer_params, padded_vocab
 from simulator.profile_format import Profile, TracePhase, read_profile
 from simulator.specs import Job
+from simulator.traced_host import DEFAULT_HOST_RATIO, deflation, host_scale
 
-# Host time without the profiler / with it, on the reference stack (Megatron-structured eager
-# PyTorch, bf16 autocast, AdamW) under torch.profiler(record_shapes=True): median of 5 rounds of
-# bench/measure_profiler_overhead.py on this project's CPU (2026-11-23: 0.71-0.78, median 0.76).
-# Used for traces whose stack's own host was not measured (a `trace` run records it).
-DEFAULT_HOST_RATIO = 0.76
-MIN_HOST_FRACTION = 0.1  # never deflate a phase's host time below this share of the traced
+__all__ = ["DEFAULT_HOST_RATIO", "TracedCosts", "TracedOptions", "rank_vocab", "simulate_traced",
+           "simulate_with_profile", "traced_costs"]
 
 SOURCES = ("traced", "scaled", "analytic")
 MATMUL_CLASSES = frozenset({"gemm", "attention"})
@@ -157,10 +155,27 @@ def _row_structure(row: dict[str, Any]) -> tuple[Any, ...]:
             float(row["hidden_dropout"]) > 0, float(row["attention_dropout"]) > 0)
 
 
+def rank_vocab(job: Job, tp: int | None = None) -> int:
+    """Rows of the embedding table (and logits columns) one tensor-parallel rank holds.
+
+    Megatron-LM and Megatron-DeepSpeed pad the vocabulary to a multiple of 128 * tp
+    (`megatron/training/tokenizer`, `_vocab_size_with_padding`); plain PyTorch and Hugging Face
+    models (framework `pytorch`) keep it as it is. It matters for the traced stacks: GPT-2's
+    50,257 columns make the logits GEMM unaligned, and on an H100 cuBLAS then runs an align-1
+    CUTLASS kernel ~8x slower than the aligned one at 50,304 (the shared traces of
+    ../shared/data/traces/h100: 19.2 ms vs 2.1 ms per mgpt_h4096 micro-batch's forward logits).
+    (simulator.framework's `pads_vocab` states the same rule for the graph.)"""
+    m = job.model
+    tp = job.parallel.tp if tp is None else tp
+    if job.training.framework is Framework.PYTORCH:
+        return m.vocab_size // tp
+    return padded_vocab(m, tp) // tp
+
+
 def per_rank_shape(job: Job) -> tuple[int, ...]:
     m, p = job.model, job.parallel
     return (m.hidden_size, m.num_attention_heads // p.tp, m.query_groups // p.tp, m.ffn // p.tp,
-            padded_vocab(m, p.tp) // p.tp, m.seq_length, job.training.micro_batch_size,
+            rank_vocab(job), m.seq_length, job.training.micro_batch_size,
             int(job.training.flash_attention), int(p.sequence_parallel and p.tp > 1))
 
 
@@ -179,7 +194,7 @@ def block_params(job: Job, phase: TracePhase, layers: int | None = None) -> floa
     m, tp = job.model, job.parallel.tp
     h = m.hidden_size
     norm = h * (2 if m.norm is Norm.LAYERNORM else 1)
-    vocab = padded_vocab(m, tp) // tp * h
+    vocab = rank_vocab(job) * h
     pos = m.seq_length * h if m.position_embedding is PositionEmbedding.LEARNED else 0
     emb = vocab + pos
     head = norm + (0 if m.tied_embeddings else vocab)
@@ -225,9 +240,8 @@ class TracedCosts:
         self.analytic = AnalyticKernelModel(job.hardware, job.training.precision)
         self.fallback = fallback or self.analytic
         traces = load_traces(profile)
-        self.ratio_default = _profile_median(traces, "host_ratio", None) or DEFAULT_HOST_RATIO
-        self.per_op_default = _profile_median(traces, "profiler_op_s", None)
-        self.per_step_op_default = _profile_median(traces, "profiler_step_op_s", None)
+        self.deflation = deflation([(t.row, _phases(t)) for t in traces])
+        self._host_scales: dict[str, float] = {}
         self.graph = build_graph(job)
         self.candidates = [t for t in traces if _row_structure(t.row) == _structure(job)]
         self._ref_graphs: dict[str, tuple[Job, JobGraph]] = {}
@@ -289,29 +303,46 @@ class TracedCosts:
         return self._scaled(t, wanted, phase)
 
     def _host(self, t: _Trace, row: dict[str, Any]) -> float:
-        """A phase instance's host time without the profiler: the trace's minus the profiler's
-        measured cost per recorded op (this trace's, else the profile's), else scaled by the
-        measured (or default) ratio of host times; as traced with `profiled_host`."""
+        """A phase instance's host time without the profiler (`simulator.traced_host`): the
+        traced one less the profiler's cost, times the trace's factor that reproduces its own
+        unprofiled iteration; as traced with `profiled_host`."""
         host = float(row["host_s"])
         if self.options.profiled_host:
             return host
         if self.options.host_ratio is not None:
             return host * self.options.host_ratio
-        column, default = ("profiler_step_op_s", self.per_step_op_default) \
-            if row["phase"] == TracePhase.OPTIMIZER.value else ("profiler_op_s", self.per_op_default)
-        per_op = _known(t.row.get(column))
-        per_op = per_op if per_op is not None else default
-        if per_op is not None:
-            return max(host - per_op * float(row["cpu_ops"]), MIN_HOST_FRACTION * host)
-        ratio = _known(t.row.get("host_ratio"))
-        return host * (ratio if ratio is not None else self.ratio_default)
+        return self.deflation.host(t.row, row) * self.host_scale(t)
+
+    def host_scale(self, t: _Trace) -> float:
+        key = str(t.row["trace"])
+        if key not in self._host_scales:
+            self._host_scales[key] = host_scale(t.row, _phases(t),
+                                                lambda r: self.deflation.host(t.row, r))
+        return self._host_scales[key]
 
     def _scaled(self, t: _Trace, traced: TracePhase, phase: TracePhase) -> PhaseCost:
+        """Move a traced phase to this job's shape; see the module docstring (source 2).
+
+        The traced shape's graph and the job's are compared op by op (by name): ops both have
+        (the linears, norms, casts, residuals) scale per kernel class by the analytic ratio of
+        those common ops; ops only the trace's structure has (e.g. `sdpa` when the job runs
+        bmm + softmax + bmm) leave with their share of their class; ops only the job has are
+        added at their analytic cost times the trace's measured/analytic ratio. Comparing by
+        op, not by class, matters because the trace's kernel classes and the graph's op kinds do
+        not correspond one to one: the unfused attention's fp32 casts are `copy` kernels in a
+        trace but part of the graph's softmax op, and a flash layer's backward has `reduction`
+        kernels (bias gradients) that its graph files elsewhere; a class-level ratio would
+        inflate unrelated kernels by the new structure's growth, or hide the new structure
+        behind a class the trace happens to have."""
         ref_job, ref_graph = self._ref(t)
         ref_ops = phase_ops(ref_graph, traced, ref_job)
         job_ops = phase_ops(self.graph, phase, self.job)
-        a_ref = analytic_by_class(ref_ops, AnalyticKernelModel(ref_job.hardware, ref_job.training.precision))
-        a_job = analytic_by_class(job_ops, self.analytic)
+        common = {o.name for o in ref_ops} & {o.name for o in job_ops}
+        ref_model = AnalyticKernelModel(ref_job.hardware, ref_job.training.precision)
+        a_ref = analytic_by_class(ref_ops, ref_model)
+        a_ref_common = analytic_by_class([o for o in ref_ops if o.name in common], ref_model)
+        a_job = analytic_by_class([o for o in job_ops if o.name in common], self.analytic)
+        a_new = analytic_by_class([o for o in job_ops if o.name not in common], self.analytic)
         p_ref = block_params(ref_job, traced, int(t.row["layers"]))
         p_job = block_params(self.job, phase, _stage_layers(self.job))
         rows = t.kernels.get(traced, [])
@@ -323,25 +354,25 @@ class TracedCosts:
                 traced_tokens[r["kernel_class"]] += float(r["kernel_s"])
         mem_ref = sum(v for c, v in traced_tokens.items() if c not in MATMUL_CLASSES)
         k_mem = mem_ref / a_ref.membound() if a_ref.membound() > 0 and mem_ref > 0 else 1.0
-        mem_scale = a_job.membound() / a_ref.membound() if a_ref.membound() > 0 else 1.0
+        # kernels the graph does not model (casts, copies) grow with the common token work
+        mem_scale = (a_job.membound() / a_ref_common.membound() if a_ref_common.membound() > 0
+                     else 1.0)
         gpu = kernels = 0.0
         for r in rows:
             cls, sec, n = str(r["kernel_class"]), float(r["kernel_s"]), float(r["kernels"])
             if r["scales_with"] == "params":
                 gpu += sec * (p_job / p_ref if p_ref > 0 else 1.0)
                 kernels += n * (p_job / p_ref if phase is TracePhase.OPTIMIZER and p_ref > 0 else 1.0)
-            elif a_ref.seconds.get(cls, 0.0) > 0:
-                if a_job.seconds.get(cls, 0.0) > 0:
-                    gpu += sec * a_job.seconds[cls] / a_ref.seconds[cls]
-                    kernels += n * a_job.kernels[cls] / max(a_ref.kernels[cls], 1e-9)
+            elif a_ref.seconds.get(cls, 0.0) > 0:  # the common ops' share, moved to the job
+                gpu += sec * a_job.seconds.get(cls, 0.0) / a_ref.seconds[cls]
+                kernels += n * a_job.kernels.get(cls, 0.0) / max(a_ref.kernels[cls], 1e-9)
             else:  # a class the graph does not model (casts, copies): memory-bound token work
                 gpu += sec * mem_scale
                 kernels += n
-        for cls, sec in a_job.seconds.items():  # kernels only the job's structure has
-            if a_ref.seconds.get(cls, 0.0) == 0 and traced_tokens.get(cls, 0.0) == 0:
-                k = self._matmul_ratio(traced_tokens, a_ref) if cls in MATMUL_CLASSES else k_mem
-                gpu += sec * k
-                kernels += a_job.kernels[cls]
+        for cls, sec in a_new.seconds.items():  # kernels only the job's structure has
+            k = self._matmul_ratio(traced_tokens, a_ref) if cls in MATMUL_CLASSES else k_mem
+            gpu += sec * k
+            kernels += a_new.kernels[cls]
         traced_row = t.phases[traced]
         n_ref = float(traced_row["kernels"])
         gpu += kernels * float(t.row["gpu_gap_s"])
@@ -491,14 +522,8 @@ def _stage_layers(job: Job) -> int:
     return job.model.num_layers // job.parallel.pp
 
 
-def _known(value: Any) -> float | None:
-    return None if value is None or pd.isna(value) else float(value)
-
-
-def _profile_median(traces: list[_Trace], column: str, default: float | None) -> float | None:
-    """The median of a measured per-trace column over the profile's traces, else `default`."""
-    values = [v for v in (_known(t.row.get(column)) for t in traces) if v is not None]
-    return float(np.median(values)) if values else default
+def _phases(t: _Trace) -> dict[TracePhase, dict[str, Any]]:
+    return {p: r for p, r in t.phases.items() if p is not TracePhase.UNATTRIBUTED}
 
 
 @dataclass(frozen=True, eq=False)

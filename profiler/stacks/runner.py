@@ -45,7 +45,9 @@ STACKS: dict[str, Callable[[Shard], tuple[Any, Any]]] = {
     "megatron-core": megatron_core.build,
 }
 TRACES_DIR = "traces"
-ACTIVE_STEPS = 2  # profiled iterations in a trace (the importer averages over them)
+# profiled iterations in a trace: kernel times are averaged over them, host times come from the
+# least-disturbed one (a profiled iteration can stall: profiler.trace.summary)
+ACTIVE_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -226,16 +228,19 @@ def record(item: Planned, request: TraceRequest, out: Path) -> TraceSource:
     unprofiled = (host[best], run.optimizer_s[-len(host):][best])
     peak = float(torch.cuda.max_memory_allocated()) if cuda else None
     path, profiled = _profiled(item, out, run)
+    least = min(profiled, key=lambda h: h[0])
     return TraceSource(path, item.job, request.stack, source="trace",
                        measured_iteration_s=statistics.median(wall), peak_memory_bytes=peak,
-                       host_s=unprofiled[0], profiled_host_s=profiled[0],
-                       optimizer_host_s=unprofiled[1], profiled_optimizer_host_s=profiled[1])
+                       host_s=unprofiled[0], profiled_host_s=least[0],
+                       optimizer_host_s=unprofiled[1], profiled_optimizer_host_s=least[1],
+                       profiled_hosts=profiled)
 
 
-def _profiled(item: Planned, out: Path, run: Running) -> tuple[Path, tuple[float, float]]:
+def _profiled(item: Planned, out: Path, run: Running
+              ) -> tuple[Path, tuple[tuple[float, float], ...]]:
     """A warm-up and ACTIVE_STEPS profiled iterations (ProfilerStep annotations mark them);
-    the trace gzipped under `out`/traces, and the least-disturbed active iteration's host
-    seconds (all, and its optimizer part)."""
+    the trace gzipped under `out`/traces, and each active iteration's host seconds (all, and
+    its optimizer part)."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU]
@@ -254,11 +259,10 @@ def _profiled(item: Planned, out: Path, run: Running) -> tuple[Path, tuple[float
             run.sync()
             prof.step()
     opt = run.optimizer_s[-len(hosts):]
-    best = 1 + int(np.argmin(hosts[1:1 + ACTIVE_STEPS]))
-    host = (hosts[best], opt[best])
+    active = tuple((hosts[k], opt[k]) for k in range(1, 1 + ACTIVE_STEPS))
     final = folder / f"{item.name}.json.gz"
     with raw.open("rb") as src, final.open("wb") as sink, \
             gzip.GzipFile(fileobj=sink, mode="wb", mtime=0) as dst:
         shutil.copyfileobj(src, dst)
     raw.unlink()
-    return final, host
+    return final, active

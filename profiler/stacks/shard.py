@@ -3,9 +3,10 @@
 Megatron-LM's tensor parallelism (Shoeybi et al. 2019; megatron/core/tensor_parallel) gives each
 of `tp` ranks heads / tp attention heads and query groups / tp key-value groups (column-parallel
 QKV, row-parallel output projection), ffn / tp of the MLP and vocab / tp of the embedding and
-output layer; with sequence parallelism (Korthikanti et al. 2022) the norms, dropouts and
-residuals of a rank hold seq / tp of the tokens. A stack traced on one device runs exactly these
-shapes; its communication is left to the simulator's network model.
+output layer (padded to a multiple of 128 * tp by Megatron, kept as it is by plain PyTorch
+and Hugging Face: `simulator.traced.rank_vocab`); with sequence parallelism (Korthikanti et al.
+2022) the norms, dropouts and residuals of a rank hold seq / tp of the tokens. A stack traced on
+one device runs exactly these shapes; its communication is left to the simulator's network model.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 
 from simulator.enums import Norm, PositionEmbedding, Recompute
 from simulator.errors import ConfigError
-from simulator.params import padded_vocab
 from simulator.specs import Job
+from simulator.traced import rank_vocab
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def shard_of(job: Job, tp: int, micro_batch: int, recompute: Recompute, layers: 
         raise ConfigError(f"{m.name}: " + "; ".join(problems) + "; choose another --tp")
     return Shard(hidden=m.hidden_size, heads=m.num_attention_heads // tp,
                  groups=m.query_groups // tp, head_dim=m.head_dim, ffn=m.ffn // tp,
-                 vocab=padded_vocab(m, tp) // tp, seq=m.seq_length, layers=layers,
+                 vocab=rank_vocab(job, tp), seq=m.seq_length, layers=layers,
                  micro_batch=micro_batch, micro_batches=micro_batches, tp=tp,
                  sequence_parallel=sequence_parallel and tp > 1, gated_mlp=m.gated_mlp,
                  norm=m.norm, use_bias=m.use_bias, position=m.position_embedding,

@@ -19,8 +19,8 @@ from enum import StrEnum
 from functools import lru_cache
 
 from simulator.enums import PositionEmbedding
-from simulator.params import padded_vocab
 from simulator.specs import Job
+from simulator.traced import rank_vocab
 
 
 class KernelClass(StrEnum):
@@ -75,7 +75,7 @@ def parameter_shapes(job: Job) -> frozenset[tuple[int, ...]]:
     shapes: set[tuple[int, ...]] = {(h,)}
     for n_in, n_out in linears:
         shapes |= {(n_out, n_in), (n_in, n_out), (n_out,)}
-    vocab = padded_vocab(m, t) // t
+    vocab = rank_vocab(job)
     shapes |= {(vocab, h), (h, vocab), (m.vocab_size, h), (h, m.vocab_size)}
     if m.position_embedding is PositionEmbedding.LEARNED:
         shapes |= {(m.seq_length, h), (h, m.seq_length)}

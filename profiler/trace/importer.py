@@ -55,6 +55,9 @@ class TraceSource:
     profiled_host_s: float | None = None  # ... and with it
     optimizer_host_s: float | None = None  # the optimizer step's part of host_s
     profiled_optimizer_host_s: float | None = None  # ... of profiled_host_s
+    # (host, optimizer host) seconds of each profiled iteration in the trace, in order (`trace`):
+    # the profiler's cost is measured on the iteration the phases' host times come from
+    profiled_hosts: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,14 +142,17 @@ def _host_columns(source: TraceSource, s: TraceSummary) -> dict[str, float]:
     without / with it, and the time it added per recorded CPU op, separately for forward and
     backward and for the optimizer step (whose ops, over lists of tensors, cost it more)."""
     ratio, per_op, per_step_op = source.host_ratio, None, None
-    if source.host_s is not None and source.profiled_host_s:
-        ratio = source.host_s / source.profiled_host_s
+    profiled, opt_prof = source.profiled_host_s, source.profiled_optimizer_host_s or 0.0
+    if len(source.profiled_hosts) == s.iterations:  # the iteration the phases' host times are
+        profiled, opt_prof = source.profiled_hosts[s.host_iteration]
+    if source.host_s is not None and profiled:
+        ratio = source.host_s / profiled
         step = s.phases.get(TracePhase.OPTIMIZER)
         step_ops = step.cpu_ops / s.iterations if step else 0.0
         ops = sum(st.cpu_ops for st in s.phases.values()) / s.iterations - step_ops
-        opt, opt_prof = source.optimizer_host_s or 0.0, source.profiled_optimizer_host_s or 0.0
+        opt = source.optimizer_host_s or 0.0
         if ops > 0:
-            per_op = max(0.0, (source.profiled_host_s - opt_prof) - (source.host_s - opt)) / ops
+            per_op = max(0.0, (profiled - opt_prof) - (source.host_s - opt)) / ops
         if step_ops > 0 and source.optimizer_host_s is not None:
             per_step_op = max(0.0, opt_prof - opt) / step_ops
     return {"host_ratio": _nan(ratio), "profiler_op_s": _nan(per_op),
@@ -159,7 +165,7 @@ def _phase_rows(trace_id: str, s: TraceSummary) -> list[dict[str, Any]]:
         per = st.per_instance
         rows.append({"trace": trace_id, "phase": phase.value, "instances": st.instances,
                      "kernels": per(st.kernels), "kernel_s": per(st.kernel_s),
-                     "busy_s": per(st.busy_s), "host_s": per(st.host_s),
+                     "busy_s": per(st.busy_s), "host_s": st.host_per_instance_s,
                      "host_p50_s": st.host_p50_s, "cpu_ops": per(st.cpu_ops),
                      "launches": per(st.launches), "runtime_s": per(st.runtime_s),
                      "sync_s": per(st.sync_s), "blocked_s": per(st.blocked_s),
@@ -228,7 +234,7 @@ def phase_share_lines(summary: TraceSummary) -> list[str]:
         share = summary.kernel_share(phase)
         count = stats.instances if stats and phase is not TracePhase.UNATTRIBUTED else 0
         per = (f"{stats.per_instance(stats.kernel_s) * 1e3:8.3f} ms GPU, "
-               f"{stats.per_instance(stats.host_s) * 1e3:7.3f} ms host, "
+               f"{stats.host_per_instance_s * 1e3:7.3f} ms host, "
                f"{stats.per_instance(stats.kernels):6.1f} kernels each" if stats and count else "")
         lines.append(f"  {phase.value:20s} {share:6.1%}  {count:4d} x {per}".rstrip(" x"))
     return lines

@@ -3,8 +3,18 @@
 Every number is per phase *instance* (one layer's forward of one micro-batch, one optimizer
 step, ...), averaged over the instances of that phase in the trace. Host time is the time the
 phase's top-level ops own on the host timeline (each op until the next top-level op starts), less
-time spent waiting in synchronizing CUDA calls; a recompute's host time is the span of its
-re-run forward ops, taken out of the enclosing backward. Microseconds in the trace, seconds here.
+time spent waiting in synchronizing CUDA calls and in launch calls that found the launch queue
+full, and less the slowdown of the host's own work while the queue was full
+(`profiler.trace.launch_queue`); a recompute's host time is the span of its re-run forward ops,
+taken out of the enclosing
+backward. Microseconds in the trace, seconds here.
+
+GPU kernel durations are the real ones in every profiled iteration; host times are not: besides
+the profiler's cost per recorded op, one profiled iteration can stall (the first one after the
+profiler starts recording was 3x slower than the next on the H100, `profile trace` of GPT-2 at
+micro-batch 4: 100 ms vs 35 ms). So host figures come from the trace's least-disturbed iteration
+(the one with the least host time: disturbances only add time, as `timeit` reasons for taking
+the minimum of repeats), kernel figures from all iterations.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ import numpy as np
 
 from profiler.trace.classify import KernelClass, Scale, kernel_class, scale_of
 from profiler.trace.events import RawTrace
+from profiler.trace.launch_queue import pressure_excess, queue_waits
 from profiler.trace.links import NONE, Links
 from profiler.trace.phases import Cut
 from simulator.profile_format import TracePhase
@@ -28,6 +39,7 @@ SYNC_CALL = re.compile(r"Synchronize|^cudaMemcpy$|^cuMemcpyDtoH")
 BLOCKED_FACTOR = 5.0
 
 
+
 @dataclass
 class PhaseStats:
     """One phase's totals over its instances; `per_instance` divides them."""
@@ -37,8 +49,9 @@ class PhaseStats:
     kernels: float = 0.0
     kernel_s: float = 0.0
     busy_s: float = 0.0
-    host_s: float = 0.0
-    host_p50_s: float = 0.0  # median host time of one instance
+    host_s: float = 0.0  # summed over the instances of the least-disturbed iteration
+    host_instances: int = 0  # ... and their number
+    host_p50_s: float = 0.0  # median host time of one instance (all iterations)
     cpu_ops: float = 0.0
     launches: float = 0.0
     runtime_s: float = 0.0
@@ -49,6 +62,11 @@ class PhaseStats:
 
     def per_instance(self, value: float) -> float:
         return value / self.instances if self.instances else 0.0
+
+    @property
+    def host_per_instance_s(self) -> float:
+        """Host seconds of one instance in the trace's least-disturbed iteration."""
+        return self.host_s / self.host_instances if self.host_instances else 0.0
 
     @property
     def host_lead_s(self) -> float:
@@ -70,6 +88,9 @@ class TraceSummary:
     gpu_gap_s: float  # median idle gap between back-to-back queued kernels
     unmapped_backward: int
     phases: dict[TracePhase, PhaseStats]
+    host_iteration: int = 0  # the least-disturbed iteration (the host figures are its)
+    pressure_slowdown: float = 1.0  # host work with the launch queue full / without (taken out)
+    host_by_iteration_s: tuple[float, ...] = ()  # each iteration's host time (less waits)
 
     def kernel_share(self, phase: TracePhase) -> float:
         """Share of the iteration's kernel time in `phase` (all its instances)."""
@@ -158,11 +179,14 @@ def summarize(trace: RawTrace, links: Links, cut: Cut, params: frozenset[tuple[i
     for inst, us in _host_windows(trace, links, cut).items():
         host[inst] += us * US
     op_inst = _op_instances(trace, links, cut)
+    excess, slowdown = pressure_excess(trace, links)
+    mapped = op_inst != NONE
+    np.subtract.at(host, op_inst[mapped], excess[mapped] * US)
     stats = {p: PhaseStats(p) for p in TracePhase}
     kind_of = [inst.kind for inst in cut.instances]
     for inst in op_inst[op_inst != NONE]:
         stats[kind_of[inst]].cpu_ops += 1
-    caps = _call_caps(trace)
+    caps, queued = _call_caps(trace), queue_waits(trace, links)
     for j, call in enumerate(trace.runtime):
         op = int(links.call_op[j])
         inst = int(op_inst[op]) if op != NONE else NONE
@@ -170,16 +194,22 @@ def summarize(trace: RawTrace, links: Links, cut: Cut, params: frozenset[tuple[i
             continue
         s = stats[kind_of[inst]]
         s.runtime_s += call.dur * US
-        wait = call.dur if SYNC_CALL.search(call.name) else max(0.0, call.dur - caps[call.name])
         if SYNC_CALL.search(call.name):
-            s.sync_s += wait * US
-        else:
-            s.blocked_s += wait * US
+            s.sync_s += call.dur * US
+            host[inst] -= call.dur * US
+            continue
+        wait = max(0.0, call.dur - caps[call.name], float(queued[j]))
+        s.blocked_s += wait * US
         host[inst] -= wait * US
     spans = _kernel_stats(trace, links, cut, op_inst, params, stats)
+    iteration = np.array([inst.iteration for inst in cut.instances])
+    by_iteration = tuple(float(host[iteration == k].sum()) for k in range(len(cut.iterations)))
+    best = int(np.argmin(by_iteration))
     for inst, kind in enumerate(kind_of):
         stats[kind].instances += 1
-        stats[kind].host_s += host[inst]
+        if iteration[inst] == best:
+            stats[kind].host_instances += 1
+            stats[kind].host_s += host[inst]
     for kind, iv in spans.items():
         stats[kind].busy_s = _busy(iv) * US
     for kind in stats:
@@ -202,6 +232,9 @@ def summarize(trace: RawTrace, links: Links, cut: Cut, params: frozenset[tuple[i
         gpu_gap_s=gpu_gap(trace, links),
         unmapped_backward=cut.unmapped_backward,
         phases={p: s for p, s in stats.items() if s.instances},
+        host_iteration=best,
+        host_by_iteration_s=by_iteration,
+        pressure_slowdown=slowdown,
     )
 
 

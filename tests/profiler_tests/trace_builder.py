@@ -114,7 +114,25 @@ class Builder:
                 self.launch(AUTOGRAD, label)
                 self.t += 12.0 + self.gap_us
 
-    def build(self, steps: bool = False) -> dict[str, Any]:
+    def build(self, steps: bool = False, iterations: int = 1,
+              stall_us: float = 0.0) -> dict[str, Any]:
+        """`iterations` training iterations (ProfilerStep annotations when `steps` or several);
+        the first one's host pauses `stall_us` longer between ops (a stalled iteration)."""
+        normal = self.gap_us
+        for it in range(iterations):
+            self.gap_us = normal + (stall_us if it == 0 else 0.0)
+            self._iteration(steps or iterations > 1, it)
+        self.gap_us = normal
+        orphan = self.gpu_t + 5  # a kernel no launch call links to
+        self.events.append({"ph": "X", "cat": "kernel", "name": "void orphan_unattributed",
+                            "pid": 0, "tid": STREAM, "ts": orphan, "dur": 7.0,
+                            "args": {"correlation": 987654321, "stream": STREAM}})
+        self.expected["void orphan_unattributed"] = "unattributed"
+        return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3",
+                                                          "totalGlobalMem": 85017493504}],
+                "traceEvents": self.events, "displayTimeUnit": "ms"}
+
+    def _iteration(self, steps: bool, it: int) -> None:
         start = self.t
         for mb in range(self.micro_batches):
             seqs = self.forward(mb)
@@ -126,18 +144,11 @@ class Builder:
         self.t += 2
         self.leaf("aten::_fused_adamw_", MAIN, "optimizer/-1/-1", None)
         self.t += 100
-        orphan = self.gpu_t + 5  # a kernel no launch call links to
-        self.events.append({"ph": "X", "cat": "kernel", "name": "void orphan_unattributed",
-                            "pid": 0, "tid": STREAM, "ts": orphan, "dur": 7.0,
-                            "args": {"correlation": 987654321, "stream": STREAM}})
-        self.expected["void orphan_unattributed"] = "unattributed"
         if steps:
-            self.events.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7",
+            self.events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{7 + it}",
                                 "pid": 1, "tid": MAIN, "ts": start - 1, "dur": self.t - start + 2,
                                 "args": {}})
-        return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3",
-                                                          "totalGlobalMem": 85017493504}],
-                "traceEvents": self.events, "displayTimeUnit": "ms"}
+        self.t = max(self.t, self.gpu_t) + 50.0  # the step ends synchronized
 
 
 def write(trace: dict[str, Any], path: Path) -> Path:

@@ -230,12 +230,26 @@ def _print_trace(item: Any) -> None:
         f"per layer)\n"
         f"  iteration {s.iteration_s * 1e3:.1f} ms in the trace; GPU kernels {s.kernel_s * 1e3:.1f} ms"
         f" ({s.kernels:.0f} kernels), busy {s.busy_s * 1e3:.1f} ms\n"
+        f"{_host_line(s)}"
         f"  phase               kernel-time share, instances x per instance\n")
     for line in phase_share_lines(s):
         sys.stdout.write(line + "\n")
     if s.unmapped_backward:
         sys.stdout.write(f"  ({s.unmapped_backward} backward nodes had no forward op in the trace; "
                          f"they were attributed to the node before them)\n")
+
+
+def _host_line(s: Any) -> str:
+    """Where the host times come from: the least-disturbed iteration, back-pressure taken out."""
+    line = ""
+    if s.iterations > 1:
+        hosts = ", ".join(f"{h * 1e3:.1f}" for h in s.host_by_iteration_s)
+        line += (f"  host times from iteration {s.host_iteration + 1} of {s.iterations}, the least "
+                 f"disturbed (host {hosts} ms)")
+    if s.pressure_slowdown > 1.0:
+        line += (f"{'; ' if line else '  '}host work {s.pressure_slowdown:.2f}x slower while the "
+                 f"launch queue was full, taken out")
+    return line + "\n" if line else ""
 
 
 def _trace(args: argparse.Namespace) -> int:
