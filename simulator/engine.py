@@ -17,6 +17,7 @@ derived from the end times in a few whole-array steps.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -90,7 +91,7 @@ def build_round_plan(schedule: Schedule, p: int, m: int, v: int, closed_form: bo
     dep_new = new_id[dep_s[original]]
     bounds = offsets.tolist()
     rounds = tuple((slice(a, b), dep_new[a:b], pred[a:b])
-                   for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+                   for a, b in itertools.pairwise(bounds))
     return RoundPlan(offsets, st, ch, bw, mb[original], dep_new, e, orders, original, pred,
                      in_order[:, -1].copy(), (bw * p + st) * v + ch, np.where(e >= 0, e, p), rounds)
 
