@@ -15,7 +15,7 @@ from simulator.framework import semantics
 from simulator.graph import BLOCKS, JobGraph, blocks_key, build_graph
 from simulator.lowering import BlockCost, BlockReplacer, StageCosts, block_costs, block_table, stage_costs
 from simulator.memo import Memo, Pinned
-from simulator.memory import stage_memory, stage_param_counts
+from simulator.memory import ORDER_SIGNS, stage_memory, stage_param_counts
 from simulator.metrics import cost_usd, hardware_flops_per_iteration, model_flops_per_iteration, utilization
 from simulator.nccl import load_nccl_table
 from simulator.network import NetworkModel
@@ -23,17 +23,26 @@ from simulator.params import total_params
 from simulator.result import SimulationResult, StageReport
 from simulator.specs import Job
 from simulator.tail import Tail, compute_tail
-from simulator.topology import pp_placement, tp_placement
+from simulator.topology import Placement, pp_placement, tp_placement
 
 # Costed blocks (and their table for the chunk grids) of every (blocks, hardware, tp placement,
 # kernel and network model) seen recently: see `_costed_blocks`.
 COSTED: Memo[tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]] = Memo(maxsize=512)
+# The p2p placement of every pipeline boundary, per (pp, tp, dp, GPUs per node, GPUs): what
+# `topology.pp_placement` reads.
+PLACEMENTS: Memo[tuple[Placement, ...]] = Memo(maxsize=512)
+NETWORKS: Memo[NetworkModel] = Memo(maxsize=64)
 
 
 def default_network(job: Job) -> NetworkModel:
-    hw = job.hardware
-    table = load_nccl_table(str(data_dir() / hw.nccl_tables)) if hw.nccl_tables else None
-    return NetworkModel(hw, job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps, table)
+    """The job's network model (a frozen function of the hardware and the two bandwidths,
+    memoized: the NCCL table's path is resolved once)."""
+    hw, intra, inter = job.hardware, job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps
+
+    def build() -> NetworkModel:
+        table = load_nccl_table(str(data_dir() / hw.nccl_tables)) if hw.nccl_tables else None
+        return NetworkModel(hw, intra, inter, table)
+    return NETWORKS.get((Pinned(hw), intra, inter), build)
 
 
 def default_kernels(job: Job) -> KernelModel:
@@ -113,6 +122,9 @@ def clear_caches() -> None:
     round_plan.cache_clear()
     BLOCKS.clear()
     COSTED.clear()
+    PLACEMENTS.clear()
+    NETWORKS.clear()
+    ORDER_SIGNS.clear()
 
 
 def _costed_blocks(job: Job, graph: JobGraph, kernels: KernelModel | None,
@@ -141,7 +153,8 @@ def _edge_delays(job: Job, graph: JobGraph, network: NetworkModel) -> np.ndarray
     p = job.parallel.pp
     if p == 1:
         return np.zeros(1)
-    placements = [pp_placement(job, b) for b in range(p)]
+    placements = PLACEMENTS.get((p, job.parallel.tp, job.dp, job.gpus_per_node, job.cluster.num_gpus),
+                                lambda: tuple(pp_placement(job, b) for b in range(p)))
     seconds = {w: network.time(CollectiveKind.SEND_RECV, graph.p2p_bytes, w) for w in set(placements)}
     return np.array([seconds[w] for w in placements])
 
