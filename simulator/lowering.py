@@ -17,8 +17,9 @@ from typing import Protocol
 
 import numpy as np
 
-from simulator.costs import CostSource, KernelModel
+from simulator.costs import AnalyticKernelModel, CostSource, KernelModel, OpCost
 from simulator.graph import Block, JobGraph
+from simulator.memo import Memo, Pinned
 from simulator.network import NetworkModel
 from simulator.ops import CommOp, Op
 from simulator.specs import Efficiency, Job
@@ -97,7 +98,11 @@ class CommTimer:
         self._where = tp_placement(job)
 
     def __call__(self, op: CommOp) -> float:
-        return self._network.time(op.kind, op.bytes, self._where)
+        network, where = self._network, self._where
+        if type(network) is not NetworkModel:
+            return network.time(op.kind, op.bytes, where)
+        return COMM_TIMES.get((Pinned(network), op.kind, op.bytes, where),
+                              lambda: network.time(op.kind, op.bytes, where))
 
 
 @dataclass(frozen=True)
@@ -158,10 +163,33 @@ class BlockReplacer(Protocol):
                        ) -> tuple[BlockCost, BlockCost, BlockCost]: ...
 
 
+# Seconds of one op (or one collective) under a frozen analytic model: pure functions of the
+# model's fields and the op, shared by every job that runs ops of the same shapes on the same
+# hardware (a search, vTrain's config sweeps). Models of other types are not memoized.
+OP_COSTS: Memo[OpCost] = Memo(maxsize=1 << 16)
+COMM_TIMES: Memo[float] = Memo(maxsize=1 << 14)
+
+
+@dataclass(frozen=True)
+class MemoKernels:
+    """An `AnalyticKernelModel` whose op costs are looked up in `OP_COSTS` first."""
+
+    model: AnalyticKernelModel
+
+    def cost(self, op: Op) -> OpCost:
+        model = self.model
+        return OP_COSTS.get((Pinned(model.hardware), model.precision, op), lambda: model.cost(op))
+
+
+def memoized(kernels: KernelModel) -> KernelModel:
+    return MemoKernels(kernels) if type(kernels) is AnalyticKernelModel else kernels
+
+
 def block_costs(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel
                 ) -> tuple[BlockCost, BlockCost, BlockCost]:
     """The layer, embedding and head blocks costed once each (simulate memoizes them)."""
     timer = CommTimer(job, network)
+    kernels = memoized(kernels)
     eff = job.hardware.efficiency
     return (cost_block(graph.layer, kernels, timer, eff),
             cost_block(graph.embedding, kernels, timer, eff),

@@ -13,7 +13,16 @@ from simulator.engine import Timeline, round_plan, run_pipeline
 from simulator.enums import CollectiveKind
 from simulator.framework import semantics
 from simulator.graph import BLOCKS, JobGraph, blocks_key, build_graph
-from simulator.lowering import BlockCost, BlockReplacer, StageCosts, block_costs, block_table, stage_costs
+from simulator.lowering import (
+    COMM_TIMES,
+    OP_COSTS,
+    BlockCost,
+    BlockReplacer,
+    StageCosts,
+    block_costs,
+    block_table,
+    stage_costs,
+)
 from simulator.memo import Memo, Pinned
 from simulator.memory import ORDER_SIGNS, stage_memory, stage_param_counts
 from simulator.metrics import cost_usd, hardware_flops_per_iteration, model_flops_per_iteration, utilization
@@ -124,6 +133,8 @@ def clear_caches() -> None:
     COSTED.clear()
     PLACEMENTS.clear()
     NETWORKS.clear()
+    OP_COSTS.clear()
+    COMM_TIMES.clear()
     ORDER_SIGNS.clear()
 
 
