@@ -102,6 +102,8 @@ def headline(repeats: int) -> dict[str, float]:
         "cluster": {"gpu": "a100-80gb", "num_gpus": 2},
     })
     rows = {MTNLG: mtnlg, "MT-NLG 530B, 3360 GPUs (8,4,105), m=480": pp105, SMALL: two_gpu}
+    import simulator
+    print(f"Simulator from {Path(simulator.__file__).parent}")
     print(f"Per-simulation wall time, best of {repeats} (median in brackets; {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f})")
     print(f"  {'job':<42}{'cold':>24}{'new layout':>24}{'warm':>24}")
