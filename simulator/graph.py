@@ -19,6 +19,7 @@ import numpy as np
 from simulator import graph_eager
 from simulator.enums import CollectiveKind, Norm, PositionEmbedding, Recompute
 from simulator.framework import MEGATRON_HOST, FrameworkSemantics, HostCost, semantics
+from simulator.memo import Memo
 from simulator.ops import CommGroup, CommOp, Op, OpKind, Phase
 from simulator.params import padded_vocab
 from simulator.partition import chunk_layers
@@ -496,17 +497,46 @@ def p2p_bytes(job: Job) -> float:
     return c.tokens * c.h * c.dt / (c.t if split else 1)
 
 
+# Parallel-plan fields the blocks never read: every layout that differs only in these shares
+# its blocks (a new ParallelPlan field is part of the key unless added here).
+LAYOUT_ONLY = frozenset({"pp", "dp", "virtual_stages", "schedule", "distributed_optimizer",
+                         "overlap_grad_reduce", "bucket_size_mb", "first_stage_layers",
+                         "last_stage_layers"})
+
+BLOCKS: Memo[tuple[Block, Block, Block]] = Memo(maxsize=512)
+
+
+def blocks_key(job: Job) -> tuple[object, ...]:
+    """What the layer, embedding and head blocks depend on: the whole model and training
+    configs, the parallel plan's non-layout fields, whether the pipeline has one stage (a tied
+    embedding's gradients are then summed on it), and for the eager stack the number of
+    micro-batches (its gradient accumulation kernels run from the second one on).
+    tests/simulator_tests/test_caches.py checks that layouts sharing a key share their blocks."""
+    par = job.parallel
+    kept = tuple(v for k, v in par.__dict__.items() if k not in LAYOUT_ONLY)
+    eager = semantics(job.training.framework).eager_autocast
+    return job.model, job.training, kept, par.pp == 1, job.num_microbatches if eager else 0
+
+
 def build_graph(job: Job) -> JobGraph:
+    """The job's graph. Its blocks are memoized under `blocks_key` (layouts of one model, tp and
+    micro-batch share them); the stage split and p2p size are the layout's own."""
+    layer, emb, head = BLOCKS.get(blocks_key(job), lambda: build_blocks(job))
+    return JobGraph(layer, emb, head, chunk_layers(job), p2p_bytes(job))
+
+
+def build_blocks(job: Job) -> tuple[Block, Block, Block]:
+    """The layer, embedding and head blocks of one micro-batch (not memoized), each carrying the
+    host dispatch cost per launch of the stack that runs it (simulator.framework)."""
     fw = semantics(job.training.framework)
-    graph = _eager_graph(job) if fw.eager_autocast else JobGraph(
-        build_layer(job), build_embedding(job), build_head(job), chunk_layers(job), p2p_bytes(job))
-    cost = fw.host_launch_cost  # which Python dispatches these kernels (simulator.framework)
-    return replace(graph, layer=replace(graph.layer, host_cost=cost),
-                   embedding=replace(graph.embedding, host_cost=cost),
-                   head=replace(graph.head, host_cost=cost))
+    blocks = _eager_blocks(job) if fw.eager_autocast else (
+        build_layer(job), build_embedding(job), build_head(job))
+    cost = fw.host_launch_cost
+    layer, emb, head = (replace(b, host_cost=cost) for b in blocks)
+    return layer, emb, head
 
 
-def _eager_graph(job: Job) -> JobGraph:
+def _eager_blocks(job: Job) -> tuple[Block, Block, Block]:
     """The eager PyTorch / autocast stack (simulator.graph_eager); tp = 1, no collectives.
     Full recompute (`torch.utils.checkpoint`) keeps each layer's fp32 input and re-runs the
     layer's forward, weight casts included."""
@@ -517,10 +547,9 @@ def _eager_graph(job: Job) -> JobGraph:
         block = Block(layer.fwd, layer.bwd, layer.fwd, (), (), (), FP32 * T * h, layer.saved_bytes)
     else:
         block = Block(layer.fwd, layer.bwd, (), (), (), (), layer.saved_bytes, 0.0)
-    return JobGraph(block, Block(emb.fwd, emb.bwd, (), (), (), (), emb.saved_bytes, 0.0),
-                    Block(head.block.fwd, head.block.bwd, (), (), (), (), head.block.saved_bytes,
-                          head.backward_transient_bytes, head.forward_transient_bytes),
-                    chunk_layers(job), p2p_bytes(job))
+    return (block, Block(emb.fwd, emb.bwd, (), (), (), (), emb.saved_bytes, 0.0),
+            Block(head.block.fwd, head.block.bwd, (), (), (), (), head.block.saved_bytes,
+                  head.backward_transient_bytes, head.forward_transient_bytes))
 
 
 def _ctx(job: Job) -> _Ctx:
@@ -531,5 +560,6 @@ def _ctx(job: Job) -> _Ctx:
                 grad_bytes(job), semantics(t.framework))
 
 
-__all__ = ["Block", "JobGraph", "build_embedding", "build_graph", "build_head",
+__all__ = ["BLOCKS", "Block", "JobGraph", "blocks_key", "build_blocks", "build_embedding",
+           "build_graph", "build_head",
            "build_layer", "fused_softmax_available", "grad_bytes", "gradient_accumulation_fused"]

@@ -17,8 +17,9 @@ from typing import Protocol
 
 import numpy as np
 
-from simulator.costs import CostSource, KernelModel
+from simulator.costs import AnalyticKernelModel, CostSource, KernelModel, OpCost
 from simulator.graph import Block, JobGraph
+from simulator.memo import Memo, Pinned
 from simulator.network import NetworkModel
 from simulator.ops import CommOp, Op
 from simulator.specs import Efficiency, Job
@@ -102,7 +103,11 @@ class CommTimer:
         self._where = tp_placement(job)
 
     def __call__(self, op: CommOp) -> float:
-        return self._network.time(op.kind, op.bytes, self._where)
+        network, where = self._network, self._where
+        if type(network) is not NetworkModel:
+            return network.time(op.kind, op.bytes, where)
+        return COMM_TIMES.get((Pinned(network), op.kind, op.bytes, where),
+                              lambda: network.time(op.kind, op.bytes, where))
 
 
 @dataclass(frozen=True)
@@ -163,32 +168,82 @@ class BlockReplacer(Protocol):
                        ) -> tuple[BlockCost, BlockCost, BlockCost]: ...
 
 
+# Seconds of one op (or one collective) under a frozen analytic model: pure functions of the
+# model's fields and the op, shared by every job that runs ops of the same shapes on the same
+# hardware (a search, vTrain's config sweeps). Models of other types are not memoized.
+OP_COSTS: Memo[OpCost] = Memo(maxsize=1 << 16)
+COMM_TIMES: Memo[float] = Memo(maxsize=1 << 14)
+
+
+@dataclass(frozen=True)
+class MemoKernels:
+    """An `AnalyticKernelModel` whose op costs are looked up in `OP_COSTS` first."""
+
+    model: AnalyticKernelModel
+
+    def cost(self, op: Op) -> OpCost:
+        model = self.model
+        return OP_COSTS.get((Pinned(model.hardware), model.precision, op), lambda: model.cost(op))
+
+
+def memoized(kernels: KernelModel) -> KernelModel:
+    return MemoKernels(kernels) if type(kernels) is AnalyticKernelModel else kernels
+
+
+def block_costs(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel
+                ) -> tuple[BlockCost, BlockCost, BlockCost]:
+    """The layer, embedding and head blocks costed once each (simulate memoizes them)."""
+    timer = CommTimer(job, network)
+    kernels = memoized(kernels)
+    eff = job.hardware.efficiency
+    return (cost_block(graph.layer, kernels, timer, eff),
+            cost_block(graph.embedding, kernels, timer, eff),
+            cost_block(graph.head, kernels, timer, eff))
+
+
+# The per-block quantities a StageCosts is made of, each gridded over the stage chunks.
+GRID_FIELDS = ("forward", "forward_comm", "backward", "backward_comm", "recompute",
+               "recompute_comm", "forward_host_excess", "backward_host_excess", "host_excess",
+               "forward_total", "backward_total")
+
+
+def block_table(layer: BlockCost, emb: BlockCost, head: BlockCost) -> np.ndarray:
+    """(len(GRID_FIELDS), 3) the fields of the layer, embedding and head costs."""
+    return np.array([[getattr(b, f) for b in (layer, emb, head)] for f in GRID_FIELDS])
+
+
 def lower(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel,
           blocks: BlockReplacer | None = None) -> StageCosts:
-    timer = CommTimer(job, network)
-    eff = job.hardware.efficiency
-    layer = cost_block(graph.layer, kernels, timer, eff)
-    emb = cost_block(graph.embedding, kernels, timer, eff)
-    head = cost_block(graph.head, kernels, timer, eff)
+    layer, emb, head = block_costs(job, graph, kernels, network)
     if blocks is not None:
         layer, emb, head = blocks.replace_blocks(graph, layer, emb, head)
-    p, v, n = job.parallel.pp, job.parallel.virtual_stages, graph.chunk_layers
+    return stage_costs(job, graph, (layer, emb, head))
 
-    def grid(attr: str) -> np.ndarray:
-        return chunk_grid((p, v), n, getattr(layer, attr), getattr(emb, attr), getattr(head, attr))
 
+def stage_costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, BlockCost, BlockCost],
+                table: np.ndarray | None = None) -> StageCosts:
+    """Compose the chunks' durations from the block costs (`table`: their `block_table`, when
+    the caller has it). Every field is gridded at once, as `chunk_grid` does one by one."""
+    layer, emb, head = costed
+    eff = job.hardware.efficiency
+    p, v = job.parallel.pp, job.parallel.virtual_stages
+    values = block_table(*costed) if table is None else table
+    grids = graph.chunk_layers * values[:, 0, None, None]
+    grids[:, 0, 0] += values[:, 1]
+    grids[:, p - 1, v - 1] += values[:, 2]
+    g = dict(zip(GRID_FIELDS, grids, strict=True))
     per_microbatch = np.full((p, v), eff.microbatch_overhead_s)
     parts = {
-        "overhead": 2 * per_microbatch + grid("host_excess"),
-        "forward": grid("forward"),
-        "backward": grid("backward"),
-        "recompute": grid("recompute"),
-        "tp_comm": grid("forward_comm") + grid("backward_comm") + grid("recompute_comm"),
+        "overhead": 2 * per_microbatch + g["host_excess"],
+        "forward": g["forward"],
+        "backward": g["backward"],
+        "recompute": g["recompute"],
+        "tp_comm": g["forward_comm"] + g["backward_comm"] + g["recompute_comm"],
     }
-    forward_parts = {"forward": grid("forward"), "tp_comm": grid("forward_comm"),
-                     "overhead": grid("forward_host_excess") + per_microbatch}
-    backward_parts = {"recompute": grid("recompute"), "recompute_tp_comm": grid("recompute_comm"),
-                      "backward": grid("backward"), "tp_comm": grid("backward_comm"),
-                      "overhead": grid("backward_host_excess") + per_microbatch}
-    return StageCosts(grid("forward_total") + per_microbatch, grid("backward_total") + per_microbatch,
+    forward_parts = {"forward": g["forward"], "tp_comm": g["forward_comm"],
+                     "overhead": g["forward_host_excess"] + per_microbatch}
+    backward_parts = {"recompute": g["recompute"], "recompute_tp_comm": g["recompute_comm"],
+                      "backward": g["backward"], "tp_comm": g["backward_comm"],
+                      "overhead": g["backward_host_excess"] + per_microbatch}
+    return StageCosts(g["forward_total"] + per_microbatch, g["backward_total"] + per_microbatch,
                       parts, layer, emb, head, forward_parts, backward_parts)

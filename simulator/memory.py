@@ -39,6 +39,7 @@ from simulator.engine import RoundPlan
 from simulator.enums import Precision, Recompute
 from simulator.framework import semantics
 from simulator.graph import JobGraph
+from simulator.memo import Memo, Pinned
 from simulator.params import final_norm_params, layer_params, padded_vocab, position_params
 from simulator.partition import stage_layers
 from simulator.specs import GiB, Job
@@ -144,12 +145,22 @@ def chunk_activation_bytes(job: Job, graph: JobGraph) -> np.ndarray:
 def in_flight_peak(plan: RoundPlan, act: np.ndarray, m: int) -> np.ndarray:
     """(p,) peak of saved activations over each stage's schedule order (F adds, B frees)."""
     p, v = act.shape
+    sign, chunk = ORDER_SIGNS.get(Pinned(plan), lambda: _order_signs(plan, p, v, m))
+    # +-1 times a byte count is exact: the same deltas as selecting act or -act per op
+    delta = sign * (act[:, :1] if v == 1 else act[np.arange(p)[:, None], chunk])
+    return np.cumsum(delta, axis=1).max(axis=1)
+
+
+# Per round plan (cached by `engine.round_plan`, so keyed by identity): see `_order_signs`.
+ORDER_SIGNS: Memo[tuple[np.ndarray, np.ndarray]] = Memo(maxsize=256)
+
+
+def _order_signs(plan: RoundPlan, p: int, v: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """+1 for a forward, -1 for a backward, and the model chunk, of each op in stage order (a
+    function of the cached plan only)."""
     orders = plan.orders
     backward = orders // (v * p * m)
-    chunk = orders // (p * m) % v
-    stage = np.arange(p)[:, None]
-    delta = np.where(backward == 0, act[stage, chunk], -act[stage, chunk])
-    return np.cumsum(delta, axis=1).max(axis=1)
+    return np.where(backward == 0, 1.0, -1.0), orders // (p * m) % v
 
 
 @dataclass(frozen=True)

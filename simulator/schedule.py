@@ -29,12 +29,13 @@ class OpIndex:
         return ((backward * self.v + chunk) * self.p + stage) * self.m + mb
 
     def decode(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(backward, chunk, stage, microbatch) arrays for every op id."""
-        ids = np.arange(self.count)
-        mb = ids % self.m
-        stage = ids // self.m % self.p
-        chunk = ids // (self.m * self.p) % self.v
-        backward = ids // (self.m * self.p * self.v)
+        """(backward, chunk, stage, microbatch) arrays for every op id (ids enumerate the
+        (direction, chunk, stage, micro-batch) grid in C order: repeats, not divisions)."""
+        p, v, m = self.p, self.v, self.m
+        backward = np.repeat(np.arange(2), v * p * m)
+        chunk = np.tile(np.repeat(np.arange(v), p * m), 2)
+        stage = np.tile(np.repeat(np.arange(p), m), 2 * v)
+        mb = np.tile(np.arange(m), 2 * v * p)
         return backward, chunk, stage, mb
 
 
@@ -87,11 +88,14 @@ _ORDERS = {
 }
 
 
-def dependencies(p: int, m: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+def dependencies(p: int, m: int, v: int,
+                 decoded: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """For every op: the op it waits for on another stage (-1: none) and the pipeline boundary
-    its input crosses (-1: none; b < p-1: between stages b and b+1; p-1: last -> first stage)."""
+    its input crosses (-1: none; b < p-1: between stages b and b+1; p-1: last -> first stage).
+    `decoded`: `OpIndex(p, v, m).decode()` when the caller has it already."""
     idx = OpIndex(p, v, m)
-    backward, chunk, stage, mb = idx.decode()
+    backward, chunk, stage, mb = decoded if decoded is not None else idx.decode()
     dep = np.full(idx.count, -1, dtype=np.int64)
     edge = np.full(idx.count, -1, dtype=np.int64)
     f, b = backward == 0, backward == 1

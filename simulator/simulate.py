@@ -12,9 +12,19 @@ from simulator.costs import AnalyticKernelModel, CostSource, KernelModel
 from simulator.engine import Timeline, round_plan, run_pipeline
 from simulator.enums import CollectiveKind
 from simulator.framework import semantics
-from simulator.graph import JobGraph, build_graph
-from simulator.lowering import BlockReplacer, StageCosts, lower
-from simulator.memory import stage_memory, stage_param_counts
+from simulator.graph import BLOCKS, JobGraph, blocks_key, build_graph
+from simulator.lowering import (
+    COMM_TIMES,
+    OP_COSTS,
+    BlockCost,
+    BlockReplacer,
+    StageCosts,
+    block_costs,
+    block_table,
+    stage_costs,
+)
+from simulator.memo import Memo, Pinned
+from simulator.memory import ORDER_SIGNS, stage_memory, stage_param_counts
 from simulator.metrics import cost_usd, hardware_flops_per_iteration, model_flops_per_iteration, utilization
 from simulator.nccl import load_nccl_table
 from simulator.network import NetworkModel
@@ -22,13 +32,26 @@ from simulator.params import total_params
 from simulator.result import SimulationResult, StageReport
 from simulator.specs import Job
 from simulator.tail import Tail, compute_tail
-from simulator.topology import pp_placement
+from simulator.topology import Placement, pp_placement, tp_placement
+
+# Costed blocks (and their table for the chunk grids) of every (blocks, hardware, tp placement,
+# kernel and network model) seen recently: see `_costed_blocks`.
+COSTED: Memo[tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]] = Memo(maxsize=512)
+# The p2p placement of every pipeline boundary, per (pp, tp, dp, GPUs per node, GPUs): what
+# `topology.pp_placement` reads.
+PLACEMENTS: Memo[tuple[Placement, ...]] = Memo(maxsize=512)
+NETWORKS: Memo[NetworkModel] = Memo(maxsize=64)
 
 
 def default_network(job: Job) -> NetworkModel:
-    hw = job.hardware
-    table = load_nccl_table(str(data_dir() / hw.nccl_tables)) if hw.nccl_tables else None
-    return NetworkModel(hw, job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps, table)
+    """The job's network model (a frozen function of the hardware and the two bandwidths,
+    memoized: the NCCL table's path is resolved once)."""
+    hw, intra, inter = job.hardware, job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps
+
+    def build() -> NetworkModel:
+        table = load_nccl_table(str(data_dir() / hw.nccl_tables)) if hw.nccl_tables else None
+        return NetworkModel(hw, intra, inter, table)
+    return NETWORKS.get((Pinned(hw), intra, inter), build)
 
 
 def default_kernels(job: Job) -> KernelModel:
@@ -40,10 +63,14 @@ def simulate(job: Job, kernels: KernelModel | None = None,
              ) -> SimulationResult:
     """Simulate one training iteration of `job` (validated) and return its frozen result.
     `blocks` replaces the op-level block costs (e.g. phases of a traced stack, simulator.traced)."""
+    graph = build_graph(job)
+    costed, cached_table = _costed_blocks(job, graph, kernels, network)
+    table: np.ndarray | None = cached_table
     kernels = kernels or default_kernels(job)
     network = network or default_network(job)
-    graph = build_graph(job)
-    costs = lower(job, graph, kernels, network, blocks)
+    if blocks is not None:
+        costed, table = blocks.replace_blocks(graph, *costed), None
+    costs = stage_costs(job, graph, costed, table)
     p, v, m = job.parallel.pp, job.parallel.virtual_stages, job.num_microbatches
     all_warmup = semantics(job.training.framework).all_forwards_first_when_m_equals_p and m == p
     plan = round_plan(job.parallel.schedule, p, m, v, all_warmup)
@@ -99,12 +126,46 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     )
 
 
+def clear_caches() -> None:
+    """Forget every memoized plan, block and block cost (the next simulation is cold)."""
+    round_plan.cache_clear()
+    BLOCKS.clear()
+    COSTED.clear()
+    PLACEMENTS.clear()
+    NETWORKS.clear()
+    OP_COSTS.clear()
+    COMM_TIMES.clear()
+    ORDER_SIGNS.clear()
+
+
+def _costed_blocks(job: Job, graph: JobGraph, kernels: KernelModel | None,
+                   network: NetworkModel | None
+                   ) -> tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]:
+    """The blocks' costs, memoized. They depend on the blocks (`blocks_key`), the hardware
+    (efficiencies included; an immutable object, keyed by identity), the tp group's placement,
+    and the kernel and network models: the default ones are functions of the hardware, the
+    precision (in the training config) and the cluster's bandwidths; a caller's own models
+    enter the key by identity."""
+    key = (blocks_key(job), Pinned(job.hardware), tp_placement(job),
+           Pinned(kernels) if kernels is not None else None,
+           Pinned(network) if network is not None else
+           (job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps))
+
+    def compute() -> tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]:
+        costed = block_costs(job, graph, kernels or default_kernels(job),
+                             network or default_network(job))
+        return costed, block_table(*costed)
+
+    return COSTED.get(key, compute)
+
+
 def _edge_delays(job: Job, graph: JobGraph, network: NetworkModel) -> np.ndarray:
     """p2p seconds per pipeline boundary; index p-1 is the last -> first stage (interleaving)."""
     p = job.parallel.pp
     if p == 1:
         return np.zeros(1)
-    placements = [pp_placement(job, b) for b in range(p)]
+    placements = PLACEMENTS.get((p, job.parallel.tp, job.dp, job.gpus_per_node, job.cluster.num_gpus),
+                                lambda: tuple(pp_placement(job, b) for b in range(p)))
     seconds = {w: network.time(CollectiveKind.SEND_RECV, graph.p2p_bytes, w) for w in set(placements)}
     return np.array([seconds[w] for w in placements])
 
@@ -155,4 +216,4 @@ def job_summary(job: Job) -> dict[str, Any]:
     }
 
 
-__all__ = ["Timeline", "default_kernels", "default_network", "simulate"]
+__all__ = ["Timeline", "clear_caches", "default_kernels", "default_network", "simulate"]

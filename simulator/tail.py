@@ -17,6 +17,7 @@ the local (sharded, with ZeRO-1) parameters; ZeRO-1 then all-gathers the updated
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +65,19 @@ def optimizer_op(params: float, job: Job) -> Op:
     return Op("adam", OpKind.OPTIMIZER, Phase.STEP, (n,), 4, 10.0 * n, ADAM_BYTES_PER_PARAM * n)
 
 
+def per_value(values: np.ndarray, fn: Callable[[float], float]) -> np.ndarray:
+    """`fn` of each value, evaluated once per distinct value (the middle stages of a pipeline
+    hold the same parameters, so their collectives and optimizer steps take the same time)."""
+    seen: dict[float, float] = {}
+    out = []
+    for x in values.tolist():
+        y = seen.get(x)
+        if y is None:
+            y = seen[x] = fn(x)
+        out.append(y)
+    return np.array(out, dtype=float)
+
+
 def compute_tail(job: Job, timeline: Timeline, params_per_stage: np.ndarray,
                  kernels: KernelModel, network: NetworkModel) -> Tail:
     p = job.parallel.pp
@@ -78,16 +92,16 @@ def compute_tail(job: Job, timeline: Timeline, params_per_stage: np.ndarray,
         if job.parallel.overlap_grad_reduce:
             exposed, dp_total = _overlapped(job, timeline, grad_bytes, kind, network)
         else:
-            dp_total = np.array([network.time(kind, b, where) for b in grad_bytes])
+            dp_total = per_value(grad_bytes, lambda b: network.time(kind, b, where))
             exposed = dp_total.copy()
         if job.parallel.distributed_optimizer:
-            gather = np.array([network.time(CollectiveKind.ALL_GATHER, pb.weights * n, where)
-                               for n in params_per_stage])
+            gather = per_value(params_per_stage, lambda n: network.time(
+                CollectiveKind.ALL_GATHER, pb.weights * n, where))
             exposed = exposed + gather
             dp_total = dp_total + gather
     shard = job.dp if job.parallel.distributed_optimizer else 1
-    optimizer = np.array([kernels.cost(optimizer_op(n / shard, job)).seconds
-                          for n in params_per_stage])
+    optimizer = per_value(params_per_stage,
+                          lambda n: kernels.cost(optimizer_op(n / shard, job)).seconds)
     return Tail(exposed, _embedding_sync(job, network), _sp_grad_sync(job, network),
                 optimizer + _grad_stats_s(job, network), dp_total)
 
@@ -109,8 +123,8 @@ def _sp_grad_sync(job: Job, network: NetworkModel) -> np.ndarray:
         return np.zeros(job.parallel.pp)
     gb = semantics(job.training.framework).param_bytes(job.training.precision).gradients
     where = tp_placement(job)
-    return np.array([network.time(CollectiveKind.ALL_REDUCE, n * gb, where)
-                     for n in sp_parameters(job)])
+    return per_value(sp_parameters(job),
+                     lambda n: network.time(CollectiveKind.ALL_REDUCE, n * gb, where))
 
 
 def grad_stats_all_reduces(job: Job) -> int:

@@ -49,8 +49,9 @@ class FreeTimeline:
         i = int(np.searchsorted(self.starts, t, side="right")) - 1
         if abs(self.starts[i] - t) <= EPS_S:
             return i
-        self.starts = np.insert(self.starts, i + 1, t)
-        self.free = np.insert(self.free, i + 1, self.free[i])
+        # concatenation: the same arrays as np.insert, without its generic-axis overhead
+        self.starts = np.concatenate((self.starts[:i + 1], (t,), self.starts[i + 1:]))
+        self.free = np.concatenate((self.free[:i + 1], self.free[i:i + 1], self.free[i + 1:]))
         return i + 1
 
     def window(self, deadline: float) -> tuple[np.ndarray, np.ndarray]:
@@ -91,10 +92,17 @@ def minimum_share(timeline: FreeTimeline, levels: Levels, remaining: float, dead
     if deadline <= timeline.now + EPS_S or len(levels.gpus) == 0:
         return None
 
+    # the window before the deadline and each level's speed, once for the whole search (each
+    # probe computes exactly what `timeline.work(levels, q, deadline)[0]` would)
+    durations, free = timeline.window(deadline)
+    speed = 1.0 / levels.predicted_s
+
     def enough(i: int) -> bool:
         q = int(levels.gpus[i])
         need = needed_iterations(levels, q, remaining, restart_s, current, started)
-        return float(timeline.work(levels, q, deadline)[0].sum()) >= need * (1 - 1e-12)
+        idx = levels.gpus.searchsorted(np.minimum(free, q), side="right") - 1
+        rate = np.where(idx >= 0, speed[np.maximum(idx, 0)], 0.0)
+        return float((durations * rate).sum()) >= need * (1 - 1e-12)
 
     lo, hi = 0, len(levels.gpus) - 1
     if not enough(hi):
