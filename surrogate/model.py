@@ -261,7 +261,7 @@ class Surrogate:
         chunks = [{c: v[a:b] for c, v in columns.items()} for a, b in pairwise(bounds)]
         with ThreadPoolExecutor(threads) as pool:
             parts = list(pool.map(lambda cols: feature_matrix(cols, self.hardware_), chunks))
-        return parts[0][0], np.concatenate([x for _, x in parts])
+        return parts[0][0], np.concatenate([x.T for _, x in parts], axis=1).T  # column-major
 
     # -- persistence -----------------------------------------------------------------------
     def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
