@@ -13,6 +13,10 @@
    in alternating order, on memory (no durability), SQLite (the previous default), the journal
    file with an fsync per append (Optuna's JournalFileBackend behaviour) and the journal file
    with batched fsync (the default); best wall time of each over the rounds, as ratios to memory.
+4. (--exact-only) The exact evaluations on 2 worker processes: every valid case-study-1 plan, the
+   whole job pickled per call (the previous `evaluate_exact_many`) against the base job sent once
+   per worker plus per-job deltas (the current one), alternating, fresh workers each round;
+   best and median wall time of each, and whether the answers are identical.
 Prints numbers; asserts nothing (wall times depend on the machine).
 """
 
@@ -20,12 +24,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from simulator.specs import Job
 from vtrain_ml.planner.config import Objective, SearchConfig, load_config
-from vtrain_ml.planner.evaluation import evaluate_exact_many
+from vtrain_ml.planner.evaluation import Evaluation, evaluate_exact, evaluate_exact_many
 from vtrain_ml.planner.exhaustive import plan_order, run_exhaustive
 from vtrain_ml.planner.objective import constraint_values
 from vtrain_ml.planner.report import SearchReport
@@ -158,18 +164,55 @@ def storage_cost(rounds: int, folder: Path) -> None:
     print(f"same answer on every storage: {len(answers) == 1} ({sorted(answers)} s/iteration)")
 
 
+def _per_job_pickling(jobs: list[Job]) -> list[Evaluation]:
+    """The previous `evaluate_exact_many`: each job pickled whole into its call."""
+    from joblib import Parallel, delayed
+
+    return list(Parallel(n_jobs=2, batch_size=4)(delayed(evaluate_exact)(job) for job in jobs))
+
+
+def exact_cost(rounds: int) -> None:
+    """Side by side, alternating order, fresh loky workers per round (their memo tables empty)."""
+    from joblib.externals.loky import get_reusable_executor
+
+    config = load_config(CASE1)
+    space = SearchSpace(config)
+    built = (space.build(p) for p in space.enumerate())
+    jobs = [c.job for c in built if c.job is not None]
+    ways = {"whole job pickled per call (before)": _per_job_pickling,
+            "base once per worker + deltas (now)": lambda js: evaluate_exact_many(js, n_jobs=2)}
+    walls: dict[str, list[float]] = {k: [] for k in ways}
+    answers: dict[str, list[Evaluation]] = {}
+    print(f"== Exact evaluations: {len(jobs)} valid case-study-1 plans on 2 processes ==")
+    for r in range(rounds):
+        for name in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
+            get_reusable_executor().shutdown(wait=True)  # fresh workers: cold caches for both
+            began = time.perf_counter()
+            answers[name] = ways[name](jobs)
+            walls[name].append(time.perf_counter() - began)
+    first = min(walls[next(iter(ways))])
+    for name, w in walls.items():
+        print(f"{name:<40} best {min(w):6.2f} s  median {statistics.median(w):6.2f} s  "
+              f"({len(jobs) / min(w):.0f} evaluations/s)  {first / min(w):5.2f}x before")
+    print(f"identical answers: {len(set(map(str, answers.values()))) == 1}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--random", type=int, default=20_000, help="random exact evaluations (large space)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--storage-only", action="store_true", help="only the storage-cost comparison")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the storage comparison")
+    parser.add_argument("--exact-only", action="store_true", help="only the exact-evaluation comparison")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the storage / exact comparison")
     args = parser.parse_args()
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     print(f"machine: {os.cpu_count()} cores")
+    if args.exact_only:
+        exact_cost(args.rounds)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         if args.storage_only:
             storage_cost(args.rounds, Path(tmp))

@@ -12,8 +12,11 @@
    trees walked in numpy, see surrogate.forest), median; and `predict([job])` (the DataFrame path
    and XGBoost calls) for comparison.
 The machine is shared: run it several times and quote the best.
-Targets (issue 5): MAPE <= 2%, P95 <= 6%, Spearman >= 0.995, memory MAPE <= 2%, fits >= 99%,
->= 500k predictions/s, <= 200 us per job, training on 100k < 2 min.
+Targets (issue 5, speed raised by issue 16): MAPE <= 2%, P95 <= 6%, Spearman >= 0.995, memory
+MAPE <= 2%, fits >= 99%, >= 1M predictions/s, <= 100 us per job, training on 100k < 2 min.
+Before / after a change: run it alternately from two checkouts (`PYTHONPATH=.` in each, see
+docs/speed.md), each with a model it trained itself (a model's schema version ties it to the
+features of the code that trained it).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from surrogate.workflow import TrainConfig, train
 
 TARGETS = {"mape": ("<=", 0.02), "p95_ape": ("<=", 0.06), "spearman": (">=", 0.995),
            "memory_mape": ("<=", 0.02), "fits_accuracy": (">=", 0.99),
-           "batch_predictions_per_s": (">=", 500_000), "single_job_latency_us": ("<=", 200.0),
+           "batch_predictions_per_s": (">=", 1_000_000), "single_job_latency_us": ("<=", 100.0),
            "train_seconds": ("<=", 120.0)}
 
 

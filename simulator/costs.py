@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
+
+import numpy as np
 
 from simulator.enums import Precision
 from simulator.ops import MATMUL_KINDS, Op, OpKind
@@ -63,6 +65,34 @@ def gemm_efficiency(batch: int, m: int, n: int, k: int, num_sms: int, max_eff: f
     depth = k / (k + k_half)
     return max_eff * best * depth
 
+
+
+def gemm_efficiency_array(batch: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray,
+                          num_sms: Any, max_eff: Any, k_half: Any) -> np.ndarray:
+    """`gemm_efficiency` of arrays of integer-valued shapes, elementwise (pure; vectorized for the
+    surrogate's closed-form features, so that one function models the tile, wave and depth
+    efficiency). Each element equals the scalar function's result to the bit: the integer
+    products (tile counts, covered extents) are exact in float64 below 2**53, and the
+    divisions, the products with `rel` and the maxima are the scalar function's, in its order.
+    The hardware numbers may be scalars or per-element arrays."""
+    mn = m * n
+    along_m = {tm: np.ceil(m / tm) for tm in {t[0] for t in TILES}}  # tiles share sizes: 5 ceils
+    along_n = {tn: np.ceil(n / tn) for tn in {t[1] for t in TILES}}
+    best = np.zeros(np.shape(mn))
+    for tm, tn, rel in TILES:
+        tiles = batch * along_m[tm] * along_n[tn]
+        waves = np.ceil(tiles / num_sms)
+        waves *= num_sms
+        wave_eff = np.divide(tiles, waves, out=waves)
+        cover = along_m[tm] * tm
+        cover *= along_n[tn]
+        cover *= tn
+        tile_eff = np.divide(mn, cover, out=cover)
+        wave_eff *= rel  # rel * wave_eff: multiplication commutes exactly
+        wave_eff *= tile_eff
+        np.maximum(best, wave_eff, out=best)
+    depth = k / (k + k_half)
+    return max_eff * best * depth
 
 @dataclass(frozen=True)
 class AnalyticKernelModel:

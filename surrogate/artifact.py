@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+# 2: the GEMM-efficiency features come from simulator.costs (its depth factor rounds differently
+# in the last bit), so the trees of a version-1 model split on slightly other numbers.
+SCHEMA_VERSION = 2
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}
@@ -97,7 +99,8 @@ def read_metadata(folder: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
         version = data.get("schema_version") if isinstance(data, dict) else None
         raise DataError(f"{path} has schema_version {version}, this vtrain-ml reads "
-                        f"{SCHEMA_VERSION}; retrain the model")
+                        f"{SCHEMA_VERSION} (its features are computed differently); retrain the model "
+                        f"(python -m vtrain_ml.surrogate retrain)")
     for key, (kind, what) in REQUIRED.items():
         if not isinstance(data.get(key), kind):
             got = "missing" if key not in data else f"a {type(data[key]).__name__}"

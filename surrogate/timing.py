@@ -11,56 +11,27 @@ gradient reduction (partly hidden when overlapped), tied-embedding sync and the 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
+from simulator.costs import gemm_efficiency as gemm_efficiency_scalar
+from simulator.costs import gemm_efficiency_array
 from surrogate.physics import Rows, fused_softmax
 
-TILES = ((256, 128, 1.0), (128, 128, 0.92), (128, 64, 0.8), (64, 64, 0.6))  # simulator.costs
-_TILE_M, _TILE_N = tuple({t[0] for t in TILES}), tuple({t[1] for t in TILES})
 DT = 2.0  # fp16/bf16 bytes
 ADAM_BYTES_PER_PARAM = 36.0  # simulator.tail
 BUCKET_BYTES = 25e6  # ParallelPlan.bucket_size_mb default
 
 
-def gemm_efficiency(r: Rows, batch: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """Tensor-core efficiency of batch x Y[m,n] = X[m,k] W[k,n]: best tile's wave x fill, times
-    the depth factor k / (k + k_half) (simulator.costs)."""
-    if r.xp is not np:
-        return _gemm_efficiency_scalar(r, batch, m, n, k)
-    sms = r.hw["num_sms"]
-    best = np.zeros_like(m)
-    mn = m * n
-    along_m = {tm: np.ceil(m / tm) for tm in _TILE_M}  # tiles share sizes: 5 ceils, not 8
-    along_n = {tn: np.ceil(n / tn) for tn in _TILE_N}
-    for tm, tn, rel in TILES:
-        tiles_m, tiles_n = along_m[tm], along_n[tn]
-        tiles = batch * tiles_m * tiles_n
-        wave = tiles / (np.ceil(tiles / sms) * sms)
-        fill = mn / (tiles_m * tm * tiles_n * tn)
-        best = np.maximum(best, rel * wave * fill)
-    return r.hw["gemm_max"] * best * k / (k + r.hw["k_half"])
-
-
-def _gemm_efficiency_scalar(r: Rows, batch: Any, m: Any, n: Any, k: Any) -> Any:
-    """`gemm_efficiency` of one job's floats: the same operations in the same order (so the
-    same result to the bit) without the per-call cost of `surrogate.scalar`'s dispatch; this is
-    the hottest function of a single prediction (17 GEMM shapes x 4 tiles)."""
-    sms = r.hw["num_sms"]
-    best = 0.0
-    mn = m * n
-    ceil = math.ceil
-    along_m = {tm: float(ceil(m / tm)) for tm in _TILE_M}  # tiles share sizes: 5 ceils, not 8
-    along_n = {tn: float(ceil(n / tn)) for tn in _TILE_N}
-    for tm, tn, rel in TILES:
-        tiles_m, tiles_n = along_m[tm], along_n[tn]
-        tiles = batch * tiles_m * tiles_n
-        wave = tiles / (float(ceil(tiles / sms)) * sms)
-        value = rel * wave * (mn / (tiles_m * tm * tiles_n * tn))
-        best = best if best >= value else value  # ScalarOps.maximum (NaN propagates like numpy)
-    return r.hw["gemm_max"] * best * k / (k + r.hw["k_half"])
+def gemm_efficiency(r: Rows, batch: Any, m: Any, n: Any, k: Any) -> Any:
+    """Tensor-core efficiency of batch x Y[m,n] = X[m,k] W[k,n]: the simulator's own tile / wave /
+    depth model (`simulator.costs.gemm_efficiency`, vectorized as `gemm_efficiency_array` for
+    tables; one model of the physics, not a copy)."""
+    hw = r.hw
+    if r.xp is np:
+        return gemm_efficiency_array(batch, m, n, k, hw["num_sms"], hw["gemm_max"], hw["k_half"])
+    return gemm_efficiency_scalar(batch, m, n, k, hw["num_sms"], hw["gemm_max"], hw["k_half"])
 
 
 def kernel_s(r: Rows, flops: np.ndarray | float, nbytes: np.ndarray | float,
@@ -72,17 +43,20 @@ def kernel_s(r: Rows, flops: np.ndarray | float, nbytes: np.ndarray | float,
     return r.xp.maximum(compute, memory) + r.hw["launch_s"]
 
 
-def gemm_s(r: Rows, batch: Any, m: np.ndarray, n: np.ndarray,
-           k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def gemm_s(r: Rows, batch: Any, m: np.ndarray, n: np.ndarray, k: np.ndarray,
+           eff: tuple[Any, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(forward, data- plus weight-gradient) GPU seconds of Y[m,n] = X[m,k] W[k,n].
 
     The three GEMMs move the same bytes; the data gradient (m x k, depth n) is given the forward's
-    efficiency (same row count and tile grid up to a swap) to halve the cost of this feature."""
+    efficiency (same row count and tile grid up to a swap) to halve the cost of this feature.
+    `eff`: the (forward, weight-gradient) efficiencies when the caller already has them."""
     batch = batch * r.xp.ones_like(m)
     flops = 2.0 * batch * m * n * k
     traffic = batch * (m * k + k * n + m * n) * DT
-    forward = kernel_s(r, flops, traffic, gemm_efficiency(r, batch, m, n, k))
-    wgrad = kernel_s(r, flops, traffic, gemm_efficiency(r, batch, n, k, m))
+    if eff is None:
+        eff = gemm_efficiency(r, batch, m, n, k), gemm_efficiency(r, batch, n, k, m)
+    forward = kernel_s(r, flops, traffic, eff[0])
+    wgrad = kernel_s(r, flops, traffic, eff[1])
     return forward, forward + wgrad
 
 
@@ -97,8 +71,11 @@ def _core(r: Rows, T: np.ndarray, heads: np.ndarray, hd: np.ndarray) -> dict[str
     """Attention core: unfused (two batched GEMMs, softmax, dropout) or flash attention."""
     bh = r.b * heads
     scores = bh * r.s * r.s
-    qk_f, qk_b = gemm_s(r, bh, r.s, r.s, hd)
-    av_f, av_b = gemm_s(r, bh, r.s, hd, r.s)
+    # (bh, s, hd, s) is the shape of QK's weight gradient, AV's forward and flash attention's
+    # GEMMs: its efficiency is computed once
+    s_hd_s = gemm_efficiency(r, bh, r.s, hd, r.s)
+    qk_f, qk_b = gemm_s(r, bh, r.s, r.s, hd, (gemm_efficiency(r, bh, r.s, r.s, hd), s_hd_s))
+    av_f, av_b = gemm_s(r, bh, r.s, hd, r.s, (s_hd_s, gemm_efficiency(r, bh, hd, r.s, r.s)))
     # fused softmax, or Megatron's five-kernel fp32 fallback (simulator.graph._softmax)
     fused = fused_softmax(r) > 0
     unfused_launches = 4 * r.hw["launch_s"]
@@ -110,8 +87,8 @@ def _core(r: Rows, T: np.ndarray, heads: np.ndarray, hd: np.ndarray) -> dict[str
         + kernel_s(r, 2 * scores, 2.5 * scores * DT)
     extra = r.xp.where(fused, 0.0, 4.0)
     fl = 2.0 * bh * r.s * r.s * hd
-    flash_f = kernel_s(r, fl, 4 * T * heads * hd * DT, gemm_efficiency(r, bh, r.s, hd, r.s))
-    flash_b = kernel_s(r, 2.5 * fl, 8 * T * heads * hd * DT, gemm_efficiency(r, bh, r.s, hd, r.s))
+    flash_f = kernel_s(r, fl, 4 * T * heads * hd * DT, s_hd_s)
+    flash_b = kernel_s(r, 2.5 * fl, 8 * T * heads * hd * DT, s_hd_s)
     fa = r.flash > 0
     return {"fwd": r.xp.where(fa, flash_f, qk_f + av_f + soft_f),
             "bwd": r.xp.where(fa, flash_b, qk_b + av_b + soft_b),

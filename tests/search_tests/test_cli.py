@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from surrogate.artifact import SCHEMA_VERSION
 from tests.search_tests.conftest import tiny_dict
 from vtrain_ml.cli.search import main
 
@@ -125,7 +126,7 @@ def test_a_corrupt_surrogate_file_is_one_line(capsys: pytest.CaptureFixture[str]
     for name in names.values():
         (folder / name).write_bytes(b"\x00garbage")
     (folder / "metadata.json").write_text(json.dumps({
-        "schema_version": 1, "feature_names": ["a"], "boosters": names, "best_iterations": {},
+        "schema_version": SCHEMA_VERSION, "feature_names": ["a"], "boosters": names, "best_iterations": {},
         "hardware": {}, "bounds": {}, "n_train": 1, "hyperparameters": {}}))
     path = tmp_path / "search.yaml"
     path.write_text(yaml.safe_dump(tiny_dict(surrogate=str(folder), storage="memory")))

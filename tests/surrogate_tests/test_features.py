@@ -56,3 +56,20 @@ def test_time_estimate_is_within_a_factor_of_the_simulator(tiny_samples) -> None
 def test_physics_features_are_finite(tiny_samples) -> None:
     feats = physics_features(read_samples(tiny_samples))
     assert np.isfinite(feats.to_numpy()).all()
+
+
+def test_the_gemm_efficiency_feature_is_the_simulators_to_the_bit() -> None:
+    """One model of the physics: the vectorized tile / wave / depth efficiency the features use
+    equals simulator.costs.gemm_efficiency on every shape, including partial tiles and waves."""
+    import itertools
+
+    import numpy as np
+
+    from simulator.costs import gemm_efficiency, gemm_efficiency_array
+
+    shapes = list(itertools.product([1, 3, 96, 1024], [1, 63, 64, 257, 4096], [1, 129, 12288],
+                                    [64, 300, 8192]))
+    batch, m, n, k = (np.array(column, dtype=float) for column in zip(*shapes, strict=True))
+    vector = gemm_efficiency_array(batch, m, n, k, 108.0, 0.87, 150.0)
+    expected = [gemm_efficiency(*shape, 108, 0.87, 150.0) for shape in shapes]
+    assert vector.tolist() == expected

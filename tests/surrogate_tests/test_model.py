@@ -124,3 +124,17 @@ def test_single_job_fast_path_warns_out_of_space_too(tiny_model) -> None:
                    training={"global_batch_size": 512})
     with pytest.warns(OutOfSpaceWarning, match="num_gpus"):
         tiny_model.model.predict_one(job)
+
+
+def test_a_model_saved_with_older_features_is_refused_with_the_fix(tiny_model, tmp_path) -> None:
+    """Version 1 computed the GEMM efficiencies with the surrogate's own copy of the formula."""
+    import shutil
+
+    from simulator.errors import DataError
+
+    old = tmp_path / "old"
+    shutil.copytree(tiny_model.path, old)
+    meta = json.loads((old / "metadata.json").read_text())
+    (old / "metadata.json").write_text(json.dumps({**meta, "schema_version": 1}))
+    with pytest.raises(DataError, match=r"schema_version 1, this vtrain-ml reads 2 .*retrain"):
+        Surrogate.load(old)

@@ -7,6 +7,10 @@ surrogate is wrong.
 
 from __future__ import annotations
 
+import hashlib
+import math
+import os
+import pickle
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -15,6 +19,14 @@ from simulator.metrics import cost_usd, model_flops_per_iteration, utilization
 from simulator.params import total_params
 from simulator.simulate import simulate
 from simulator.specs import Job
+
+CHUNK_JOBS = 32  # most jobs per worker call (at least 4 calls per worker balance the load)
+JOB_PARTS = ("model", "training", "parallel", "cluster", "hardware")
+# Worker-side memo: digest of a pickled base job -> the job. A pure function of its key (the
+# digest names the bytes), so a hit returns what unpickling would, with the same hardware object
+# every time; bounded, and cleared wholesale when full.
+_BASES: dict[str, Job] = {}
+_MAX_BASES = 8
 
 
 @dataclass(frozen=True)
@@ -70,9 +82,53 @@ def evaluate_exact(job: Job) -> Evaluation:
 
 
 def evaluate_exact_many(jobs: Sequence[Job], n_jobs: int = 1) -> list[Evaluation]:
-    """Exact evaluations of many jobs, in order; `n_jobs` > 1 simulates in worker processes."""
+    """Exact evaluations of many jobs, in order; `n_jobs` > 1 simulates in worker processes.
+
+    The workers (joblib's loky processes, reused between calls) receive the first job once as a
+    pickled blob keyed by its digest, kept in `_BASES`, and per job only the parts that differ
+    from it (`job_deltas`: typically the parallel plan and the cluster). Pickling a whole job
+    costs about a third of its simulation, and a job unpickled per call brings a fresh hardware
+    object, which misses the simulator's memo tables keyed by hardware identity (docs/speed.md).
+    """
     if n_jobs <= 1 or len(jobs) < 8:
         return [evaluate_exact(job) for job in jobs]
     from joblib import Parallel, delayed
 
-    return list(Parallel(n_jobs=n_jobs, batch_size=4)(delayed(evaluate_exact)(job) for job in jobs))
+    base, deltas = job_deltas(jobs)
+    blob = pickle.dumps(base, protocol=pickle.HIGHEST_PROTOCOL)
+    key = hashlib.sha256(blob).hexdigest()
+    workers = max(1, min(n_jobs if n_jobs > 0 else len(os.sched_getaffinity(0)), len(jobs)))
+    size = max(1, min(CHUNK_JOBS, math.ceil(len(jobs) / (4 * workers))))
+    chunks = [deltas[i:i + size] for i in range(0, len(deltas), size)]
+    parts = Parallel(n_jobs=n_jobs)(delayed(_evaluate_chunk)(key, blob, chunk) for chunk in chunks)
+    return [e for part in parts for e in part]
+
+
+def job_deltas(jobs: Sequence[Job]) -> tuple[Job, list[dict[str, Any]]]:
+    """(the first job, per job the parts that differ from it): ``base.model_copy(update=delta)``
+    is the job again (its unchanged parts are the base's own objects)."""
+    base = jobs[0]
+    deltas = []
+    for job in jobs:
+        delta = {}
+        for part in JOB_PARTS:
+            mine, theirs = getattr(job, part), getattr(base, part)
+            if mine is not theirs and mine != theirs:
+                delta[part] = mine
+        deltas.append(delta)
+    return base, deltas
+
+
+def _base_job(key: str, blob: bytes) -> Job:
+    base = _BASES.get(key)
+    if base is None:
+        if len(_BASES) >= _MAX_BASES:
+            _BASES.clear()
+        base = _BASES[key] = pickle.loads(blob)  # our own bytes, from the parent
+    return base
+
+
+def _evaluate_chunk(key: str, blob: bytes, deltas: list[dict[str, Any]]) -> list[Evaluation]:
+    """Worker side of `evaluate_exact_many`: the base job once per process, then each delta."""
+    base = _base_job(key, blob)
+    return [evaluate_exact(base.model_copy(update=delta) if delta else base) for delta in deltas]

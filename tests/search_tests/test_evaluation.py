@@ -1,0 +1,40 @@
+"""Exact evaluations in worker processes: the base job travels once, the answers do not change."""
+
+from __future__ import annotations
+
+from tests.search_tests.conftest import tiny_config
+from vtrain_ml.planner.evaluation import evaluate_exact, evaluate_exact_many, job_deltas
+from vtrain_ml.planner.space import SearchSpace
+
+
+def _tiny_jobs() -> list:
+    space = SearchSpace(tiny_config())
+    built = (space.build(p) for p in space.enumerate())
+    return [c.job for c in built if c.job is not None]
+
+
+def test_a_delta_holds_only_the_parts_that_differ_from_the_first_job() -> None:
+    jobs = _tiny_jobs()
+    base, deltas = job_deltas(jobs)
+    assert base is jobs[0] and deltas[0] == {}
+    assert all("hardware" not in d and "model" not in d for d in deltas)
+    assert any("parallel" in d for d in deltas)
+    rebuilt = [base.model_copy(update=d) for d in deltas]
+    assert rebuilt == jobs
+    assert all(j.hardware is base.hardware for j in rebuilt)
+
+
+def test_another_model_travels_in_its_delta() -> None:
+    jobs = _tiny_jobs()[:3]
+    wider = jobs[1].model_copy(update={"model": jobs[1].model.model_copy(update={"hidden_size": 2048})})
+    _, deltas = job_deltas([jobs[0], wider, jobs[2]])
+    assert deltas[1]["model"].hidden_size == 2048
+    assert "model" not in deltas[2]
+
+
+def test_parallel_evaluations_equal_serial_ones_in_order() -> None:
+    jobs = _tiny_jobs()
+    assert len(jobs) >= 8  # below 8 jobs no worker is started
+    wider = jobs[3].model_copy(update={"model": jobs[3].model.model_copy(update={"hidden_size": 2048})})
+    jobs = [*jobs[:3], wider, *jobs[3:]]
+    assert evaluate_exact_many(jobs, n_jobs=2) == [evaluate_exact(j) for j in jobs]
