@@ -1,0 +1,49 @@
+"""Optional compiled kernels: numba when installed, the same Python function otherwise.
+
+The simulator's hot loops (the pipeline engine's sequential rounds, the surrogate's per-row
+physics) are a few float max/add operations repeated thousands of times: numpy pays a call per
+operation and Python a bytecode dispatch per float. numba compiles the *same* function (one
+copy of the logic, so the compiled and the interpreted path cannot drift apart), and IEEE
+max/add in the same order give bit-identical results; tests compare the two paths.
+
+numba is an optional extra (`pip install vtrain-ml[fast]`): without it, or with the
+environment variable `VTRAIN_NO_JIT=1`, every decorated function runs as plain Python.
+Compiled functions are cached on disk (`cache=True`) so a new process does not recompile.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+try:  # pragma: no cover - which branch runs depends on the environment
+    if os.environ.get("VTRAIN_NO_JIT", "") not in ("", "0"):
+        raise ImportError("disabled by VTRAIN_NO_JIT")
+    import numba as _numba
+except ImportError:  # pragma: no cover
+    _numba = None  # type: ignore[assignment]
+
+HAVE_NUMBA: bool = _numba is not None
+
+
+def njit(fn: F) -> F:
+    """`numba.njit(cache=True)` of `fn` when numba is available, else `fn` itself.
+
+    The undecorated Python function stays reachable as `python_version(compiled)` so that tests
+    can check both paths give the same numbers."""
+    if _numba is None:
+        return fn
+    try:
+        compiled: Any = _numba.njit(cache=True)(fn)
+    except RuntimeError:  # no file to cache beside (a function defined in `python -c`)
+        compiled = _numba.njit(fn)
+    compiled.__vtrain_python__ = fn
+    return compiled  # type: ignore[no-any-return]
+
+
+def python_version(fn: F) -> F:
+    """The plain-Python function behind a function decorated with `njit` (itself if none)."""
+    return getattr(fn, "__vtrain_python__", fn)  # type: ignore[no-any-return]
