@@ -45,6 +45,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import operator
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -64,6 +65,15 @@ def build(shard: Shard) -> tuple[Any, Any]:
     if not available():
         raise ConfigError("--stack megatron-core needs the megatron-core package (pip install "
                           "'vtrain-ml[megatron]'); or use --stack reference")
+    # megatron-core warns at import about every optional accelerator it falls back from (Apex,
+    # Transformer Engine) and about its own default cuda_graph_scope; what it falls back to is
+    # documented above, so these do not reach the user's terminal
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron\.")
+        return _build(shard)
+
+
+def _build(shard: Shard) -> tuple[Any, Any]:
     import torch
 
     _check(shard)
