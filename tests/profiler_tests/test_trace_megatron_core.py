@@ -5,6 +5,7 @@ structure), and the simulator composes the traced phase costs."""
 from __future__ import annotations
 
 import gzip
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,11 +27,17 @@ PHASES = {"embedding_forward", "layer_forward", "head_forward", "head_backward",
 
 
 @pytest.fixture(scope="module")
-def megatron(tmp_path_factory) -> Path:
+def megatron(tmp_path_factory) -> Iterator[Path]:
+    import torch
+    from megatron.core import parallel_state
+
     out = tmp_path_factory.mktemp("trace") / "mcore"
     assert main(["trace", "--stack", "megatron-core", "--models", str(TINY), "--recompute",
                  "none,full", "--out", str(out), *FAST]) == 0
-    return out
+    yield out
+    # the stack leaves its one-process group for the next shape; this worker moves on
+    parallel_state.destroy_model_parallel()
+    torch.distributed.destroy_process_group()
 
 
 def _job(layers: int, micro_batches: int = 2):
