@@ -82,6 +82,7 @@ class Results:
     own: list[float] = field(default_factory=list)
     own_profiled: list[float] = field(default_factory=list)
     deep: dict[int, list[float]] = field(default_factory=dict)
+    deep_no_opt: dict[int, list[float]] = field(default_factory=dict)
     per_layer: list[tuple[float, float]] = field(default_factory=list)
 
     def summary(self, stack: str) -> None:
@@ -92,6 +93,9 @@ class Results:
                  self.own_profiled, "within 3%")
         for n in self.layers:
             _summary(f"{n} layers from the 2-layer trace", self.deep[n], "within 5%")
+        for n in self.layers:
+            _summary(f"{n} layers without the optimizer step (predicted and measured)",
+                     self.deep_no_opt[n], "diagnostic")
         pred, meas = (statistics.median(x) for x in zip(*self.per_layer, strict=True))
         print(f"  one more layer (2 micro-batches): {pred * 1e3:.2f} ms predicted, "
               f"{meas * 1e3:.2f} ms measured between {min(self.layers)} and {max(self.layers)} "
@@ -113,14 +117,18 @@ def one_round(stack: str, job: Job, layers: tuple[int, ...], repeats: int, k: in
     out.own.append(_err(simulate_traced(shallow, str(tmp)).iteration_time_s,
                         float(row["measured_iteration_s"])))
     got: dict[int, tuple[float, float]] = {}
+    opt: dict[int, tuple[float, float]] = {}
     for n in (layers if k % 2 == 0 else layers[::-1]):
         request = TraceRequest((("tiny", job),), stack, "cpu", layers=n, micro_batches=2,
                                warmup=2, repeats=repeats, threads=1, seed=k)
         item = plan(request)[0]
-        _, wall = timed(prepare(item, request), repeats)
-        pred = simulate_traced(validate_job(item.job), str(tmp)).iteration_time_s
-        got[n] = (pred, statistics.median(wall))
+        run = prepare(item, request)
+        _, wall = timed(run, repeats)
+        result = simulate_traced(validate_job(item.job), str(tmp))
+        got[n] = (result.iteration_time_s, statistics.median(wall))
         out.deep.setdefault(n, []).append(_err(*got[n]))
+        opt[n] = (result.breakdown["optimizer"], statistics.median(run.optimizer_s[-repeats:]))
+        out.deep_no_opt.setdefault(n, []).append(_err(got[n][0] - opt[n][0], got[n][1] - opt[n][1]))
     lo, hi = min(layers), max(layers)
     out.per_layer.append(((got[hi][0] - got[lo][0]) / (hi - lo),
                           (got[hi][1] - got[lo][1]) / (hi - lo)))
@@ -128,6 +136,10 @@ def one_round(stack: str, job: Job, layers: tuple[int, ...], repeats: int, k: in
           f"measured, itself {out.own[-1]:+.1%} (profiled {out.own_profiled[-1]:+.1%}); "
           + "; ".join(f"{n} layers {got[n][0] * 1e3:.1f} ms predicted, {got[n][1] * 1e3:.1f} ms "
                       f"measured ({out.deep[n][-1]:+.1%})" for n in layers), flush=True)
+    # the optimizer step's host time, predicted (the traced phase, scaled) and measured alone
+    print("    optimizer step: " + "; ".join(
+        f"{n} layers {opt[n][0] * 1e3:.1f} ms predicted, {opt[n][1] * 1e3:.1f} ms measured"
+        for n in layers), flush=True)
     shutil.rmtree(tmp)
 
 
