@@ -117,3 +117,13 @@ def test_fp16_is_one_clear_error(tmp_path, capsys):
                  str(tmp_path / "x"), *FAST]) == 2
     err = capsys.readouterr().err
     assert "bf16" in err and err.count("\n") == 1
+
+
+def test_without_megatron_core_the_stack_is_one_clear_error(tmp_path, capsys, monkeypatch):
+    from profiler.stacks import megatron_core
+
+    monkeypatch.setattr(megatron_core, "available", lambda: False)
+    assert main(["trace", "--stack", "megatron-core", "--models", str(TINY), "--out",
+                 str(tmp_path / "x"), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "vtrain-ml[megatron]" in err and err.count("\n") == 1
