@@ -7,7 +7,7 @@ $(BIN)/activate: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch pinned to the CPU build that installs from a local file here (see pyproject comments)
-	$(BIN)/pip install -q -e '.[surrogate,profile,huggingface,fast,dev]' 'torch==2.13.0'
+	$(BIN)/pip install -q -e '.[surrogate,profile,huggingface,megatron,fast,dev]' 'torch==2.13.0'
 	touch $(BIN)/activate
 
 .PHONY: example test lint
