@@ -161,17 +161,43 @@ def own_iteration_s(trace: Row, phases: dict[TracePhase, Row], host: Callable[[R
     layers, micro_batches = int(trace["layers"]), int(trace["micro_batches"])
     P = TracePhase
 
-    def step(names: tuple[TracePhase, ...], count: int = 1) -> Step:
-        rows = [phases[p] for p in names if p in phases]
+    def step(rows_of: dict[TracePhase, Row], names: tuple[TracePhase, ...], count: int = 1
+             ) -> Step:
+        rows = [rows_of[p] for p in names if p in rows_of]
         return Step(scale * sum(host(r) for r in rows),
                     sum(float(r["kernel_s"]) + float(r["kernels"]) * gap for r in rows),
                     sum(float(r["kernels"]) for r in rows), count)
 
-    seq = [step((P.EMBEDDING_FORWARD,)), step((P.LAYER_FORWARD,), layers),
-           step((P.HEAD_FORWARD,)), step((P.HEAD_BACKWARD,)),
-           step((P.LAYER_RECOMPUTE, P.LAYER_BACKWARD), layers), step((P.EMBEDDING_BACKWARD,))]
-    opt = step((P.OPTIMIZER,))
-    return cycle_time(seq, micro_batches) + max(opt.host_s, opt.gpu_s)
+    def sequence(rows_of: dict[TracePhase, Row]) -> list[Step]:
+        return [step(rows_of, (P.EMBEDDING_FORWARD,)), step(rows_of, (P.LAYER_FORWARD,), layers),
+                step(rows_of, (P.HEAD_FORWARD,)), step(rows_of, (P.HEAD_BACKWARD,)),
+                step(rows_of, (P.LAYER_RECOMPUTE, P.LAYER_BACKWARD), layers),
+                step(rows_of, (P.EMBEDDING_BACKWARD,))]
+
+    first, later = micro_batch_rows(phases, micro_batches)
+    opt = step(phases, (P.OPTIMIZER,))
+    return cycle_time(sequence(later), micro_batches, sequence(first)) + max(opt.host_s, opt.gpu_s)
+
+
+FIRST = {"kernel_s": "first_kernel_s", "kernels": "first_kernels", "host_s": "first_host_s"}
+
+
+def micro_batch_rows(phases: dict[TracePhase, Row], micro_batches: int
+                     ) -> tuple[dict[TracePhase, Row], dict[TracePhase, Row]]:
+    """Phase rows of the trace's first micro-batch and of each later one (the mean's
+    remainder); both the mean where the trace does not tell them apart."""
+    first: dict[TracePhase, Row] = {}
+    later: dict[TracePhase, Row] = {}
+    for p, r in phases.items():
+        known_first = {k: known(r.get(c)) for k, c in FIRST.items()}
+        if micro_batches < 2 or any(v is None for v in known_first.values()):
+            first[p] = later[p] = r
+            continue
+        m = micro_batches
+        first[p] = {**r, **known_first}
+        later[p] = {**r, **{k: max(0.0, (m * float(r[k]) - v) / (m - 1))
+                            for k, v in known_first.items() if v is not None}}
+    return first, later
 
 
 def _solve(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
