@@ -253,6 +253,25 @@ def block_params(job: Job, phase: TracePhase, layers: int | None = None) -> floa
     return layer
 
 
+def param_tensors(job: Job, layers: int) -> int:
+    """Parameter tensors of one stage holding `layers` layers and the embedding and head.
+
+    The optimizer step's host work is per tensor, whatever the implementation: PyTorch's
+    `torch.optim.AdamW` gathers every parameter, gradient and state tensor in a Python loop
+    (`_init_group`) before a fused or foreach kernel, and its single-tensor path (the default on
+    CPU) runs a dozen ops per tensor (`torch/optim/adamw.py`, `_single_tensor_adamw`). A layer
+    holds Megatron's tensors: two norms (weight, and bias with LayerNorm), the QKV, output, MLP
+    up and down weights, their biases with `use_bias` (`megatron/core/transformer/
+    transformer_layer.py`); a stack that splits Q, K, V or gate and up into separate tensors
+    has more per layer, which moves the layers' share of the step by at most that ratio."""
+    m = job.model
+    norm = 2 if m.norm is Norm.LAYERNORM else 1
+    layer = 2 * norm + 4 * (2 if m.use_bias else 1)
+    learned = m.position_embedding is PositionEmbedding.LEARNED
+    other = 1 + int(learned) + norm + (0 if m.tied_embeddings else 1)
+    return layers * layer + other
+
+
 @dataclass
 class _ClassSums:
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -431,6 +450,9 @@ class TracedCosts:
         gpu += kernels * float(t.row["gpu_gap_s"])
         # host work is per launched kernel (a trace without GPU kernels, from a CPU: unchanged)
         host_factor = kernels / n_ref if n_ref > 0 else 1.0
+        if phase is TracePhase.OPTIMIZER:  # the step's host work is per parameter tensor
+            host_factor = (param_tensors(self.job, _stage_layers(self.job))
+                           / param_tensors(ref_job, int(t.row["layers"])))
         host = self._host(t, traced_row) * host_factor
         return self._scaled_split(t, traced_row, Instance(gpu, host, kernels), host_factor,
                                   p_job / p_ref if p_ref > 0 else 1.0)

@@ -215,6 +215,21 @@ def timed(run: Running, repeats: int) -> tuple[list[float], list[float]]:
     return host, wall
 
 
+def timed_cpu(run: Running, repeats: int) -> tuple[list[float], list[float]]:
+    """Synchronized wall seconds and process CPU seconds of each iteration. On a CPU device
+    with one thread the CPU seconds are the iteration's work without the time other processes
+    took the core: the figure to compare between runs on a shared machine."""
+    wall, cpu = [], []
+    for _ in range(max(1, repeats)):
+        run.sync()
+        start, start_cpu = time.perf_counter(), time.process_time()
+        run.step()
+        run.sync()
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return wall, cpu
+
+
 def record(item: Planned, request: TraceRequest, out: Path) -> TraceSource:
     """Run one shard: warm up, time without the profiler, trace one iteration."""
     import torch
