@@ -14,8 +14,10 @@ unprofiled measurements in measured.csv), prints:
    (any model of the prefix);
 3. peak memory: what `simulate` gives (the simulator's memory model) against the measured peak;
 4. a deeper model from a shallow trace: `trace --device cpu` of a 2-layer reference model,
-   predicting 8 and 24 layers measured without the profiler on this CPU (rounds interleave
-   tracing and measuring; the machine is shared, so each round is reported); target: 5%.
+   predicting 8 and 24 layers measured without the profiler on this CPU; the machine is shared,
+   so each round times the 2-layer shard and the deep models interleaved and reports the error
+   raw, corrected for the machine's drift since tracing, and as growth in CPU seconds from 2
+   layers (see `deep_cpu`); target: 5%.
 
 With --profiles TAG=DIR ... (and --runs), instead predicts the runs file's rows from freshly
 traced profiles (`trace` on the GPU, bench/gpu_trace_session.sh): no trace of the predicted job
