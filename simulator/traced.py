@@ -55,7 +55,7 @@ from simulator.ops import Op, OpKind
 from simulator.params import layer_params, padded_vocab
 from simulator.profile_format import Profile, TracePhase, read_profile
 from simulator.specs import Job
-from simulator.traced_host import DEFAULT_HOST_RATIO, deflation, host_scale
+from simulator.traced_host import DEFAULT_HOST_RATIO, deflation, host_device_rows, host_scale
 
 __all__ = ["DEFAULT_HOST_RATIO", "TracedCosts", "TracedOptions", "rank_vocab", "simulate_traced",
            "simulate_with_profile", "traced_costs"]
@@ -157,7 +157,8 @@ def load_traces(profile: Profile) -> list[_Trace]:
     kernels: dict[str, dict[TracePhase, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for r in _records(profile.phase_kernels):
         kernels[r["trace"]][TracePhase(r["phase"])].append(r)
-    return [_Trace(r, phases[r["trace"]], dict(kernels[r["trace"]])) for r in _records(profile.traces)]
+    return [_Trace(r, host_device_rows(r, phases[r["trace"]]), dict(kernels[r["trace"]]))
+            for r in _records(profile.traces)]
 
 
 def traced_job(base: Job, row: dict[str, Any]) -> Job:

@@ -183,17 +183,23 @@ def prepare(item: Planned, request: TraceRequest) -> Running:
             torch.cuda.synchronize()
 
     optimizer_s: list[float] = []
+    # Host seconds: on a CUDA device the wall time until the step returns (the host thread's
+    # work and its waits in the driver); on a CPU device, where the host does all the work in
+    # this process, its CPU seconds: on a shared machine other processes take the core for
+    # tens of percent of the wall time, and the profiler's cost per op (profiled host time less
+    # unprofiled, measured minutes apart) came out anywhere from -6 to +6 us in wall seconds.
+    clock = time.perf_counter if device.type == "cuda" else time.process_time
 
     def step() -> float:
-        start = time.perf_counter()
+        start = clock()
         for _ in range(item.shard.micro_batches):
             with torch.autocast(device.type, dtype=dtype):
                 loss = loss_fn(model, ids)
             loss.backward()
-        middle = time.perf_counter()
+        middle = clock()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        end = time.perf_counter()
+        end = clock()
         optimizer_s.append(end - middle)
         return end - start
 
