@@ -14,8 +14,10 @@ unprofiled measurements in measured.csv), prints:
    (any model of the prefix);
 3. peak memory: what `simulate` gives (the simulator's memory model) against the measured peak;
 4. a deeper model from a shallow trace: `trace --device cpu` of a 2-layer reference model,
-   predicting 8 and 24 layers measured without the profiler on this CPU (rounds interleave
-   tracing and measuring; the machine is shared, so each round is reported); target: 5%.
+   predicting 8 and 24 layers measured without the profiler on this CPU; the machine is shared,
+   so each round times the 2-layer shard and the deep models interleaved and reports the error
+   raw, corrected for the machine's drift since tracing, and as growth in CPU seconds from 2
+   layers (see `deep_cpu`); target: 5%.
 
 With --profiles TAG=DIR ... (and --runs), instead predicts the runs file's rows from freshly
 traced profiles (`trace` on the GPU, bench/gpu_trace_session.sh): no trace of the predicted job
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import statistics
 import sys
@@ -167,48 +170,78 @@ def memory(rows: list[dict[str, Any]], measured: pd.DataFrame) -> None:
 def deep_cpu(rounds: int, layers: tuple[int, ...], repeats: int = 7) -> None:
     """Trace 2 layers on this CPU, predict deeper models, measure them without the profiler.
 
-    On a shared machine a single timing is noise: each round traces the 2-layer shard (which
-    also measures it unprofiled: the median of `repeats` iterations) and then measures every
-    deeper model the same way (median of `repeats`, after 2 warm-ups), so that the prediction and
-    the measurement use one statistic; rounds alternate the order of the deep models, and the
-    summary is the median over rounds with its spread. The per-layer cost, measured between the
-    two deep models and predicted, shows whether a layer's cost carries from 2 to 24 layers."""
-    from profiler.stacks.runner import TraceRequest, plan, prepare, run_traces, timed
+    On a shared machine the CPU's speed drifts by tens of percent within seconds (other jobs
+    take the core), and a prediction anchored to the speed at tracing time then looks wrong by
+    that drift. So each round traces the 2-layer shard (which measures it unprofiled: the median
+    of `repeats` iterations, the trace's own time) and then times the 2-layer shard and every
+    deeper model *interleaved, one iteration of each in turn* (median of `repeats` each, after 2
+    warm-ups; each turn runs an untimed iteration first, so that no model is timed on caches the
+    other models' iterations left cold): all of them see the same load. Three errors per deep
+    model: raw (prediction vs wall time now); wall-corrected (the prediction times the drift,
+    the 2-layer shard's wall time now / at tracing); and the growth in CPU time (predicted
+    deep / 2-layer iteration vs the same ratio of process CPU seconds: one thread on a CPU
+    device, so CPU seconds are the iteration's work without the time other processes took the
+    core). The summary is the median over rounds with its range; the per-layer cost between
+    the two deep models, predicted and measured (CPU seconds), shows whether a layer's cost
+    carries from 2 to 24 layers."""
+    from profiler.stacks.runner import TraceRequest, plan, prepare, run_traces, timed_cpu
     from simulator.validation import validate_job
 
     job = load_job(ROOT / "tests" / "data" / "traces" / "tiny_trace_gpt.yaml")
     print(f"\ndeeper model from a 2-layer CPU trace (reference stack, {job.model.hidden_size} "
-          f"hidden, 1 thread; median of {repeats} unprofiled iterations, as the trace's own "
-          f"unprofiled time; {rounds} rounds)")
-    errors: dict[int, list[float]] = {n: [] for n in layers}
+          f"hidden, 1 thread; {rounds} rounds; each round traces 2 layers, then times 2 layers and "
+          f"the deep models interleaved, median of {repeats} iterations each)")
+    kinds = ("raw", "wall-corrected", "CPU growth")
+    errors: dict[tuple[str, int], list[float]] = {(k, n): [] for k in kinds for n in layers}
     per_layer: list[tuple[float, float]] = []
     for k in range(rounds):
         tmp = Path(tempfile.mkdtemp())
         req = TraceRequest((("tiny", job),), "reference", "cpu", layers=2, micro_batches=2,
                            warmup=2, repeats=repeats, threads=1, seed=k)
-        list(run_traces(req, tmp, None))
-        got: dict[int, tuple[float, float]] = {}
-        for n in (layers if k % 2 == 0 else layers[::-1]):
+        traced = next(iter(run_traces(req, tmp, None))).source.measured_iteration_s or math.nan
+        runs, preds = {}, {}
+        for n in (2, *layers):
             deep = TraceRequest((("tiny", job),), "reference", "cpu", layers=n, micro_batches=2,
                                 warmup=2, repeats=repeats, threads=1, seed=k)
             item = plan(deep)[0]
-            _, wall = timed(prepare(item, deep), repeats)
-            pred = simulate_traced(validate_job(item.job), str(tmp)).iteration_time_s
-            got[n] = (pred, statistics.median(wall))
-            errors[n].append(_err(*got[n]))
+            runs[n] = prepare(item, deep)
+            preds[n] = simulate_traced(validate_job(item.job), str(tmp)).iteration_time_s
+        walls: dict[int, list[float]] = {n: [] for n in runs}
+        cpus: dict[int, list[float]] = {n: [] for n in runs}
+        for r in range(repeats):
+            for n in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+                wall, cpu = timed_cpu(runs[n], 2)  # the first after a switch warms the caches
+                walls[n].append(wall[1])
+                cpus[n].append(cpu[1])
+        meas = {n: statistics.median(w) for n, w in walls.items()}
+        cpu_s = {n: statistics.median(c) for n, c in cpus.items()}
+        load = meas[2] / traced
+        for n in layers:
+            errors[("raw", n)].append(_err(preds[n], meas[n]))
+            errors[("wall-corrected", n)].append(_err(preds[n] * load, meas[n]))
+            errors[("CPU growth", n)].append(_err(preds[n] / preds[2], cpu_s[n] / cpu_s[2]))
         lo, hi = min(layers), max(layers)
-        per_layer.append(((got[hi][0] - got[lo][0]) / (hi - lo), (got[hi][1] - got[lo][1]) / (hi - lo)))
-        print(f"  round {k + 1}: " + "; ".join(
-            f"{n} layers {got[n][0] * 1e3:7.1f} ms predicted, {got[n][1] * 1e3:7.1f} ms measured "
-            f"({errors[n][-1]:+.1%})" for n in layers), flush=True)
+        scale = cpu_s[2] / preds[2]  # the prediction in this round's CPU seconds
+        per_layer.append(((preds[hi] - preds[lo]) * scale / (hi - lo),
+                          (cpu_s[hi] - cpu_s[lo]) / (hi - lo)))
+        print(f"  round {k + 1}: 2 layers {traced * 1e3:6.1f} ms traced, {meas[2] * 1e3:6.1f} ms now "
+              f"({cpu_s[2] * 1e3:5.1f} ms CPU); " + "; ".join(
+                  f"{n} layers {preds[n] * 1e3:6.1f} ms predicted, {meas[n] * 1e3:6.1f} ms "
+                  f"({cpu_s[n] * 1e3:6.1f} CPU): " + ", ".join(
+                      f"{errors[(e, n)][-1]:+.1%}" for e in kinds) for n in layers), flush=True)
         shutil.rmtree(tmp)
+    print(f"  (errors per round: {', '.join(kinds)})")
     for n in layers:
-        e = sorted(errors[n])
-        print(f"  {n} layers: median error {statistics.median(e):+.1%} over {rounds} rounds "
-              f"(range {e[0]:+.1%} to {e[-1]:+.1%}; target: within 5%)")
+        parts = []
+        for e in kinds:
+            v = sorted(errors[(e, n)])
+            parts.append(f"{e} {statistics.median(v):+.1%} ({v[0]:+.1%} to {v[-1]:+.1%})")
+        print(f"  {n} layers, median over {rounds} rounds: " + "; ".join(parts)
+              + " (target: within 5%)")
     pred_l, meas_l = (statistics.median(x) for x in zip(*per_layer, strict=True))
-    print(f"  one more layer (2 micro-batches): {pred_l * 1e3:.2f} ms predicted, {meas_l * 1e3:.2f} ms "
-          f"measured between {min(layers)} and {max(layers)} layers ({_err(pred_l, meas_l):+.1%})")
+    print(f"  one more layer (2 micro-batches, CPU seconds): {pred_l * 1e3:.2f} ms predicted, "
+          f"{meas_l * 1e3:.2f} ms measured between {min(layers)} and {max(layers)} layers "
+          f"({_err(pred_l, meas_l):+.1%})")
 
 
 def fresh_profiles(profiles: dict[str, Path], runs: Path, measure_here: bool

@@ -6,6 +6,7 @@ host has issued its first kernel (after about H/n) nor finish before the host ha
 last one (H) and that kernel ran (G/n). So a GPU-heavy phase late in a host-bound stretch delays
 what follows, and a host-heavy phase is absorbed by the lead the GPU-heavy ones built up: over a
 long window this reduces to max(total host, total GPU), over a short one it keeps the order.
+The first micro-batch may be a different sequence (see `cycle_time`).
 Runs of identical phases (layers, micro-batches) are extrapolated once their increments repeat,
 so the cost does not grow with the layer or micro-batch count.
 """
@@ -50,9 +51,15 @@ def run(h: float, g: float, step: Step, count: int) -> tuple[float, float]:
     return h, g
 
 
-def cycle_time(sequence: list[Step], cycles: int) -> float:
-    """Seconds until both cursors are done after `cycles` repetitions of `sequence`."""
+def cycle_time(sequence: list[Step], cycles: int, first: list[Step] | None = None) -> float:
+    """Seconds until both cursors are done after `cycles` repetitions of `sequence`; with
+    `first`, the first repetition is `first` instead (the first micro-batch of a gradient
+    accumulation differs from the later ones: nothing to accumulate into yet)."""
     h = g = 0.0
+    if first is not None and cycles > 0:
+        for step in first:
+            h, g = run(h, g, step, step.count)
+        cycles -= 1
     prev: tuple[float, float] | None = None
     for c in range(cycles):
         h0, g0 = h, g

@@ -55,7 +55,12 @@ durations), ``busy_s`` (their union), ``host_s`` (host time the phase's ops own,
 synchronizing calls or on a full launch queue), ``host_p50_s`` (median over instances),
 ``cpu_ops``, ``launches``, ``runtime_s`` (CUDA runtime/driver call time), ``sync_s``,
 ``blocked_s`` (the waits taken out of host_s), ``host_lead_s`` (mean time from a launch call to
-its kernel's start). ``phase_kernels.csv``: ``trace``, ``phase``, ``kernel_class`` (gemm,
+its kernel's start); ``first_kernels``, ``first_kernel_s``, ``first_host_s``: the same for the
+first micro-batch's instances alone (added within version 2; NaN in older profiles, read as "no
+different from the mean"). The first micro-batch differs for a reason, not by chance: with
+``zero_grad(set_to_none=True)`` its backward finds no gradient to add to (autograd's
+AccumulateGrad keeps the new gradient; later micro-batches launch one add per parameter).
+``phase_kernels.csv``: ``trace``, ``phase``, ``kernel_class`` (gemm,
 attention, elementwise, norm, reduction, copy, communication, memset), ``scales_with`` (tokens or
 params: whether the launching op read a parameter-shaped tensor), ``kernels``, ``kernel_s``
 (per phase instance).
@@ -105,9 +110,12 @@ TRACE_COLUMNS = ("trace", "file", "source", "stack", *TRACE_SHAPE_COLUMNS, "iter
                  "peak_memory_bytes")
 PHASE_KEY = ("trace", "phase")
 PHASE_COLUMNS = (*PHASE_KEY, "instances", "kernels", "kernel_s", "busy_s", "host_s", "host_p50_s",
-                 "cpu_ops", "launches", "runtime_s", "sync_s", "blocked_s", "host_lead_s")
+                 "cpu_ops", "launches", "runtime_s", "sync_s", "blocked_s", "host_lead_s",
+                 "first_kernels", "first_kernel_s", "first_host_s")
 PHASE_KERNEL_KEY = ("trace", "phase", "kernel_class", "scales_with")
 PHASE_KERNEL_COLUMNS = (*PHASE_KERNEL_KEY, "kernels", "kernel_s")
+# columns a table of an older version-2 profile may lack: read as NaN (unknown)
+OPTIONAL_COLUMNS = {PHASES_TABLE: ("first_kernels", "first_kernel_s", "first_host_s")}
 TABLE_COLUMNS = {OPS_TABLE: OPS_COLUMNS, COLLECTIVES_TABLE: COLLECTIVE_COLUMNS,
                  TRACES_TABLE: TRACE_COLUMNS, PHASES_TABLE: PHASE_COLUMNS,
                  PHASE_KERNELS_TABLE: PHASE_KERNEL_COLUMNS}
@@ -228,6 +236,9 @@ def _read_table(path: Path, name: str, info: TableInfo) -> pd.DataFrame:
     frame = pd.read_csv(file, keep_default_na=False, na_values={c: ["nan", "NaN", ""] for c in header
                                                                if c not in STRING_COLUMNS},
                         dtype={c: str for c in header if c in STRING_COLUMNS})
+    for column in OPTIONAL_COLUMNS.get(name, ()):
+        if column not in frame.columns:
+            frame[column] = float("nan")
     missing = [c for c in TABLE_COLUMNS.get(name, ()) if c not in frame.columns]
     if missing:
         raise ProfileError(f"table {file} lacks columns {', '.join(missing)}; re-profile")

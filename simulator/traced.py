@@ -55,7 +55,7 @@ from simulator.ops import Op, OpKind
 from simulator.params import layer_params, padded_vocab
 from simulator.profile_format import Profile, TracePhase, read_profile
 from simulator.specs import Job
-from simulator.traced_host import DEFAULT_HOST_RATIO, deflation, host_scale
+from simulator.traced_host import DEFAULT_HOST_RATIO, deflation, host_device_rows, host_scale
 
 __all__ = ["DEFAULT_HOST_RATIO", "TracedCosts", "TracedOptions", "rank_vocab", "simulate_traced",
            "simulate_with_profile", "traced_costs"]
@@ -82,13 +82,58 @@ class TracedOptions:
 
 
 @dataclass(frozen=True)
+class Instance:
+    """One phase instance at one micro-batch position: GPU seconds, host seconds, launches."""
+
+    gpu_s: float
+    host_s: float
+    kernels: float
+
+
+@dataclass(frozen=True)
 class PhaseCost:
-    """One phase instance of the job: GPU seconds, host seconds, kernel launches, source."""
+    """One phase instance of the job, averaged over its micro-batches: GPU seconds, host
+    seconds, kernel launches, source; `first` and `later` are the first micro-batch's instance
+    and each later one's where they differ (with ``zero_grad(set_to_none=True)`` the first
+    backward has no gradient to add to: autograd's AccumulateGrad keeps the new gradient, later
+    micro-batches launch one add per parameter; the timeline needs the order, since a shorter
+    first backward lets a slower host catch up with the GPU sooner)."""
 
     gpu_s: float
     host_s: float
     kernels: float
     source: str
+    first: Instance | None = None
+    later: Instance | None = None
+
+    def at(self, first: bool) -> Instance:
+        """The instance of the first micro-batch, or of a later one."""
+        split = self.first if first else self.later
+        return split if split is not None else Instance(self.gpu_s, self.host_s, self.kernels)
+
+
+def split_cost(mean: Instance, first: Instance | None, traced_mbs: int, job_mbs: int,
+               source: str) -> PhaseCost:
+    """A phase's cost for a job of `job_mbs` micro-batches from a trace's mean over its
+    `traced_mbs` and its first micro-batch's instance (None: no difference known). Later
+    micro-batches are what the mean holds besides the first; a trace of one micro-batch says
+    nothing about them (they are taken as the first)."""
+    if first is None or traced_mbs < 2:
+        return PhaseCost(mean.gpu_s, mean.host_s, mean.kernels, source)
+    m = traced_mbs
+
+    def later_of(a: float, b: float) -> float:
+        return max(0.0, (m * a - b) / (m - 1))
+
+    later = Instance(later_of(mean.gpu_s, first.gpu_s), later_of(mean.host_s, first.host_s),
+                     later_of(mean.kernels, first.kernels))
+    n = max(job_mbs, 1)
+
+    def job_mean(a: float, b: float) -> float:
+        return (a + (n - 1) * b) / n
+
+    return PhaseCost(job_mean(first.gpu_s, later.gpu_s), job_mean(first.host_s, later.host_s),
+                     job_mean(first.kernels, later.kernels), source, first, later)
 
 
 @dataclass(frozen=True)
@@ -112,7 +157,8 @@ def load_traces(profile: Profile) -> list[_Trace]:
     kernels: dict[str, dict[TracePhase, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for r in _records(profile.phase_kernels):
         kernels[r["trace"]][TracePhase(r["phase"])].append(r)
-    return [_Trace(r, phases[r["trace"]], dict(kernels[r["trace"]])) for r in _records(profile.traces)]
+    return [_Trace(r, host_device_rows(r, phases[r["trace"]]), dict(kernels[r["trace"]]))
+            for r in _records(profile.traces)]
 
 
 def traced_job(base: Job, row: dict[str, Any]) -> Job:
@@ -208,6 +254,25 @@ def block_params(job: Job, phase: TracePhase, layers: int | None = None) -> floa
     return layer
 
 
+def param_tensors(job: Job, layers: int) -> int:
+    """Parameter tensors of one stage holding `layers` layers and the embedding and head.
+
+    The optimizer step's host work is per tensor, whatever the implementation: PyTorch's
+    `torch.optim.AdamW` gathers every parameter, gradient and state tensor in a Python loop
+    (`_init_group`) before a fused or foreach kernel, and its single-tensor path (the default on
+    CPU) runs a dozen ops per tensor (`torch/optim/adamw.py`, `_single_tensor_adamw`). A layer
+    holds Megatron's tensors: two norms (weight, and bias with LayerNorm), the QKV, output, MLP
+    up and down weights, their biases with `use_bias` (`megatron/core/transformer/
+    transformer_layer.py`); a stack that splits Q, K, V or gate and up into separate tensors
+    has more per layer, which moves the layers' share of the step by at most that ratio."""
+    m = job.model
+    norm = 2 if m.norm is Norm.LAYERNORM else 1
+    layer = 2 * norm + 4 * (2 if m.use_bias else 1)
+    learned = m.position_embedding is PositionEmbedding.LEARNED
+    other = 1 + int(learned) + norm + (0 if m.tied_embeddings else 1)
+    return layers * layer + other
+
+
 @dataclass
 class _ClassSums:
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -298,8 +363,16 @@ class TracedCosts:
                      == block_params(self.job, phase, _stage_layers(self.job)))
         if exact:
             row = t.phases[phase]
-            gpu = float(row["kernel_s"]) + float(row["kernels"]) * float(t.row["gpu_gap_s"])
-            return PhaseCost(gpu, self._host(t, row), float(row["kernels"]), "traced")
+            gap = float(t.row["gpu_gap_s"])
+            mean = Instance(float(row["kernel_s"]) + float(row["kernels"]) * gap,
+                            self._host(t, row), float(row["kernels"]))
+            first = None
+            if _first_known(row):
+                first = Instance(float(row["first_kernel_s"]) + float(row["first_kernels"]) * gap,
+                                 self._host(t, {**row, "host_s": row["first_host_s"]}),
+                                 float(row["first_kernels"]))
+            return split_cost(mean, first, int(t.row["micro_batches"]),
+                              self.job.num_microbatches, "traced")
         return self._scaled(t, wanted, phase)
 
     def _host(self, t: _Trace, row: dict[str, Any]) -> float:
@@ -377,8 +450,32 @@ class TracedCosts:
         n_ref = float(traced_row["kernels"])
         gpu += kernels * float(t.row["gpu_gap_s"])
         # host work is per launched kernel (a trace without GPU kernels, from a CPU: unchanged)
-        host = self._host(t, traced_row) * (kernels / n_ref if n_ref > 0 else 1.0)
-        return PhaseCost(gpu, host, kernels, "scaled")
+        host_factor = kernels / n_ref if n_ref > 0 else 1.0
+        if phase is TracePhase.OPTIMIZER:  # the step's host work is per parameter tensor
+            host_factor = (param_tensors(self.job, _stage_layers(self.job))
+                           / param_tensors(ref_job, int(t.row["layers"])))
+        host = self._host(t, traced_row) * host_factor
+        return self._scaled_split(t, traced_row, Instance(gpu, host, kernels), host_factor,
+                                  p_job / p_ref if p_ref > 0 else 1.0)
+
+    def _scaled_split(self, t: _Trace, row: dict[str, Any], mean: Instance, host_factor: float,
+                      params: float) -> PhaseCost:
+        """First and later micro-batches of a scaled phase: the traced shape's difference of
+        its first micro-batch from its mean is gradient accumulation (per parameter: GPU time
+        times the parameter ratio; launches unchanged) and host time (times the phase's host
+        factor)."""
+        if not _first_known(row):
+            return PhaseCost(mean.gpu_s, mean.host_s, mean.kernels, "scaled")
+        gap = float(t.row["gpu_gap_s"])
+        d_gpu = (float(row["first_kernel_s"]) + float(row["first_kernels"]) * gap
+                 - float(row["kernel_s"]) - float(row["kernels"]) * gap)
+        d_host = (self._host(t, {**row, "host_s": row["first_host_s"]}) - self._host(t, row))
+        d_kernels = float(row["first_kernels"]) - float(row["kernels"])
+        first = Instance(max(0.0, mean.gpu_s + d_gpu * params),
+                         max(0.0, mean.host_s + d_host * host_factor),
+                         max(0.0, mean.kernels + d_kernels))
+        return split_cost(mean, first, int(t.row["micro_batches"]), self.job.num_microbatches,
+                          "scaled")
 
     @staticmethod
     def _matmul_ratio(traced: dict[str, float], analytic: _ClassSums) -> float:
@@ -427,19 +524,26 @@ class TracedCosts:
         embedding's forward (the breakdown's overhead)."""
         P, L = TracePhase, self.job.model.num_layers
 
-        def step(phases: list[TracePhase], gpu: float, count: int = 1) -> Step:
+        def step(phases: list[TracePhase], gpu: float, first: bool, count: int = 1) -> Step:
             costs = [c for c in (self.phases.get(p) for p in phases) if c is not None]
-            return Step(sum(c.host_s for c in costs), gpu, sum(c.kernels for c in costs), count)
+            at = [c.at(first) for c in costs]
+            # the block's GPU time (communication included) moved by this micro-batch's difference
+            gpu += sum(a.gpu_s - c.gpu_s for a, c in zip(at, costs, strict=True))
+            return Step(sum(a.host_s for a in at), gpu, sum(a.kernels for a in at), count)
 
-        seq = [step([P.EMBEDDING_FORWARD], _gpu(emb, "f")),
-               step([P.LAYER_FORWARD], _gpu(layer, "f"), L),
-               step([P.HEAD_FORWARD], _gpu(head, "f")),
-               step([P.HEAD_BACKWARD], _gpu(head, "b")),
-               step([P.LAYER_RECOMPUTE, P.LAYER_BACKWARD], _gpu(layer, "b"), L),
-               step([P.EMBEDDING_BACKWARD], _gpu(emb, "b"))]
+        def sequence(first: bool) -> list[Step]:
+            return [step([P.EMBEDDING_FORWARD], _gpu(emb, "f"), first),
+                    step([P.LAYER_FORWARD], _gpu(layer, "f"), first, L),
+                    step([P.HEAD_FORWARD], _gpu(head, "f"), first),
+                    step([P.HEAD_BACKWARD], _gpu(head, "b"), first),
+                    step([P.LAYER_RECOMPUTE, P.LAYER_BACKWARD], _gpu(layer, "b"), first, L),
+                    step([P.EMBEDDING_BACKWARD], _gpu(emb, "b"), first)]
+
         m = self.job.num_microbatches
-        gpu = sum(s.gpu_s * s.count for s in seq)
-        excess = max(0.0, cycle_time(seq, m) / m - gpu)
+        seq = sequence(False)
+        gpu = sum(s.gpu_s * s.count for s in seq) * (m - 1) / m + sum(
+            s.gpu_s * s.count for s in sequence(True)) / m
+        excess = max(0.0, cycle_time(seq, m, sequence(True)) / m - gpu)
         return (replace(layer, forward_host_excess=0.0, backward_host_excess=0.0),
                 replace(emb, forward_host_excess=excess, backward_host_excess=0.0),
                 replace(head, forward_host_excess=0.0, backward_host_excess=0.0))
@@ -520,6 +624,13 @@ def _edge_chunk_layers(graph: JobGraph, job: Job) -> tuple[int, int]:
 
 def _stage_layers(job: Job) -> int:
     return job.model.num_layers // job.parallel.pp
+
+
+def _first_known(row: dict[str, Any]) -> bool:
+    """Whether a phase row has its first micro-batch's figures (profiles before they were
+    recorded read NaN)."""
+    return all(not pd.isna(row.get(c, math.nan))
+               for c in ("first_kernels", "first_kernel_s", "first_host_s"))
 
 
 def _phases(t: _Trace) -> dict[TracePhase, dict[str, Any]]:

@@ -183,17 +183,23 @@ def prepare(item: Planned, request: TraceRequest) -> Running:
             torch.cuda.synchronize()
 
     optimizer_s: list[float] = []
+    # Host seconds: on a CUDA device the wall time until the step returns (the host thread's
+    # work and its waits in the driver); on a CPU device, where the host does all the work in
+    # this process, its CPU seconds: on a shared machine other processes take the core for
+    # tens of percent of the wall time, and the profiler's cost per op (profiled host time less
+    # unprofiled, measured minutes apart) came out anywhere from -6 to +6 us in wall seconds.
+    clock = time.perf_counter if device.type == "cuda" else time.process_time
 
     def step() -> float:
-        start = time.perf_counter()
+        start = clock()
         for _ in range(item.shard.micro_batches):
             with torch.autocast(device.type, dtype=dtype):
                 loss = loss_fn(model, ids)
             loss.backward()
-        middle = time.perf_counter()
+        middle = clock()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        end = time.perf_counter()
+        end = clock()
         optimizer_s.append(end - middle)
         return end - start
 
@@ -213,6 +219,21 @@ def timed(run: Running, repeats: int) -> tuple[list[float], list[float]]:
         run.sync()
         wall.append(time.perf_counter() - start)
     return host, wall
+
+
+def timed_cpu(run: Running, repeats: int) -> tuple[list[float], list[float]]:
+    """Synchronized wall seconds and process CPU seconds of each iteration. On a CPU device
+    with one thread the CPU seconds are the iteration's work without the time other processes
+    took the core: the figure to compare between runs on a shared machine."""
+    wall, cpu = [], []
+    for _ in range(max(1, repeats)):
+        run.sync()
+        start, start_cpu = time.perf_counter(), time.process_time()
+        run.step()
+        run.sync()
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return wall, cpu
 
 
 def record(item: Planned, request: TraceRequest, out: Path) -> TraceSource:

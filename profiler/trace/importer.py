@@ -169,7 +169,10 @@ def _phase_rows(trace_id: str, s: TraceSummary) -> list[dict[str, Any]]:
                      "host_p50_s": st.host_p50_s, "cpu_ops": per(st.cpu_ops),
                      "launches": per(st.launches), "runtime_s": per(st.runtime_s),
                      "sync_s": per(st.sync_s), "blocked_s": per(st.blocked_s),
-                     "host_lead_s": st.host_lead_s})
+                     "host_lead_s": st.host_lead_s,
+                     "first_kernels": st.per_first(st.first_kernels),
+                     "first_kernel_s": st.per_first(st.first_kernel_s),
+                     "first_host_s": st.per_first(st.first_host_s, host=True)})
     return rows
 
 

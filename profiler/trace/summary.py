@@ -59,6 +59,17 @@ class PhaseStats:
     blocked_s: float = 0.0  # waiting in launch calls on a full queue (not in host_s)
     lead_s: float = 0.0  # summed over kernels: kernel start - launch call start
     by_class: dict[tuple[KernelClass, Scale], list[float]] = field(default_factory=dict)
+    # the first micro-batch's instances alone (its backward has no gradient to accumulate into)
+    first_instances: int = 0
+    first_kernels: float = 0.0
+    first_kernel_s: float = 0.0
+    first_host_s: float = 0.0  # summed over the least-disturbed iteration's first instances
+    first_host_instances: int = 0
+
+    def per_first(self, value: float, host: bool = False) -> float:
+        """`value` over the first micro-batch's instances (NaN when the phase has none)."""
+        count = self.first_host_instances if host else self.first_instances
+        return value / count if count else float("nan")
 
     def per_instance(self, value: float) -> float:
         return value / self.instances if self.instances else 0.0
@@ -207,9 +218,13 @@ def summarize(trace: RawTrace, links: Links, cut: Cut, params: frozenset[tuple[i
     best = int(np.argmin(by_iteration))
     for inst, kind in enumerate(kind_of):
         stats[kind].instances += 1
+        first = cut.instances[inst].micro_batch == 0
+        stats[kind].first_instances += first
         if iteration[inst] == best:
             stats[kind].host_instances += 1
             stats[kind].host_s += host[inst]
+            stats[kind].first_host_instances += first
+            stats[kind].first_host_s += host[inst] if first else 0.0
     for kind, iv in spans.items():
         stats[kind].busy_s = _busy(iv) * US
     for kind in stats:
@@ -250,6 +265,9 @@ def _kernel_stats(trace: RawTrace, links: Links, cut: Cut, op_inst: np.ndarray,
         s = stats[kind]
         s.kernels += 1
         s.kernel_s += ev.dur * US
+        if inst != NONE and cut.instances[inst].micro_batch == 0:
+            s.first_kernels += 1
+            s.first_kernel_s += ev.dur * US
         spans[kind].append((ev.ts, ev.end))
         if op != NONE:
             s.launches += 1

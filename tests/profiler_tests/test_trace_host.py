@@ -175,3 +175,20 @@ def test_a_real_gpu_bound_h100_trace_fills_the_queue_and_its_waits_are_found():
     job = load_job(data / "mgpt_h6144_l8_s2048_mb1_ga2_none_flash.yaml")
     s = summarize(raw, links, cut(raw, links, 8), parameter_shapes(job), 8)
     assert s.pressure_slowdown == pressure_excess(raw, links)[1] >= 1.0
+
+
+def test_a_cpu_trace_splits_its_host_time_by_each_phases_median_instance():
+    """On a CPU the host is the device: an instance the machine's other jobs slowed must not
+    move the split between phases; the trace's total host time stays as it was."""
+    from simulator.traced_host import host_device_rows
+
+    phases = {P.LAYER_FORWARD: {"host_s": 3.0, "host_p50_s": 1.0, "instances": 2,
+                                "first_host_s": 4.5},
+              P.HEAD_FORWARD: {"host_s": 1.0, "host_p50_s": 1.0, "instances": 2,
+                               "first_host_s": math.nan}}
+    # total 3 x 2 + 1 x 2 = 8 s; by medians 4 s: each phase's median times 2
+    cpu = host_device_rows({"kernels": 0.0}, phases)
+    assert cpu[P.LAYER_FORWARD]["host_s"] == pytest.approx(2.0)
+    assert cpu[P.HEAD_FORWARD]["host_s"] == pytest.approx(2.0)
+    assert cpu[P.LAYER_FORWARD]["first_host_s"] == pytest.approx(3.0)  # its ratio to the mean kept
+    assert host_device_rows({"kernels": 120.0}, phases) is phases  # a GPU trace: unchanged

@@ -4,10 +4,12 @@ re-import, coexistence with op profiles, and one-line errors."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from simulator.loaders import load_job
@@ -44,6 +46,34 @@ def test_the_real_trace_is_cut_into_its_layers_and_micro_batches(imported):
     assert phases.loc["embedding_forward", "instances"] == 2
     assert phases.loc["optimizer", "instances"] == 1
     assert "layer_recompute" not in phases.index  # recompute none
+
+
+def test_the_first_micro_batch_backward_has_no_gradient_to_accumulate_into(imported):
+    """mgpt_ layers hold 12 parameter tensors (2 LayerNorms x weight and bias, QKV, output, MLP
+    up and down x weight and bias); zero_grad(set_to_none=True) leaves the first micro-batch's
+    AccumulateGrad nothing to add to, the second launches one add per tensor. The forward is
+    the same in both."""
+    phases = read_profile(imported).phases.set_index("phase")
+    back, fwd = phases.loc["layer_backward"], phases.loc["layer_forward"]
+    later = 2 * back["kernels"] - back["first_kernels"]  # two micro-batches: mean = (first + later) / 2
+    assert later - back["first_kernels"] == 12
+    assert back["first_kernel_s"] < back["kernel_s"]
+    assert fwd["first_kernels"] == fwd["kernels"]
+    assert pd.isna(phases.loc["optimizer", "first_kernels"])  # not a per-micro-batch phase
+
+
+def test_a_profile_without_first_micro_batch_columns_still_loads(imported, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(imported, old)
+    frame = pd.read_csv(old / "phases.csv").drop(columns=["first_kernels", "first_kernel_s",
+                                                          "first_host_s"])
+    frame.to_csv(old / "phases.csv", index=False)
+    meta = json.loads((old / "metadata.json").read_text())
+    meta["tables"]["phases.csv"]["sha256"] = hashlib.sha256((old / "phases.csv").read_bytes()).hexdigest()
+    (old / "metadata.json").write_text(json.dumps(meta))
+    assert read_profile(old).phases["first_kernels"].isna().all()
+    result = simulate_traced(load_job(JOB), old, TracedOptions(profiled_host=True))
+    assert result.iteration_time_s > 0
 
 
 def test_every_kernel_is_in_one_phase_or_unattributed(imported, raw_events):

@@ -129,3 +129,46 @@ def test_a_flash_trace_predicts_the_unfused_job_with_its_attention_kernels_added
     assert layer.kernels == pytest.approx(5 + 8)
     flash = traced_costs(str(profile), load_job(_job(tmp_path))).phases[TracePhase.LAYER_FORWARD]
     assert flash is not None and layer.gpu_s > flash.gpu_s
+
+
+def test_the_first_micro_batch_runs_its_own_sequence_first():
+    from simulator.host_timeline import Step, cycle_time
+
+    later = [Step(host_s=1.0, gpu_s=2.0, kernels=1)]
+    first = [Step(host_s=1.0, gpu_s=1.0, kernels=1)]
+    # host 1 s, then the GPU's 1 s (first) and 2 s (later): 1 + 1 + 2
+    assert cycle_time(later, 2, first) == pytest.approx(4.0)
+    assert cycle_time(later, 2) == pytest.approx(5.0)  # 1 + 2 + 2
+    assert cycle_time(later, 1, first) == pytest.approx(2.0)
+
+
+def test_a_phase_is_split_into_its_first_and_later_micro_batches():
+    from simulator.traced import Instance, split_cost
+
+    # traced over 2 micro-batches: mean 3 s, first 2 s -> each later one 4 s
+    cost = split_cost(Instance(3.0, 1.0, 10.0), Instance(2.0, 1.5, 8.0), traced_mbs=2,
+                      job_mbs=4, source="traced")
+    assert cost.at(first=True) == Instance(2.0, 1.5, 8.0)
+    assert cost.at(first=False) == Instance(4.0, 0.5, 12.0)
+    assert (cost.gpu_s, cost.host_s, cost.kernels) == pytest.approx(((2 + 3 * 4) / 4,
+                                                                     (1.5 + 3 * 0.5) / 4,
+                                                                     (8 + 3 * 12) / 4))
+    one = split_cost(Instance(3.0, 1.0, 10.0), Instance(2.0, 1.5, 8.0), traced_mbs=2, job_mbs=1,
+                     source="traced")
+    assert one.gpu_s == 2.0  # no gradient accumulation at all: the first micro-batch alone
+    unknown = split_cost(Instance(3.0, 1.0, 10.0), None, traced_mbs=2, job_mbs=4, source="traced")
+    assert unknown.at(first=True) == unknown.at(first=False) == Instance(3.0, 1.0, 10.0)
+
+
+def test_the_optimizer_steps_host_time_grows_with_the_parameter_tensors(tmp_path):
+    from simulator.traced import param_tensors
+
+    job = load_job(_job(tmp_path))  # LayerNorm (the default), no bias, learned positions, tied
+    # per layer 2 LayerNorms x (weight, bias) + 4 weights; word and position embeddings, final
+    # LayerNorm (weight, bias); tied head
+    assert param_tensors(job, 3) == 3 * 8 + 4
+    traced = _profile(tmp_path, 10.0, "opt")
+    deep = load_job(_job(tmp_path, layers=12))
+    ratio = (traced_costs(str(traced), deep).phases[TracePhase.OPTIMIZER].host_s
+             / traced_costs(str(traced), load_job(_job(tmp_path))).phases[TracePhase.OPTIMIZER].host_s)
+    assert ratio == pytest.approx((12 * 8 + 4) / (3 * 8 + 4))
