@@ -25,6 +25,7 @@ itself, only 2-layer shards of its shapes; --measure-here also times each whole 
 device.
 
 Run: python bench/bench_traces.py [--skip-cpu] [--json OUT.json]
+     python bench/bench_traces.py --only-cpu [--stack reference|megatron-core] [--rounds 5]
      python bench/bench_traces.py --profiles mgpt=P1 llama=P2 gpt2=P2 [--measure-here]
 """
 
@@ -167,7 +168,13 @@ def memory(rows: list[dict[str, Any]], measured: pd.DataFrame) -> None:
           f"model is the core engineer's, printed as simulate() gives it)")
 
 
-def deep_cpu(rounds: int, layers: tuple[int, ...], repeats: int = 7) -> None:
+DEEP_JOBS = {"reference": ROOT / "tests" / "data" / "traces" / "tiny_trace_gpt.yaml",
+             "huggingface": ROOT / "tests" / "data" / "traces" / "tiny_trace_gpt.yaml",
+             "megatron-core": ROOT / "tests" / "profiler_tests" / "tiny_megatron_core.yaml"}
+
+
+def deep_cpu(rounds: int, layers: tuple[int, ...], repeats: int = 7, stack: str = "reference"
+             ) -> None:
     """Trace 2 layers on this CPU, predict deeper models, measure them without the profiler.
 
     On a shared machine the CPU's speed drifts by tens of percent within seconds (other jobs
@@ -187,21 +194,22 @@ def deep_cpu(rounds: int, layers: tuple[int, ...], repeats: int = 7) -> None:
     from profiler.stacks.runner import TraceRequest, plan, prepare, run_traces, timed_cpu
     from simulator.validation import validate_job
 
-    job = load_job(ROOT / "tests" / "data" / "traces" / "tiny_trace_gpt.yaml")
-    print(f"\ndeeper model from a 2-layer CPU trace (reference stack, {job.model.hidden_size} "
-          f"hidden, 1 thread; {rounds} rounds; each round traces 2 layers, then times 2 layers and "
+    job = load_job(DEEP_JOBS[stack])
+    print(f"\ndeeper model from a 2-layer CPU trace ({stack} stack, {job.model.name}, "
+          f"{job.model.hidden_size} hidden, 1 thread; {rounds} rounds; each round traces 2 layers, "
+          f"then times 2 layers and "
           f"the deep models interleaved, median of {repeats} iterations each)")
     kinds = ("raw", "wall-corrected", "CPU growth")
     errors: dict[tuple[str, int], list[float]] = {(k, n): [] for k in kinds for n in layers}
     per_layer: list[tuple[float, float]] = []
     for k in range(rounds):
         tmp = Path(tempfile.mkdtemp())
-        req = TraceRequest((("tiny", job),), "reference", "cpu", layers=2, micro_batches=2,
+        req = TraceRequest((("tiny", job),), stack, "cpu", layers=2, micro_batches=2,
                            warmup=2, repeats=repeats, threads=1, seed=k)
         traced = next(iter(run_traces(req, tmp, None))).source.measured_iteration_s or math.nan
         runs, preds = {}, {}
         for n in (2, *layers):
-            deep = TraceRequest((("tiny", job),), "reference", "cpu", layers=n, micro_batches=2,
+            deep = TraceRequest((("tiny", job),), stack, "cpu", layers=n, micro_batches=2,
                                 warmup=2, repeats=repeats, threads=1, seed=k)
             item = plan(deep)[0]
             runs[n] = prepare(item, deep)
@@ -308,6 +316,8 @@ def main() -> None:
     ap.add_argument("--skip-cpu", action="store_true", help="skip the CPU deep-model check")
     ap.add_argument("--only-cpu", action="store_true", help="only the CPU deep-model check")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--stack", choices=sorted(DEEP_JOBS), default="reference",
+                    help="the stack of the CPU deep-model check (its tiny job: DEEP_JOBS)")
     ap.add_argument("--profiles", nargs="*", default=[],
                     help="TAG=DIR: the traced profile for the runs file's rows of that tag")
     ap.add_argument("--measure-here", action="store_true",
@@ -317,7 +327,7 @@ def main() -> None:
     args = ap.parse_args()
     report: dict[str, Any] = {}
     if args.only_cpu:
-        deep_cpu(args.rounds, (8, 24))
+        deep_cpu(args.rounds, (8, 24), stack=args.stack)
     elif args.profiles:
         profiles = {p.split("=", 1)[0]: Path(p.split("=", 1)[1]) for p in args.profiles}
         rows = fresh_profiles(profiles, args.runs, args.measure_here)
@@ -357,7 +367,7 @@ def main() -> None:
                    "measured_ms", "-")
         memory(report["loo"], measured)
         if not args.skip_cpu:
-            deep_cpu(args.rounds, (8, 24))
+            deep_cpu(args.rounds, (8, 24), stack=args.stack)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
 
