@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -53,12 +53,18 @@ class RoundPlan:
     last: np.ndarray  # (p,) each stage's last op
     task: np.ndarray  # index of each op's duration in concat(forward_s.ravel(), backward_s.ravel())
     edge_or_none: np.ndarray  # `edge`, with p (a zero-delay slot) where the input crosses none
-    rounds: tuple[tuple[slice, np.ndarray, np.ndarray], ...]  # per round: its ops, their dep, pred
+
+    @cached_property
+    def rounds(self) -> tuple[tuple[slice, np.ndarray, np.ndarray], ...]:
+        """Per round: its ops, their dep, their pred (built when the numpy rounds first run:
+        the compiled loop does not need them)."""
+        return tuple((slice(a, b), self.dep[a:b], self.pred[a:b])
+                     for a, b in itertools.pairwise(self.offsets.tolist()))
 
     @property
     def scalar(self) -> bool:
         """Time op by op in Python (few ops per round) rather than round by round in numpy."""
-        return self.stage.size < SCALAR_OPS_PER_ROUND * len(self.rounds)
+        return self.stage.size < SCALAR_OPS_PER_ROUND * (self.offsets.size - 1)
 
 
 @lru_cache(maxsize=256)
@@ -78,12 +84,15 @@ def build_round_plan(schedule: Schedule, p: int, m: int, v: int, closed_form: bo
     dep_s = np.where(dep < 0, n, dep)
     if closed_form and schedule in CLOSED_FORM and v == 1:
         level = CLOSED_FORM[schedule](idx, backward, stage, mb)
-        per_stage = _stage_ops(idx)
-        orders = np.take_along_axis(per_stage, np.argsort(level[per_stage], axis=1), axis=1)
+        slots = _slots(level, stage, p)
+        by_stage = slots.T  # each stage's ops in round order: its schedule order
+        orders = by_stage[by_stage >= 0].reshape(p, -1)
     else:
         orders = stage_orders(schedule, p, m, v, all_warmup)
         level = _levels_by_rounds(orders, dep_s, n)
-    original = _round_order(level, stage, p)
+        slots = _slots(level, stage, p)
+    original = slots[slots >= 0]
+    assert original.size == n, "two ops of one stage in one round"
     new_id = np.empty(n + 1, dtype=np.int64)
     new_id[original] = np.arange(n)
     new_id[n] = n
@@ -94,28 +103,17 @@ def build_round_plan(schedule: Schedule, p: int, m: int, v: int, closed_form: bo
     offsets = np.concatenate(([0], np.cumsum(np.bincount(level, minlength=int(level.max()) + 1))))
     st, ch, bw, e = stage[original], chunk[original], backward[original], edge[original]
     dep_new = new_id[dep_s[original]]
-    bounds = offsets.tolist()
-    rounds = tuple((slice(a, b), dep_new[a:b], pred[a:b])
-                   for a, b in itertools.pairwise(bounds))
     return RoundPlan(offsets, st, ch, bw, mb[original], dep_new, e, orders, original, pred,
-                     in_order[:, -1].copy(), (bw * p + st) * v + ch, np.where(e >= 0, e, p), rounds)
+                     in_order[:, -1].copy(), (bw * p + st) * v + ch, np.where(e >= 0, e, p))
 
 
-def _round_order(level: np.ndarray, stage: np.ndarray, p: int) -> np.ndarray:
-    """Op ids sorted by (round, stage). A stage runs at most one op per round, so (round, stage)
-    is a unique slot: a scatter into the slots replaces a sort."""
-    slots = np.full((int(level.max()) + 1) * p, -1, dtype=np.int64)
-    slots[level * p + stage] = np.arange(level.size)
-    original = slots[slots >= 0]
-    assert original.size == level.size, "two ops of one stage in one round"
-    return original
-
-
-def _stage_ops(idx: OpIndex) -> np.ndarray:
-    """(p, 2m) op ids of each stage (forwards then backwards, v = 1)."""
-    stage = np.arange(idx.p)[:, None]
-    mb = np.arange(idx.m)[None, :]
-    return np.concatenate([stage * idx.m + mb, (idx.p + stage) * idx.m + mb], axis=1)
+def _slots(level: np.ndarray, stage: np.ndarray, p: int) -> np.ndarray:
+    """(rounds, p) the op of each (round, stage) slot, -1 where the stage runs none. A stage runs
+    at most one op per round, so the slots are unique: a scatter replaces a sort by (round,
+    stage), and read column by column they give each stage's ops in round order."""
+    slots = np.full((int(level.max()) + 1, p), -1, dtype=np.int64)
+    slots[level, stage] = np.arange(level.size)
+    return slots
 
 
 def _gpipe_levels(idx: OpIndex, backward: np.ndarray, s: np.ndarray, j: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ from simulator.network import NetworkModel
 from simulator.result import SimulationResult, StageReport
 from simulator.specs import Job
 from simulator.tail import FIXED, Tail, compute_tail
-from simulator.topology import Placement, pp_placement, tp_placement
+from simulator.topology import Placement, boundaries_crossing_nodes, p2p_placement, tp_placement
 
 # Costed blocks (and their table for the chunk grids) of every (blocks, hardware, tp placement,
 # kernel and network model) seen recently: see `_costed_blocks`.
@@ -186,16 +186,19 @@ def _edge_delays(job: Job, graph: JobGraph, network: NetworkModel) -> np.ndarray
         return np.zeros(1)
     distinct, which = PLACEMENTS.get(
         (p, job.parallel.tp, job.dp, job.gpus_per_node, job.cluster.num_gpus),
-        lambda: _distinct_placements(tuple(pp_placement(job, b) for b in range(p))))
+        lambda: _distinct_placements(job))
     nbytes = graph.p2p_bytes
     return np.array([network.time(CollectiveKind.SEND_RECV, nbytes, w) for w in distinct])[which]
 
 
-def _distinct_placements(placements: tuple[Placement, ...]) -> tuple[tuple[Placement, ...], np.ndarray]:
-    """The distinct placements (in order of appearance) and each boundary's index among them."""
-    distinct = tuple(dict.fromkeys(placements))
-    index = {w: i for i, w in enumerate(distinct)}
-    return distinct, np.array([index[w] for w in placements], dtype=np.int64)
+def _distinct_placements(job: Job) -> tuple[tuple[Placement, ...], np.ndarray]:
+    """The distinct p2p placements of the pipeline boundaries (in order of appearance) and each
+    boundary's index among them (`topology.pp_placement` of every boundary)."""
+    crosses = boundaries_crossing_nodes(job)
+    first = bool(crosses[0])
+    which = (crosses != first).astype(np.int64)
+    distinct = (p2p_placement(job, first),) + ((p2p_placement(job, not first),) if which.any() else ())
+    return distinct, which
 
 
 def _breakdown(costs: StageCosts, tail: Tail, m: int, c: int, idle: np.ndarray, p2p: np.ndarray,
