@@ -138,26 +138,33 @@ CLOSED_FORM = {Schedule.GPIPE: _gpipe_levels, Schedule.ONE_F_ONE_B: _one_f_one_b
 
 
 def _levels_by_rounds(orders: np.ndarray, dep: np.ndarray, n: int) -> np.ndarray:
-    """Generic rounds: each round, every stage runs its next op if that op's input is done."""
+    """Generic rounds: each round, every stage runs its next op if that op's input is done. An
+    op therefore runs in round max(round of the stage's previous op, round of its input) + 1
+    (-1 for none); stage by stage, each runs ahead as far as its inputs are known, and the
+    passes repeat until every op has its round (Python ints: one step per op, rather than
+    numpy calls per round)."""
     p, length = orders.shape
-    done = np.zeros(n + 1, dtype=bool)
-    done[n] = True
-    level = np.empty(n, dtype=np.int64)
-    ptr = np.zeros(p, dtype=np.int64)
-    stages = np.arange(p)
-    r = 0
-    while True:
-        active = stages[ptr < length]
-        if active.size == 0:
-            return level
-        ops = orders[active, ptr[active]]
-        ready = done[dep[ops]]
-        assert ready.any(), "pipeline schedule deadlocked"
-        ops = ops[ready]
-        done[ops] = True
-        level[ops] = r
-        ptr[active[ready]] += 1
-        r += 1
+    rows, deps = orders.tolist(), dep.tolist()
+    level = [-2] * (n + 1)  # -2: not placed yet
+    level[n] = -1  # the sentinel input, done before round 0
+    ptr, prev = [0] * p, [-1] * p
+    left = p * length
+    while left:
+        moved = 0
+        for s in range(p):
+            row, i, last = rows[s], ptr[s], prev[s]
+            while i < length:
+                d = level[deps[row[i]]]
+                if d == -2:
+                    break
+                last = (last if last > d else d) + 1
+                level[row[i]] = last
+                i += 1
+            moved += i - ptr[s]
+            ptr[s], prev[s] = i, last
+        assert moved, "pipeline schedule deadlocked"
+        left -= moved
+    return np.array(level[:n], dtype=np.int64)
 
 
 @dataclass(frozen=True)
