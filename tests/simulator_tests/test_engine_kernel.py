@@ -106,3 +106,37 @@ def test_the_loop_is_loaded_once_numpy_has_timed_enough_ops():
     assert counter.loop(engine_kernel.JIT_AFTER_OPS - 1) is None
     assert counter.loop(1) is None  # this pipeline still runs in numpy
     assert counter.loop(1) is compiled_loop()  # None without numba: numpy for good
+
+
+def _rounds_by_definition(orders: np.ndarray, dep: np.ndarray, n: int) -> np.ndarray:
+    """The rounds as defined: each round, every stage runs its next op if that op's input ran
+    in an earlier round."""
+    p, length = orders.shape
+    done = np.zeros(n + 1, dtype=bool)
+    done[n] = True
+    level = np.empty(n, dtype=np.int64)
+    ptr = np.zeros(p, dtype=np.int64)
+    r = 0
+    while (ptr < length).any():
+        active = np.flatnonzero(ptr < length)
+        ops = orders[active, ptr[active]]
+        ready = done[dep[ops]]
+        assert ready.any()
+        done[ops[ready]] = True
+        level[ops[ready]] = r
+        ptr[active[ready]] += 1
+        r += 1
+    return level
+
+
+@pytest.mark.parametrize(("p", "m", "v", "all_warmup"), [(2, 4, 2, False), (4, 8, 2, False),
+                                                         (4, 4, 3, True), (8, 16, 4, False)])
+def test_generic_rounds_follow_their_definition(p, m, v, all_warmup):
+    from simulator.schedule import OpIndex, dependencies, stage_orders
+
+    n = OpIndex(p, v, m).count
+    dep, _ = dependencies(p, m, v)
+    dep = np.where(dep < 0, n, dep)
+    orders = stage_orders(Schedule.INTERLEAVED_1F1B, p, m, v, all_warmup)
+    expected = _rounds_by_definition(orders, dep, n)
+    assert np.array_equal(engine._levels_by_rounds(orders, dep, n), expected)
