@@ -140,3 +140,18 @@ def test_generic_rounds_follow_their_definition(p, m, v, all_warmup):
     orders = stage_orders(Schedule.INTERLEAVED_1F1B, p, m, v, all_warmup)
     expected = _rounds_by_definition(orders, dep, n)
     assert np.array_equal(engine._levels_by_rounds(orders, dep, n), expected)
+
+
+def test_interleaved_order_of_the_first_stage_is_megatrons():
+    """p = 2, v = 2, m = 4 (Megatron's get_pp_rank_microbatches: 2 (p - 1) + (v - 1) p = 4
+    warm-up forwards on stage 0; micro-batches run in groups of p per chunk, backwards from the
+    last chunk)."""
+    from simulator.schedule import OpIndex, stage_orders
+
+    idx = OpIndex(2, 2, 4)
+    backward, chunk, _, mb = idx.decode()
+    order = stage_orders(Schedule.INTERLEAVED_1F1B, 2, 4, 2)[0]
+    names = [f"{'B' if backward[o] else 'F'}{chunk[o]}.{mb[o]}" for o in order]
+    assert names == ["F0.0", "F0.1", "F1.0", "F1.1",
+                     "F0.2", "B1.0", "F0.3", "B1.1", "F1.2", "B0.0", "F1.3", "B0.1",
+                     "B1.2", "B1.3", "B0.2", "B0.3"]
