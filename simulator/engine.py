@@ -27,7 +27,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from simulator.engine_kernel import RUNS, Arrays
+from simulator.engine_kernel import RUNS, Arrays, levels_loop
 from simulator.enums import Schedule
 from simulator.schedule import OpIndex, dependencies, stage_orders
 
@@ -138,33 +138,24 @@ CLOSED_FORM = {Schedule.GPIPE: _gpipe_levels, Schedule.ONE_F_ONE_B: _one_f_one_b
 
 
 def _levels_by_rounds(orders: np.ndarray, dep: np.ndarray, n: int) -> np.ndarray:
-    """Generic rounds: each round, every stage runs its next op if that op's input is done. An
-    op therefore runs in round max(round of the stage's previous op, round of its input) + 1
-    (-1 for none); stage by stage, each runs ahead as far as its inputs are known, and the
-    passes repeat until every op has its round (Python ints: one step per op, rather than
-    numpy calls per round)."""
+    """Generic rounds: each round, every stage runs its next op if that op's input is done
+    (`engine_kernel.levels_loop`: one step per op, on Python ints or compiled)."""
     p, length = orders.shape
-    rows, deps = orders.tolist(), dep.tolist()
-    level = [-2] * (n + 1)  # -2: not placed yet
-    level[n] = -1  # the sentinel input, done before round 0
-    ptr, prev = [0] * p, [-1] * p
-    left = p * length
-    while left:
-        moved = 0
-        for s in range(p):
-            row, i, last = rows[s], ptr[s], prev[s]
-            while i < length:
-                d = level[deps[row[i]]]
-                if d == -2:
-                    break
-                last = (last if last > d else d) + 1
-                level[row[i]] = last
-                i += 1
-            moved += i - ptr[s]
-            ptr[s], prev[s] = i, last
-        assert moved, "pipeline schedule deadlocked"
-        left -= moved
-    return np.array(level[:n], dtype=np.int64)
+    compiled = RUNS.levels(n)
+    if compiled is None:
+        level = [-2] * (n + 1)
+        level[n] = -1
+        placed = levels_loop(orders.tolist(), dep.tolist(), level, [0] * p, [-1] * p, p, length)
+        out = np.array(level[:n], dtype=np.int64)
+    else:
+        buffer = np.full(n + 1, -2, dtype=np.int64)
+        buffer[n] = -1
+        placed = compiled(np.ascontiguousarray(orders, dtype=np.int64),
+                          np.ascontiguousarray(dep, dtype=np.int64), buffer,
+                          np.zeros(p, dtype=np.int64), np.full(p, -1, dtype=np.int64), p, length)
+        out = buffer[:n].copy()
+    assert placed == p * length, "pipeline schedule deadlocked"
+    return out
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,48 @@ def timeline_loop(dep: np.ndarray, pred: np.ndarray, task: np.ndarray, edge: np.
     return end, start, idle, exposed, duration
 
 
+def levels_loop(rows: Any, deps: Any, level: Any, ptr: Any, prev: Any, p: int,
+                length: int) -> int:
+    """The round of every op of a generic schedule (simulator.engine._levels_by_rounds): each
+    round, every stage runs its next op if that op's input ran in an earlier round, so an op's
+    round is max(round of the stage's previous op, round of its input) + 1. Stage by stage,
+    each runs ahead as far as its inputs are placed; the passes repeat until every op is.
+    rows: (p, length) op ids in stage order; deps: each op's input (n = none); level: n + 1
+    slots, -2 (not placed) and level[n] = -1; ptr / prev: p zeros / p times -1. Works on Python
+    lists (interpreted) and on int64 arrays (compiled). Returns the ops placed (fewer than
+    p * length: the schedule deadlocks)."""
+    placed = 0
+    moved = 1
+    while moved and placed < p * length:
+        moved = 0
+        for s in range(p):
+            i = ptr[s]
+            last = prev[s]
+            while i < length:
+                d = level[deps[rows[s][i]]]
+                if d == -2:
+                    break
+                last = (last if last > d else d) + 1
+                level[rows[s][i]] = last
+                i += 1
+            moved += i - ptr[s]
+            ptr[s] = i
+            prev[s] = last
+        placed += moved
+    return placed
+
+
+@lru_cache(maxsize=1)
+def compiled_levels() -> Callable[..., int] | None:
+    """`levels_loop` compiled, or None (as `compiled_loop`)."""
+    from simulator import jit
+
+    if not jit.HAVE_NUMBA:
+        return None
+    fn: Any = jit.njit(levels_loop)
+    return fn  # type: ignore[no-any-return]
+
+
 @lru_cache(maxsize=1)
 def compiled_loop() -> Callable[..., Arrays] | None:
     """`timeline_loop` compiled (loaded from numba's disk cache after the first compilation),
@@ -73,9 +115,9 @@ def compiled_loop() -> Callable[..., Arrays] | None:
 
 
 class RunCounter:
-    """The ops this process has timed with numpy, to decide when loading the compiled loop pays
-    (a rent-or-buy rule: keep paying numpy's ~0.16 us per op until that adds up to the one-time
-    cost of loading the loop)."""
+    """The ops this process has timed (or placed in rounds) without compiled code, to decide when
+    loading the compiled loops pays (a rent-or-buy rule: keep paying ~0.16 us per op until that
+    adds up to the one-time cost of loading them)."""
 
     __slots__ = ("ops",)
 
@@ -89,6 +131,13 @@ class RunCounter:
             self.ops += ops
             return None
         return compiled_loop()
+
+    def levels(self, ops: int) -> Callable[..., int] | None:
+        """`compiled_levels` under the same rule (building a plan counts its ops)."""
+        if self.ops < JIT_AFTER_OPS:
+            self.ops += ops
+            return None
+        return compiled_levels()
 
     def load_now(self) -> bool:
         """Use the compiled loop from the next pipeline on (a caller that knows it will time

@@ -8,6 +8,7 @@ chunks per stage (Narayanan et al. 2021, Sec. 2.2.2). Ops are integers:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,7 @@ def stage_orders(schedule: Schedule, p: int, m: int, v: int, all_warmup: bool = 
     """Array (p, 2*v*m) of op ids: the execution order on each stage. `all_warmup`: every stage
     runs all its forwards first (Megatron's interleaved schedule before Nov 2024 when m == p)."""
     idx = OpIndex(p, v, m)
+    orders: list[list[int] | np.ndarray]
     if all_warmup and schedule is Schedule.INTERLEAVED_1F1B:
         orders = [_interleaved(idx, s, all_warmup=True) for s in range(p)]
     else:
@@ -80,7 +82,7 @@ def _interleaved(idx: OpIndex, s: int, all_warmup: bool = False) -> np.ndarray:
     return np.concatenate((fwd[:warm], steady, bwd[total - warm:]))
 
 
-_ORDERS = {
+_ORDERS: dict[Schedule, Callable[[OpIndex, int], list[int] | np.ndarray]] = {
     Schedule.GPIPE: _gpipe,
     Schedule.ONE_F_ONE_B: _one_f_one_b,
     Schedule.INTERLEAVED_1F1B: _interleaved,

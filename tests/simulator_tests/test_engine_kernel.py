@@ -155,3 +155,24 @@ def test_interleaved_order_of_the_first_stage_is_megatrons():
     assert names == ["F0.0", "F0.1", "F1.0", "F1.1",
                      "F0.2", "B1.0", "F0.3", "B1.1", "F1.2", "B0.0", "F1.3", "B0.1",
                      "B1.2", "B1.3", "B0.2", "B0.3"]
+
+
+def test_compiled_rounds_equal_interpreted_ones():
+    from simulator.engine_kernel import compiled_levels, levels_loop
+    from simulator.schedule import OpIndex, dependencies, stage_orders
+
+    compiled = compiled_levels()
+    if compiled is None:
+        pytest.skip("numba is not available (VTRAIN_NO_JIT=1 or not installed)")
+    assert python_version(compiled) is levels_loop
+    p, m, v = 4, 8, 2
+    n = OpIndex(p, v, m).count
+    dep, _ = dependencies(p, m, v)
+    dep = np.where(dep < 0, n, dep)
+    orders = stage_orders(Schedule.INTERLEAVED_1F1B, p, m, v)
+    level = [-2] * n + [-1]
+    assert levels_loop(orders.tolist(), dep.tolist(), level, [0] * p, [-1] * p, p, 2 * v * m) == n
+    buffer = np.array([-2] * n + [-1], dtype=np.int64)
+    placed = compiled(orders, dep, buffer, np.zeros(p, dtype=np.int64), np.full(p, -1), p, 2 * v * m)
+    assert placed == n and buffer.tolist() == level
+    assert level[:n] == _rounds_by_definition(orders, dep, n).tolist()
