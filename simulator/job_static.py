@@ -13,7 +13,7 @@ returns what a fresh build would (tests/simulator_tests/test_caches.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,10 +39,18 @@ class JobStatic:
     model_flops: float
     hardware_flops: float
     summary: dict[str, Any]  # job_summary(job); callers get a copy
+    # What simulate memoizes per job and kernel / network model (p2p delays, the tail's fixed
+    # terms) and per job and costed blocks (stage costs): kept here, so that they live and go
+    # with the job's entry in JOBS.
+    per_models: Memo[Any] = field(default_factory=lambda: Memo(maxsize=8), compare=False,
+                                  repr=False)
+    per_blocks: Memo[Any] = field(default_factory=lambda: Memo(maxsize=8), compare=False,
+                                  repr=False)
 
 
-# Per job: its configs (pydantic, hashed by content) and its hardware (by identity).
-JOBS: Memo[JobStatic] = Memo(maxsize=1024)
+# Per job: its configs (pydantic, hashed by content) and its hardware (by identity). Bounded like
+# `engine.round_plan`'s cache: an entry holds the job's round plan (~1 MB for MT-NLG's 11,200 ops).
+JOBS: Memo[JobStatic] = Memo(maxsize=256)
 
 
 def job_key(job: Job) -> tuple[object, ...]:

@@ -29,7 +29,7 @@ from simulator.nccl import load_nccl_table
 from simulator.network import NetworkModel
 from simulator.result import SimulationResult, StageReport
 from simulator.specs import Job
-from simulator.tail import FIXED, Tail, compute_tail
+from simulator.tail import Tail, compute_tail, fixed_tail
 from simulator.topology import Placement, boundaries_crossing_nodes, p2p_placement, tp_placement
 
 # Costed blocks (and their table for the chunk grids) of every (blocks, hardware, tp placement,
@@ -39,11 +39,6 @@ COSTED: Memo[tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]] = Memo(m
 # per (pp, tp, dp, GPUs per node, GPUs): what `topology.pp_placement` reads.
 PLACEMENTS: Memo[tuple[tuple[Placement, ...], np.ndarray]] = Memo(maxsize=512)
 NETWORKS: Memo[NetworkModel] = Memo(maxsize=64)
-# Per job (its static parts) and costed blocks (their table, by identity): the stage costs and
-# the profile coverage.
-STAGE_COSTS: Memo[tuple[StageCosts, dict[str, float]]] = Memo(maxsize=1024)
-# Per job and its kernel and network models (the key of `simulate`): the p2p delays.
-EDGE_DELAYS: Memo[np.ndarray] = Memo(maxsize=1024)
 
 
 def default_network(job: Job) -> NetworkModel:
@@ -68,22 +63,24 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     `blocks` replaces the op-level block costs (e.g. phases of a traced stack, simulator.traced)."""
     static = job_static(job)
     graph, plan, memory = static.graph, static.plan, static.memory
-    # what the per-model terms below are a function of: the job (its static parts, pinned) and
-    # the two models (a caller's by identity; the defaults are functions of the job)
-    key = (Pinned(static), None if kernels is None else Pinned(kernels),
-           None if network is None else Pinned(network))
+    # the per-model terms below are functions of the job and the two models (a caller's by
+    # identity; the default ones are functions of the job): memoized in the job's entry
+    models = (None if kernels is None else Pinned(kernels),
+              None if network is None else Pinned(network))
     costed, cached_table = _costed_blocks(job, graph, kernels, network)
     kernels = kernels or default_kernels(job)
     network = network or default_network(job)
+    costs: StageCosts
     if blocks is None:
-        costs, coverage = STAGE_COSTS.get((Pinned(static), Pinned(cached_table)), lambda: _costs(
+        costs, coverage = static.per_blocks.get(Pinned(cached_table), lambda: _costs(
             job, graph, costed, cached_table))
     else:
         costs, coverage = _costs(job, graph, blocks.replace_blocks(graph, *costed), None)
     p, m = job.parallel.pp, job.num_microbatches
-    edge_delays = EDGE_DELAYS.get(key, lambda: _edge_delays(job, graph, network))
+    edge_delays, fixed = static.per_models.get(models, lambda: (
+        _edge_delays(job, graph, network), fixed_tail(job, static.params, kernels, network)))
     timeline = run_pipeline(plan, costs.forward_s, costs.backward_s, edge_delays)
-    tail = compute_tail(job, timeline, static.params, kernels, network, key)
+    tail = compute_tail(job, timeline, static.params, kernels, network, fixed)
     stage_total = timeline.stage_end + tail.total_s
     iteration = float(stage_total.max())
     critical = int(stage_total.argmax())
@@ -143,9 +140,6 @@ def clear_layout_caches() -> None:
     a search that tries a new layout of a known model pays."""
     round_plan.cache_clear()
     JOBS.clear()
-    STAGE_COSTS.clear()
-    EDGE_DELAYS.clear()
-    FIXED.clear()
     PLACEMENTS.clear()
     ORDER_SIGNS.clear()
 

@@ -17,7 +17,7 @@ the local (sharded, with ZeRO-1) parameters; ZeRO-1 then all-gathers the updated
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +27,6 @@ from simulator.engine import Timeline
 from simulator.enums import CollectiveKind, Norm, Precision
 from simulator.framework import semantics
 from simulator.graph_eager import optimizer_launches
-from simulator.memo import Memo
 from simulator.network import NetworkModel
 from simulator.ops import Op, OpKind, Phase
 from simulator.params import final_norm_params, padded_vocab
@@ -92,17 +91,13 @@ class FixedTail:
     optimizer_s: np.ndarray
 
 
-# Per (job, kernel model, network model) of `simulate`: see `compute_tail`'s `key`.
-FIXED: Memo[FixedTail] = Memo(maxsize=1024)
-
-
 def compute_tail(job: Job, timeline: Timeline, params_per_stage: np.ndarray,
                  kernels: KernelModel, network: NetworkModel,
-                 key: Hashable | None = None) -> Tail:
-    """The tail of every stage. `key`: what the timeline-independent terms are a function of
-    (the job and the two models, given by simulate), to memoize them in `FIXED`."""
-    fixed = (fixed_tail(job, params_per_stage, kernels, network) if key is None else
-             FIXED.get(key, lambda: fixed_tail(job, params_per_stage, kernels, network)))
+                 fixed: FixedTail | None = None) -> Tail:
+    """The tail of every stage. `fixed`: `fixed_tail` of the same job and models, when the
+    caller has it (simulate memoizes it per job and models)."""
+    if fixed is None:
+        fixed = fixed_tail(job, params_per_stage, kernels, network)
     exposed, dp_total = fixed.dp_exposed_s, fixed.dp_comm_s
     if job.dp > 1 and job.parallel.overlap_grad_reduce:
         kind = (CollectiveKind.REDUCE_SCATTER if job.parallel.distributed_optimizer
