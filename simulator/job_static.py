@@ -21,7 +21,7 @@ import numpy as np
 from simulator.engine import RoundPlan, round_plan
 from simulator.framework import semantics
 from simulator.graph import JobGraph, build_graph
-from simulator.memo import Memo, Pinned
+from simulator.memo import Memo, Pinned, read_only
 from simulator.memory import MemoryTable, stage_memory_table, stage_param_counts
 from simulator.metrics import hardware_flops_per_iteration, model_flops_per_iteration
 from simulator.params import total_params
@@ -68,9 +68,12 @@ def build_static(job: Job) -> JobStatic:
     p, v, m = job.parallel.pp, job.parallel.virtual_stages, job.num_microbatches
     all_warmup = semantics(job.training.framework).all_forwards_first_when_m_equals_p and m == p
     plan = round_plan(job.parallel.schedule, p, m, v, all_warmup)
-    return JobStatic(graph, plan, stage_param_counts(job), stage_memory_table(job, graph, plan),
-                     model_flops_per_iteration(job), hardware_flops_per_iteration(job),
-                     job_summary(job))
+    static = JobStatic(graph, plan, stage_param_counts(job), stage_memory_table(job, graph, plan),
+                       model_flops_per_iteration(job), hardware_flops_per_iteration(job),
+                       job_summary(job))
+    read_only(graph.chunk_layers, static.params, static.memory.allocated_bytes,
+              static.memory.total_bytes)
+    return static
 
 
 def job_summary(job: Job) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from simulator.costs import AnalyticKernelModel, CostSource, KernelModel
 from simulator.engine import Timeline, round_plan, run_pipeline
 from simulator.enums import CollectiveKind
 from simulator.graph import BLOCKS, JobGraph, blocks_key
-from simulator.job_static import JOBS, job_static, job_summary
+from simulator.job_static import JOBS, JobStatic, job_static, job_summary
 from simulator.lowering import (
     COMM_TIMES,
     OP_COSTS,
@@ -22,14 +22,14 @@ from simulator.lowering import (
     block_table,
     stage_costs,
 )
-from simulator.memo import Memo, Pinned
+from simulator.memo import Memo, Pinned, read_only
 from simulator.memory import ORDER_SIGNS
 from simulator.metrics import cost_usd, utilization
 from simulator.nccl import load_nccl_table
 from simulator.network import NetworkModel
 from simulator.result import SimulationResult, StageReport
 from simulator.specs import Job
-from simulator.tail import Tail, compute_tail, fixed_tail
+from simulator.tail import FixedTail, Tail, compute_tail, fixed_tail
 from simulator.topology import Placement, boundaries_crossing_nodes, p2p_placement, tp_placement
 
 # Costed blocks (and their table for the chunk grids) of every (blocks, hardware, tp placement,
@@ -77,8 +77,8 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     else:
         costs, coverage = _costs(job, graph, blocks.replace_blocks(graph, *costed), None)
     p, m = job.parallel.pp, job.num_microbatches
-    edge_delays, fixed = static.per_models.get(models, lambda: (
-        _edge_delays(job, graph, network), fixed_tail(job, static.params, kernels, network)))
+    edge_delays, fixed = static.per_models.get(
+        models, lambda: _per_models(job, static, kernels, network))
     timeline = run_pipeline(plan, costs.forward_s, costs.backward_s, edge_delays)
     tail = compute_tail(job, timeline, static.params, kernels, network, fixed)
     stage_total = timeline.stage_end + tail.total_s
@@ -168,7 +168,18 @@ def _costed_blocks(job: Job, graph: JobGraph, kernels: KernelModel | None,
 def _costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, BlockCost, BlockCost],
            table: np.ndarray | None) -> tuple[StageCosts, dict[str, float]]:
     costs = stage_costs(job, graph, costed, table)
+    read_only(costs.forward_s, costs.backward_s, *costs.parts.values(),
+              *(costs.forward_parts or {}).values(), *(costs.backward_parts or {}).values())
     return costs, _coverage(costs, job, graph)
+
+
+def _per_models(job: Job, static: JobStatic, kernels: KernelModel, network: NetworkModel
+                ) -> tuple[np.ndarray, FixedTail]:
+    """The p2p delays and the tail's timeline-independent terms (memoized per job and models)."""
+    delays = _edge_delays(job, static.graph, network)
+    fixed = fixed_tail(job, static.params, kernels, network)
+    read_only(delays, *(a for a in vars(fixed).values() if isinstance(a, np.ndarray)))
+    return delays, fixed
 
 
 def _edge_delays(job: Job, graph: JobGraph, network: NetworkModel) -> np.ndarray:

@@ -107,3 +107,17 @@ def test_a_new_layout_keeps_the_models_blocks_and_forgets_the_layout() -> None:
     again = simulate(job)
     assert again.job["model"] == job.model.name
     assert again.iteration_time_s == first.iteration_time_s
+
+
+def test_memoized_arrays_a_result_shares_cannot_be_changed_in_place() -> None:
+    import numpy as np
+    import pytest
+
+    job = load_job(MTNLG)
+    clear_caches()
+    result = simulate(job)
+    for shared in (result.costs.forward_s, result.graph.chunk_layers, result.tail.optimizer_s):
+        with pytest.raises(ValueError, match="read-only"):
+            shared += 1.0
+    assert np.array_equal(simulate(job).costs.forward_s, result.costs.forward_s)
+    assert simulate(job).to_dict() == result.to_dict()
