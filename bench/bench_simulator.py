@@ -3,10 +3,16 @@
     .venv/bin/python bench/bench_simulator.py [--repeats N] [--calculon PATH] [--headline-only]
 
 Cold = nothing memoized (`simulate.clear_caches()` before each call: the schedule's round plan, the
-operator blocks and their costs are built). New layout = the blocks of the model are memoized but
-the round plan is not, as in a search that changes pp / dp / micro-batches of one model. Warm =
-everything memoized, as in a loop over jobs that share a pipeline shape. Job files are parsed once,
+operator blocks and their costs are built). New layout = the blocks of the model and their costs
+are memoized but nothing of the layout (`simulate.clear_layout_caches()`: round plan, the job's
+static parts, stage costs, p2p delays, tail), as in a search that changes pp / dp / micro-batches
+of one model. Warm = everything memoized, as in a loop that simulates a job again (the scheduler
+at each GPU count it tries, a calibration with new efficiencies). Job files are parsed once,
 outside the timing.
+
+The engine's compiled loop (numba, simulator.engine_kernel) is loaded before timing, as a long
+loop over jobs would; the headline is then measured again in a subprocess with VTRAIN_NO_JIT=1
+(numpy engine, everything else the same) and printed beside it (`--skip-no-jit` to skip).
 
 `--calculon PATH` times Calculon's in-process evaluation (`Llm.compile` + `Llm.run`, WARNING-level
 logger) of the same MT-NLG 530B job in the same run: PATH is a checkout of
@@ -21,10 +27,13 @@ the number of layers). References from issue 2: vTrain 6.2 s (21 s at pp = 105).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import time
 import types
@@ -40,6 +49,14 @@ try:
     from simulator.simulate import clear_caches
 except ImportError:  # a simulator from before the memo tables (to time it with this script)
     clear_caches = round_plan.cache_clear
+try:
+    from simulator.simulate import clear_layout_caches
+except ImportError:  # before the per-job memo tables: a new layout needs a new round plan
+    clear_layout_caches = round_plan.cache_clear
+try:
+    from simulator.engine_kernel import RUNS
+except ImportError:  # before the compiled engine loop
+    RUNS = None
 
 ROOT = Path(__file__).resolve().parents[1]
 VTRAIN_S = 6.2  # vTrain on the MT-NLG example (issue 2)
@@ -104,13 +121,14 @@ def headline(repeats: int) -> dict[str, float]:
     rows = {MTNLG: mtnlg, "MT-NLG 530B, 3360 GPUs (8,4,105), m=480": pp105, SMALL: two_gpu}
     import simulator
     print(f"Simulator from {Path(simulator.__file__).parent}")
+    print(f"Pipeline engine: {engine_path()}")
     print(f"Per-simulation wall time, best of {repeats} (median in brackets; {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f})")
     print(f"  {'job':<42}{'cold':>24}{'new layout':>24}{'warm':>24}")
     out = {}
     for name, job in rows.items():
         cold = _times(partial(_cleared, clear_caches, job), repeats)
-        layout = _times(partial(_cleared, round_plan.cache_clear, job), repeats)
+        layout = _times(partial(_cleared, clear_layout_caches, job), repeats)
         simulate(job)
         warm = _times(partial(simulate, job), repeats)
         out[name], out[name + " cold"], out[name + " layout"] = min(warm), min(cold), min(layout)
@@ -119,6 +137,41 @@ def headline(repeats: int) -> dict[str, float]:
               f"{ms(min(layout))} [{ms(statistics.median(layout))}]"
               f"{ms(min(warm))} [{ms(statistics.median(warm))}]")
     return out
+
+
+def engine_path() -> str:
+    """Load the compiled engine loop now (as a long loop over jobs would) and say which path the
+    timings below use."""
+    if RUNS is None:
+        return "numpy rounds (a simulator without the compiled loop)"
+    t0 = time.perf_counter()
+    if RUNS.load_now():
+        import numba  # type: ignore[import-untyped]
+        return (f"compiled loop, numba {numba.__version__} (loaded in "
+                f"{time.perf_counter() - t0:.2f} s, once per process)")
+    return "numpy (numba not installed, or VTRAIN_NO_JIT=1)"
+
+
+def without_jit(repeats: int) -> dict[str, float] | None:
+    """The headline measured in a subprocess with VTRAIN_NO_JIT=1 (None if it failed)."""
+    env = {**os.environ, "VTRAIN_NO_JIT": "1"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--repeats", str(repeats), "--child-json"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        print(f"  (the VTRAIN_NO_JIT=1 subprocess failed: {done.stderr.strip().splitlines()[-1:]})")
+        return None
+    numbers: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return numbers
+
+
+def beside(head: dict[str, float], numpy_head: dict[str, float]) -> None:
+    print("\nThe same headline with VTRAIN_NO_JIT=1 (numpy engine; a subprocess right after the "
+          "run above), best of the repeats")
+    print(f"  {'job':<42}{'column':>12}{'compiled':>13}{'numpy':>13}{'numpy/compiled':>16}")
+    for name in (MTNLG, "MT-NLG 530B, 3360 GPUs (8,4,105), m=480", SMALL):
+        for column, suffix in (("cold", " cold"), ("new layout", " layout"), ("warm", "")):
+            a, b = head[name + suffix], numpy_head[name + suffix]
+            print(f"  {name:<42}{column:>12}{ms(a):>13}{ms(b):>13}{b / a:>15.2f}x")
 
 
 def _cleared(clear: Callable[[], None], job: Job) -> None:
@@ -159,11 +212,16 @@ def calculon_evaluation(path: Path) -> Callable[[], float]:
     return once
 
 
-def side_by_side(head: dict[str, float], calculon: Path | None, repeats: int) -> None:
+def side_by_side(head: dict[str, float], calculon: Path | None, repeats: int,
+                 numpy_head: dict[str, float] | None = None) -> None:
     mtnlg, small = head[MTNLG], head[SMALL]
     print("\nIssue 16 targets (ratios: < 1 is met)")
     print(f"  MT-NLG warm {ms(mtnlg)}: {mtnlg / MTNLG_TARGET_S:.2f}x the 2 ms target")
     print(f"  2-GPU job warm {ms(small)}: {small / SMALL_TARGET_S:.2f}x the 0.3 ms target")
+    if numpy_head is not None:
+        a, b = numpy_head[MTNLG], numpy_head[SMALL]
+        print(f"  with VTRAIN_NO_JIT=1: MT-NLG warm {ms(a)}: {a / MTNLG_TARGET_S:.2f}x; "
+              f"2-GPU job warm {ms(b)}: {b / SMALL_TARGET_S:.2f}x")
     if calculon is None:
         print("  Calculon: not timed (pass --calculon PATH)")
         return
@@ -241,9 +299,20 @@ def main() -> None:
                         help="a checkout of github.com/calculon-ai/calculon to time beside ours")
     parser.add_argument("--headline-only", action="store_true",
                         help="only the headline jobs and the issue-16 targets (no grids)")
+    parser.add_argument("--skip-no-jit", action="store_true",
+                        help="do not measure the headline again with VTRAIN_NO_JIT=1")
+    parser.add_argument("--child-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child_json:  # the VTRAIN_NO_JIT=1 subprocess: the headline's numbers as one JSON line
+        with contextlib.redirect_stdout(io.StringIO()):
+            head = headline(args.repeats)
+        print(json.dumps(head))
+        return
     head = headline(args.repeats)
-    side_by_side(head, args.calculon, args.repeats)
+    numpy_head = None if args.skip_no_jit else without_jit(args.repeats)
+    if numpy_head is not None:
+        beside(head, numpy_head)
+    side_by_side(head, args.calculon, args.repeats, numpy_head)
     if args.headline_only:
         return
     cells = grid(args.repeats)

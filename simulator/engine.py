@@ -12,17 +12,22 @@ one vectorized numpy step per round (about 2(m + p) rounds, independent of layer
 or, when rounds hold few ops (small pipelines), one pass of plain Python floats over the ops in
 round order, which costs less than a numpy call per round. Both compute the same operations in
 the same order, so they give bit-identical times; everything else (start, idle, exposed p2p) is
-derived from the end times in a few whole-array steps.
+derived from the end times in a few whole-array steps. With numba, a process that runs many
+pipelines switches to one compiled pass over the ops in round order that computes all of it
+(simulator.engine_kernel; the same operations again, so the same bits): the numpy rounds cost
+~6 numpy calls per round, the compiled pass a few nanoseconds per op.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
+from simulator.engine_kernel import RUNS, Arrays, levels_loop
 from simulator.enums import Schedule
 from simulator.schedule import OpIndex, dependencies, stage_orders
 
@@ -48,12 +53,18 @@ class RoundPlan:
     last: np.ndarray  # (p,) each stage's last op
     task: np.ndarray  # index of each op's duration in concat(forward_s.ravel(), backward_s.ravel())
     edge_or_none: np.ndarray  # `edge`, with p (a zero-delay slot) where the input crosses none
-    rounds: tuple[tuple[slice, np.ndarray, np.ndarray], ...]  # per round: its ops, their dep, pred
+
+    @cached_property
+    def rounds(self) -> tuple[tuple[slice, np.ndarray, np.ndarray], ...]:
+        """Per round: its ops, their dep, their pred (built when the numpy rounds first run:
+        the compiled loop does not need them)."""
+        return tuple((slice(a, b), self.dep[a:b], self.pred[a:b])
+                     for a, b in itertools.pairwise(self.offsets.tolist()))
 
     @property
     def scalar(self) -> bool:
         """Time op by op in Python (few ops per round) rather than round by round in numpy."""
-        return self.stage.size < SCALAR_OPS_PER_ROUND * len(self.rounds)
+        return self.stage.size < SCALAR_OPS_PER_ROUND * (self.offsets.size - 1)
 
 
 @lru_cache(maxsize=256)
@@ -73,12 +84,15 @@ def build_round_plan(schedule: Schedule, p: int, m: int, v: int, closed_form: bo
     dep_s = np.where(dep < 0, n, dep)
     if closed_form and schedule in CLOSED_FORM and v == 1:
         level = CLOSED_FORM[schedule](idx, backward, stage, mb)
-        per_stage = _stage_ops(idx)
-        orders = np.take_along_axis(per_stage, np.argsort(level[per_stage], axis=1), axis=1)
+        slots = _slots(level, stage, p)
+        by_stage = slots.T  # each stage's ops in round order: its schedule order
+        orders = by_stage[by_stage >= 0].reshape(p, -1)
     else:
         orders = stage_orders(schedule, p, m, v, all_warmup)
         level = _levels_by_rounds(orders, dep_s, n)
-    original = _round_order(level, stage, p)
+        slots = _slots(level, stage, p)
+    original = slots[slots >= 0]
+    assert original.size == n, "two ops of one stage in one round"
     new_id = np.empty(n + 1, dtype=np.int64)
     new_id[original] = np.arange(n)
     new_id[n] = n
@@ -89,28 +103,17 @@ def build_round_plan(schedule: Schedule, p: int, m: int, v: int, closed_form: bo
     offsets = np.concatenate(([0], np.cumsum(np.bincount(level, minlength=int(level.max()) + 1))))
     st, ch, bw, e = stage[original], chunk[original], backward[original], edge[original]
     dep_new = new_id[dep_s[original]]
-    bounds = offsets.tolist()
-    rounds = tuple((slice(a, b), dep_new[a:b], pred[a:b])
-                   for a, b in itertools.pairwise(bounds))
     return RoundPlan(offsets, st, ch, bw, mb[original], dep_new, e, orders, original, pred,
-                     in_order[:, -1].copy(), (bw * p + st) * v + ch, np.where(e >= 0, e, p), rounds)
+                     in_order[:, -1].copy(), (bw * p + st) * v + ch, np.where(e >= 0, e, p))
 
 
-def _round_order(level: np.ndarray, stage: np.ndarray, p: int) -> np.ndarray:
-    """Op ids sorted by (round, stage). A stage runs at most one op per round, so (round, stage)
-    is a unique slot: a scatter into the slots replaces a sort."""
-    slots = np.full((int(level.max()) + 1) * p, -1, dtype=np.int64)
-    slots[level * p + stage] = np.arange(level.size)
-    original = slots[slots >= 0]
-    assert original.size == level.size, "two ops of one stage in one round"
-    return original
-
-
-def _stage_ops(idx: OpIndex) -> np.ndarray:
-    """(p, 2m) op ids of each stage (forwards then backwards, v = 1)."""
-    stage = np.arange(idx.p)[:, None]
-    mb = np.arange(idx.m)[None, :]
-    return np.concatenate([stage * idx.m + mb, (idx.p + stage) * idx.m + mb], axis=1)
+def _slots(level: np.ndarray, stage: np.ndarray, p: int) -> np.ndarray:
+    """(rounds, p) the op of each (round, stage) slot, -1 where the stage runs none. A stage runs
+    at most one op per round, so the slots are unique: a scatter replaces a sort by (round,
+    stage), and read column by column they give each stage's ops in round order."""
+    slots = np.full((int(level.max()) + 1, p), -1, dtype=np.int64)
+    slots[level, stage] = np.arange(level.size)
+    return slots
 
 
 def _gpipe_levels(idx: OpIndex, backward: np.ndarray, s: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -135,26 +138,24 @@ CLOSED_FORM = {Schedule.GPIPE: _gpipe_levels, Schedule.ONE_F_ONE_B: _one_f_one_b
 
 
 def _levels_by_rounds(orders: np.ndarray, dep: np.ndarray, n: int) -> np.ndarray:
-    """Generic rounds: each round, every stage runs its next op if that op's input is done."""
+    """Generic rounds: each round, every stage runs its next op if that op's input is done
+    (`engine_kernel.levels_loop`: one step per op, on Python ints or compiled)."""
     p, length = orders.shape
-    done = np.zeros(n + 1, dtype=bool)
-    done[n] = True
-    level = np.empty(n, dtype=np.int64)
-    ptr = np.zeros(p, dtype=np.int64)
-    stages = np.arange(p)
-    r = 0
-    while True:
-        active = stages[ptr < length]
-        if active.size == 0:
-            return level
-        ops = orders[active, ptr[active]]
-        ready = done[dep[ops]]
-        assert ready.any(), "pipeline schedule deadlocked"
-        ops = ops[ready]
-        done[ops] = True
-        level[ops] = r
-        ptr[active[ready]] += 1
-        r += 1
+    compiled = RUNS.levels(n)
+    if compiled is None:
+        level = [-2] * (n + 1)
+        level[n] = -1
+        placed = levels_loop(orders.tolist(), dep.tolist(), level, [0] * p, [-1] * p, p, length)
+        out = np.array(level[:n], dtype=np.int64)
+    else:
+        buffer = np.full(n + 1, -2, dtype=np.int64)
+        buffer[n] = -1
+        placed = compiled(np.ascontiguousarray(orders, dtype=np.int64),
+                          np.ascontiguousarray(dep, dtype=np.int64), buffer,
+                          np.zeros(p, dtype=np.int64), np.full(p, -1, dtype=np.int64), p, length)
+        out = buffer[:n].copy()
+    assert placed == p * length, "pipeline schedule deadlocked"
+    return out
 
 
 @dataclass(frozen=True)
@@ -173,10 +174,32 @@ class Timeline:
 def run_pipeline(plan: RoundPlan, forward_s: np.ndarray, backward_s: np.ndarray,
                  edge_delay_s: np.ndarray) -> Timeline:
     """Time the plan. forward_s/backward_s: (p, v) durations per stage and chunk;
-    edge_delay_s: (p,) p2p transfer time per boundary (index p-1 = last -> first stage)."""
+    edge_delay_s: (p,) p2p transfer time per boundary (index p-1 = last -> first stage).
+    The compiled loop (simulator.engine_kernel) once the process has run a few pipelines and
+    numba is available, numpy otherwise: bit-identical times either way."""
+    durations = np.concatenate((forward_s.ravel(), backward_s.ravel()))
+    delays = np.append(edge_delay_s, 0.0)
+    loop = RUNS.loop(plan.stage.size)
+    if loop is not None:
+        return run_loop(plan, loop, durations, delays)
+    return run_numpy(plan, durations, delays)
+
+
+def run_loop(plan: RoundPlan, loop: Callable[..., Arrays], durations: np.ndarray,
+             delays: np.ndarray) -> Timeline:
+    """Time the plan with `engine_kernel.timeline_loop` (compiled or not). durations: forward
+    then backward (p, v) grids raveled; delays: the (p,) boundary delays and a trailing 0."""
+    end, start, idle, exposed, dur = loop(plan.dep, plan.pred, plan.task, plan.edge_or_none,
+                                          durations, delays)
+    return Timeline(plan, start, end[:-1], dur, end[plan.last], idle, exposed)
+
+
+def run_numpy(plan: RoundPlan, durations: np.ndarray, delays: np.ndarray) -> Timeline:
+    """Time the plan without compiled code: Python floats op by op for small pipelines, one
+    numpy step per round otherwise (see the module docstring)."""
     n = plan.stage.size
-    dur = np.concatenate((forward_s.ravel(), backward_s.ravel()))[plan.task]
-    delay = np.append(edge_delay_s, 0.0)[plan.edge_or_none]
+    dur = durations[plan.task]
+    delay = delays[plan.edge_or_none]
     end = _ends_scalar(plan, dur, delay) if plan.scalar else _ends_by_round(plan, dur, delay)
     ready = end[plan.dep]
     before = end[plan.pred]

@@ -16,7 +16,16 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+import numpy as np
+
 V = TypeVar("V")
+
+
+def read_only(*arrays: np.ndarray) -> None:
+    """Make memoized arrays read-only: every result that shares them then raises on an in-place
+    change instead of silently changing what later hits return."""
+    for a in arrays:
+        a.flags.writeable = False
 
 class Pinned:
     """An object in a key by identity; holding it keeps its id from being reused."""

@@ -216,6 +216,21 @@ def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
 
 def stage_memory(job: Job, graph: JobGraph, plan: RoundPlan) -> list[StageMemory]:
     """Each stage's memory at its peak moment (see the module docstring)."""
+    return list(stage_memory_table(job, graph, plan).stages)
+
+
+@dataclass(frozen=True)
+class MemoryTable:
+    """Each stage's `StageMemory` and, as (p,) arrays, their `allocated_bytes` and
+    `total_bytes` (the same sums in the same order, so the same floats)."""
+
+    stages: tuple[StageMemory, ...]
+    allocated_bytes: np.ndarray
+    total_bytes: np.ndarray
+
+
+def stage_memory_table(job: Job, graph: JobGraph, plan: RoundPlan) -> MemoryTable:
+    """`stage_memory` with the per-stage sums computed for all stages at once."""
     mo = _moments(job, graph, plan)
     p = job.parallel.pp
     zero = np.zeros(p)
@@ -239,10 +254,16 @@ def stage_memory(job: Job, graph: JobGraph, plan: RoundPlan) -> list[StageMemory
     terms = np.array([[c.get(k, zero) for k in keys]
                       for c in candidates.values()])
     peak = terms.sum(axis=1).argmax(axis=0)
-    chosen = terms[peak, :, np.arange(p)].tolist()  # (stage, term)
-    weights = mo.static["weights_bytes"].tolist()
-    states = mo.static["optimizer_states_bytes"].tolist()
+    chosen = terms[peak, :, np.arange(p)]  # (stage, term)
+    weights = mo.static["weights_bytes"]
+    states = mo.static["optimizer_states_bytes"]
     context = job.hardware.reserved_memory_GiB * GiB
-    return [StageMemory(weights[s], g, mg, states[s], a, amp, loss, w, emb, WORKSPACE_BYTES,
-                        context, names[int(peak[s])])
-            for s, (g, mg, a, amp, loss, w, emb) in enumerate(chosen)]
+    t = chosen.T  # gradients, main gradients, activations, amp, loss, working, embedding
+    # StageMemory.allocated_bytes / total_bytes, term by term in their order
+    allocated = weights + t[0] + t[1] + states + t[2] + t[3] + t[4] + t[5] + t[6] + WORKSPACE_BYTES
+    moments = [names[i] for i in peak.tolist()]
+    stages = tuple(
+        StageMemory(ws, g, mg, st, a, amp, loss, w, emb, WORKSPACE_BYTES, context, moment)
+        for ws, st, (g, mg, a, amp, loss, w, emb), moment
+        in zip(weights.tolist(), states.tolist(), chosen.tolist(), moments, strict=True))
+    return MemoryTable(stages, allocated, allocated + context)

@@ -43,13 +43,17 @@ def _spread(n: int, v: int, short_first: bool) -> list[int]:
 
 
 def chunk_layers(job: Job) -> np.ndarray:
-    """(pp, v) transformer layers of every model chunk of every stage."""
+    """(pp, v) transformer layers of every model chunk of every stage: each stage's layers
+    `_spread` over its chunks, computed for all stages at once (chunk c holds one layer more
+    when c >= v - extra on the first stage, c < extra on the others)."""
     p, v = job.parallel.pp, job.parallel.virtual_stages
     per_stage = stage_layers(job)
-    grid = np.empty((p, v), dtype=np.int64)
-    for s in range(p):
-        grid[s] = _spread(int(per_stage[s]), v, short_first=s == 0)
-    return grid
+    if v == 1:
+        return per_stage[:, None]
+    base, extra = np.divmod(per_stage, v)
+    c = np.arange(v)
+    longer = np.where(np.arange(p)[:, None] == 0, c >= v - extra[:, None], c < extra[:, None])
+    return base[:, None] + longer
 
 
 def partition_problems(job: Job) -> list[str]:

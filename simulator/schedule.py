@@ -8,6 +8,7 @@ chunks per stage (Narayanan et al. 2021, Sec. 2.2.2). Ops are integers:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,7 @@ def stage_orders(schedule: Schedule, p: int, m: int, v: int, all_warmup: bool = 
     """Array (p, 2*v*m) of op ids: the execution order on each stage. `all_warmup`: every stage
     runs all its forwards first (Megatron's interleaved schedule before Nov 2024 when m == p)."""
     idx = OpIndex(p, v, m)
+    orders: list[list[int] | np.ndarray]
     if all_warmup and schedule is Schedule.INTERLEAVED_1F1B:
         orders = [_interleaved(idx, s, all_warmup=True) for s in range(p)]
     else:
@@ -63,25 +65,24 @@ def _one_f_one_b(idx: OpIndex, s: int) -> list[int]:
     return order + [idx.of(1, 0, s, j) for j in range(m - warm, m)]
 
 
-def _interleaved(idx: OpIndex, s: int, all_warmup: bool = False) -> list[int]:
+def _interleaved(idx: OpIndex, s: int, all_warmup: bool = False) -> np.ndarray:
+    """Megatron's interleaved order on stage s, for all k at once: the k-th forward runs chunk
+    (k // p) % v of micro-batch (k // (p v)) p + k % p, the k-th backward the same micro-batch
+    on chunk v - 1 - (k // p) % v."""
     p, v, m = idx.p, idx.v, idx.m
     total = m * v
-
-    def fwd(k: int) -> int:
-        return idx.of(0, (k // p) % v, s, (k // (p * v)) * p + k % p)
-
-    def bwd(k: int) -> int:
-        return idx.of(1, v - 1 - (k // p) % v, s, (k // (p * v)) * p + k % p)
-
+    k = np.arange(total, dtype=np.int64)
+    chunk, mb = (k // p) % v, (k // (p * v)) * p + k % p
+    fwd = (chunk * p + s) * m + mb  # idx.of(0, chunk, s, mb)
+    bwd = ((2 * v - 1 - chunk) * p + s) * m + mb  # idx.of(1, v - 1 - chunk, s, mb)
     # Megatron's get_pp_rank_microbatches: 2 (p - s - 1) + (v - 1) p warm-up forwards
     warm = total if all_warmup else min((p - s - 1) * 2 + (v - 1) * p, total)
-    order = [fwd(k) for k in range(warm)]
-    for i in range(total - warm):
-        order += [fwd(warm + i), bwd(i)]
-    return order + [bwd(k) for k in range(total - warm, total)]
+    steady = np.empty(2 * (total - warm), dtype=np.int64)
+    steady[0::2], steady[1::2] = fwd[warm:], bwd[:total - warm]
+    return np.concatenate((fwd[:warm], steady, bwd[total - warm:]))
 
 
-_ORDERS = {
+_ORDERS: dict[Schedule, Callable[[OpIndex, int], list[int] | np.ndarray]] = {
     Schedule.GPIPE: _gpipe,
     Schedule.ONE_F_ONE_B: _one_f_one_b,
     Schedule.INTERLEAVED_1F1B: _interleaved,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 import numpy as np
 
@@ -11,8 +10,8 @@ from simulator.catalog import data_dir
 from simulator.costs import AnalyticKernelModel, CostSource, KernelModel
 from simulator.engine import Timeline, round_plan, run_pipeline
 from simulator.enums import CollectiveKind
-from simulator.framework import semantics
-from simulator.graph import BLOCKS, JobGraph, blocks_key, build_graph
+from simulator.graph import BLOCKS, JobGraph, blocks_key
+from simulator.job_static import JOBS, JobStatic, job_static, job_summary
 from simulator.lowering import (
     COMM_TIMES,
     OP_COSTS,
@@ -23,23 +22,22 @@ from simulator.lowering import (
     block_table,
     stage_costs,
 )
-from simulator.memo import Memo, Pinned
-from simulator.memory import ORDER_SIGNS, stage_memory, stage_param_counts
-from simulator.metrics import cost_usd, hardware_flops_per_iteration, model_flops_per_iteration, utilization
+from simulator.memo import Memo, Pinned, read_only
+from simulator.memory import ORDER_SIGNS
+from simulator.metrics import cost_usd, utilization
 from simulator.nccl import load_nccl_table
 from simulator.network import NetworkModel
-from simulator.params import total_params
 from simulator.result import SimulationResult, StageReport
 from simulator.specs import Job
-from simulator.tail import Tail, compute_tail
-from simulator.topology import Placement, pp_placement, tp_placement
+from simulator.tail import FixedTail, Tail, compute_tail, fixed_tail
+from simulator.topology import Placement, boundaries_crossing_nodes, p2p_placement, tp_placement
 
 # Costed blocks (and their table for the chunk grids) of every (blocks, hardware, tp placement,
 # kernel and network model) seen recently: see `_costed_blocks`.
 COSTED: Memo[tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]] = Memo(maxsize=512)
-# The p2p placement of every pipeline boundary, per (pp, tp, dp, GPUs per node, GPUs): what
-# `topology.pp_placement` reads.
-PLACEMENTS: Memo[tuple[Placement, ...]] = Memo(maxsize=512)
+# The distinct p2p placements of the pipeline boundaries and each boundary's index among them,
+# per (pp, tp, dp, GPUs per node, GPUs): what `topology.pp_placement` reads.
+PLACEMENTS: Memo[tuple[tuple[Placement, ...], np.ndarray]] = Memo(maxsize=512)
 NETWORKS: Memo[NetworkModel] = Memo(maxsize=64)
 
 
@@ -63,41 +61,41 @@ def simulate(job: Job, kernels: KernelModel | None = None,
              ) -> SimulationResult:
     """Simulate one training iteration of `job` (validated) and return its frozen result.
     `blocks` replaces the op-level block costs (e.g. phases of a traced stack, simulator.traced)."""
-    graph = build_graph(job)
+    static = job_static(job)
+    graph, plan, memory = static.graph, static.plan, static.memory
+    # the per-model terms below are functions of the job and the two models (a caller's by
+    # identity; the default ones are functions of the job): memoized in the job's entry
+    models = (None if kernels is None else Pinned(kernels),
+              None if network is None else Pinned(network))
     costed, cached_table = _costed_blocks(job, graph, kernels, network)
-    table: np.ndarray | None = cached_table
     kernels = kernels or default_kernels(job)
     network = network or default_network(job)
-    if blocks is not None:
-        costed, table = blocks.replace_blocks(graph, *costed), None
-    costs = stage_costs(job, graph, costed, table)
-    p, v, m = job.parallel.pp, job.parallel.virtual_stages, job.num_microbatches
-    all_warmup = semantics(job.training.framework).all_forwards_first_when_m_equals_p and m == p
-    plan = round_plan(job.parallel.schedule, p, m, v, all_warmup)
-    edge_delays = _edge_delays(job, graph, network)
+    costs: StageCosts
+    if blocks is None:
+        costs, coverage = static.per_blocks.get(Pinned(cached_table), lambda: _costs(
+            job, graph, costed, cached_table))
+    else:
+        costs, coverage = _costs(job, graph, blocks.replace_blocks(graph, *costed), None)
+    p, m = job.parallel.pp, job.num_microbatches
+    edge_delays, fixed = static.per_models.get(
+        models, lambda: _per_models(job, static, kernels, network))
     timeline = run_pipeline(plan, costs.forward_s, costs.backward_s, edge_delays)
-    params = stage_param_counts(job)
-    tail = compute_tail(job, timeline, params, kernels, network)
+    tail = compute_tail(job, timeline, static.params, kernels, network, fixed)
     stage_total = timeline.stage_end + tail.total_s
     iteration = float(stage_total.max())
     critical = int(stage_total.argmax())
     idle = np.bincount(plan.stage, weights=timeline.idle, minlength=p)
     p2p = np.bincount(plan.stage, weights=timeline.p2p_exposed, minlength=p)
-    memory = stage_memory(job, graph, plan)
-    stages = tuple(
-        StageReport(s, float(stage_total[s] - idle[s]), float(iteration - stage_total[s] + idle[s]),
-                    memory[s])
-        for s in range(p)
-    )
-    peak = float(max(s.memory.total_bytes for s in stages))
-    allocated = float(max(s.memory.allocated_bytes for s in stages))
-    model_flops = model_flops_per_iteration(job)
-    hw_flops = hardware_flops_per_iteration(job)
+    stages = tuple(map(StageReport, range(p), (stage_total - idle).tolist(),
+                       (iteration - stage_total + idle).tolist(), memory.stages))
+    peak = float(memory.total_bytes.max())
+    allocated = float(memory.allocated_bytes.max())
+    model_flops, hw_flops = static.model_flops, static.hardware_flops
     tokens_per_s = job.training.global_batch_size * job.model.seq_length / iteration
     train_tokens = job.training.train_tokens
     time_to_train = train_tokens / tokens_per_s if train_tokens else None
     return SimulationResult(
-        job=job_summary(job),
+        job=dict(static.summary),
         iteration_time_s=iteration,
         breakdown=_breakdown(costs, tail, m, critical, idle, p2p, iteration - stage_total[critical]),
         critical_stage=critical,
@@ -115,7 +113,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         train_tokens=train_tokens,
         time_to_train_s=time_to_train,
         cost_to_train_usd=cost_usd(time_to_train, job) if time_to_train else None,
-        profile_coverage=_coverage(costs, job, graph),
+        profile_coverage=dict(coverage),
         timeline=timeline,
         dp_comm_s=tuple(float(x) for x in tail.dp_comm_s),
         graph=graph,
@@ -128,13 +126,21 @@ def simulate(job: Job, kernels: KernelModel | None = None,
 
 def clear_caches() -> None:
     """Forget every memoized plan, block and block cost (the next simulation is cold)."""
-    round_plan.cache_clear()
+    clear_layout_caches()
     BLOCKS.clear()
     COSTED.clear()
-    PLACEMENTS.clear()
     NETWORKS.clear()
     OP_COSTS.clear()
     COMM_TIMES.clear()
+
+
+def clear_layout_caches() -> None:
+    """Forget what depends on the pipeline layout (round plans, the jobs' static parts, p2p
+    placements), keeping the blocks of the models and their costs: the next simulation is what
+    a search that tries a new layout of a known model pays."""
+    round_plan.cache_clear()
+    JOBS.clear()
+    PLACEMENTS.clear()
     ORDER_SIGNS.clear()
 
 
@@ -159,15 +165,45 @@ def _costed_blocks(job: Job, graph: JobGraph, kernels: KernelModel | None,
     return COSTED.get(key, compute)
 
 
+def _costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, BlockCost, BlockCost],
+           table: np.ndarray | None) -> tuple[StageCosts, dict[str, float]]:
+    costs = stage_costs(job, graph, costed, table)
+    read_only(costs.forward_s, costs.backward_s, *costs.parts.values(),
+              *(costs.forward_parts or {}).values(), *(costs.backward_parts or {}).values())
+    return costs, _coverage(costs, job, graph)
+
+
+def _per_models(job: Job, static: JobStatic, kernels: KernelModel, network: NetworkModel
+                ) -> tuple[np.ndarray, FixedTail]:
+    """The p2p delays and the tail's timeline-independent terms (memoized per job and models)."""
+    delays = _edge_delays(job, static.graph, network)
+    fixed = fixed_tail(job, static.params, kernels, network)
+    read_only(delays, *(a for a in vars(fixed).values() if isinstance(a, np.ndarray)))
+    return delays, fixed
+
+
 def _edge_delays(job: Job, graph: JobGraph, network: NetworkModel) -> np.ndarray:
-    """p2p seconds per pipeline boundary; index p-1 is the last -> first stage (interleaving)."""
+    """p2p seconds per pipeline boundary; index p-1 is the last -> first stage (interleaving).
+    One transfer time per distinct placement (within a node / across nodes), spread to the
+    boundaries by the memoized index of each boundary's placement."""
     p = job.parallel.pp
     if p == 1:
         return np.zeros(1)
-    placements = PLACEMENTS.get((p, job.parallel.tp, job.dp, job.gpus_per_node, job.cluster.num_gpus),
-                                lambda: tuple(pp_placement(job, b) for b in range(p)))
-    seconds = {w: network.time(CollectiveKind.SEND_RECV, graph.p2p_bytes, w) for w in set(placements)}
-    return np.array([seconds[w] for w in placements])
+    distinct, which = PLACEMENTS.get(
+        (p, job.parallel.tp, job.dp, job.gpus_per_node, job.cluster.num_gpus),
+        lambda: _distinct_placements(job))
+    nbytes = graph.p2p_bytes
+    return np.array([network.time(CollectiveKind.SEND_RECV, nbytes, w) for w in distinct])[which]
+
+
+def _distinct_placements(job: Job) -> tuple[tuple[Placement, ...], np.ndarray]:
+    """The distinct p2p placements of the pipeline boundaries (in order of appearance) and each
+    boundary's index among them (`topology.pp_placement` of every boundary)."""
+    crosses = boundaries_crossing_nodes(job)
+    first = bool(crosses[0])
+    which = (crosses != first).astype(np.int64)
+    distinct = (p2p_placement(job, first),) + ((p2p_placement(job, not first),) if which.any() else ())
+    return distinct, which
 
 
 def _breakdown(costs: StageCosts, tail: Tail, m: int, c: int, idle: np.ndarray, p2p: np.ndarray,
@@ -194,26 +230,5 @@ def _coverage(costs: StageCosts, job: Job, graph: JobGraph) -> dict[str, float]:
     return {s.value: totals.get(s.value, 0.0) / grand for s in CostSource}
 
 
-def job_summary(job: Job) -> dict[str, Any]:
-    t, p, c = job.training, job.parallel, job.cluster
-    return {
-        "model": job.model.name,
-        "parameters": total_params(job.model),
-        "gpu": job.hardware.name,
-        "num_gpus": c.num_gpus,
-        "gpus_per_node": job.gpus_per_node,
-        "tp": p.tp, "pp": p.pp, "dp": job.dp, "virtual_stages": p.virtual_stages,
-        "schedule": p.schedule.value,
-        "sequence_parallel": p.sequence_parallel,
-        "distributed_optimizer": p.distributed_optimizer,
-        "overlap_grad_reduce": p.overlap_grad_reduce,
-        "global_batch_size": t.global_batch_size,
-        "micro_batch_size": t.micro_batch_size,
-        "seq_length": job.model.seq_length,
-        "precision": t.precision.value,
-        "recompute": t.recompute.value,
-        "flash_attention": t.flash_attention,
-    }
-
-
-__all__ = ["Timeline", "clear_caches", "default_kernels", "default_network", "simulate"]
+__all__ = ["Timeline", "clear_caches", "clear_layout_caches", "default_kernels", "default_network",
+           "job_summary", "simulate"]

@@ -78,32 +78,66 @@ def per_value(values: np.ndarray, fn: Callable[[float], float]) -> np.ndarray:
     return np.array(out, dtype=float)
 
 
+@dataclass(frozen=True)
+class FixedTail:
+    """The tail's terms that do not depend on the pipeline's timeline (all of it, unless the
+    gradient reduction overlaps the last backwards)."""
+
+    dp_exposed_s: np.ndarray
+    dp_comm_s: np.ndarray
+    gather_s: np.ndarray | None  # ZeRO-1's parameter all-gather (distributed optimizer)
+    embedding_sync_s: np.ndarray
+    sp_grad_sync_s: np.ndarray
+    optimizer_s: np.ndarray
+
+
 def compute_tail(job: Job, timeline: Timeline, params_per_stage: np.ndarray,
-                 kernels: KernelModel, network: NetworkModel) -> Tail:
+                 kernels: KernelModel, network: NetworkModel,
+                 fixed: FixedTail | None = None) -> Tail:
+    """The tail of every stage. `fixed`: `fixed_tail` of the same job and models, when the
+    caller has it (simulate memoizes it per job and models)."""
+    if fixed is None:
+        fixed = fixed_tail(job, params_per_stage, kernels, network)
+    exposed, dp_total = fixed.dp_exposed_s, fixed.dp_comm_s
+    if job.dp > 1 and job.parallel.overlap_grad_reduce:
+        kind = (CollectiveKind.REDUCE_SCATTER if job.parallel.distributed_optimizer
+                else CollectiveKind.ALL_REDUCE)
+        pb = semantics(job.training.framework).param_bytes(job.training.precision)
+        exposed, dp_total = _overlapped(job, timeline, params_per_stage * pb.gradients, kind,
+                                        network)
+        if fixed.gather_s is not None:
+            exposed = exposed + fixed.gather_s
+            dp_total = dp_total + fixed.gather_s
+    return Tail(exposed, fixed.embedding_sync_s, fixed.sp_grad_sync_s, fixed.optimizer_s,
+                dp_total)
+
+
+def fixed_tail(job: Job, params_per_stage: np.ndarray, kernels: KernelModel,
+               network: NetworkModel) -> FixedTail:
     p = job.parallel.pp
     pb = semantics(job.training.framework).param_bytes(job.training.precision)
     grad_bytes = params_per_stage * pb.gradients
     dp_total = np.zeros(p)
     exposed = np.zeros(p)
+    gather = None
     if job.dp > 1:
         where = dp_placement(job)
         kind = (CollectiveKind.REDUCE_SCATTER if job.parallel.distributed_optimizer
                 else CollectiveKind.ALL_REDUCE)
-        if job.parallel.overlap_grad_reduce:
-            exposed, dp_total = _overlapped(job, timeline, grad_bytes, kind, network)
-        else:
+        if not job.parallel.overlap_grad_reduce:  # else: compute_tail, from the timeline
             dp_total = per_value(grad_bytes, lambda b: network.time(kind, b, where))
             exposed = dp_total.copy()
         if job.parallel.distributed_optimizer:
             gather = per_value(params_per_stage, lambda n: network.time(
                 CollectiveKind.ALL_GATHER, pb.weights * n, where))
-            exposed = exposed + gather
-            dp_total = dp_total + gather
+            if not job.parallel.overlap_grad_reduce:
+                exposed = exposed + gather
+                dp_total = dp_total + gather
     shard = job.dp if job.parallel.distributed_optimizer else 1
     optimizer = per_value(params_per_stage,
                           lambda n: kernels.cost(optimizer_op(n / shard, job)).seconds)
-    return Tail(exposed, _embedding_sync(job, network), _sp_grad_sync(job, network),
-                optimizer + _grad_stats_s(job, network), dp_total)
+    return FixedTail(exposed, dp_total, gather, _embedding_sync(job, network),
+                     _sp_grad_sync(job, network), optimizer + _grad_stats_s(job, network))
 
 
 def sp_parameters(job: Job) -> np.ndarray:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from simulator.specs import Job
 
 
@@ -62,8 +64,19 @@ def stage_boundary_crosses_nodes(job: Job, stage: int) -> bool:
     return _stage_node(job, stage) != _stage_node(job, following)
 
 
+def boundaries_crossing_nodes(job: Job) -> np.ndarray:
+    """(pp,) `stage_boundary_crosses_nodes` of every boundary at once."""
+    p = job.parallel.pp
+    node = np.arange(p) * (job.parallel.tp * job.dp) // _node_size(job)
+    return node != np.roll(node, -1)
+
+
 def pp_placement(job: Job, stage: int) -> Placement:
-    crosses = stage_boundary_crosses_nodes(job, stage)
+    return p2p_placement(job, stage_boundary_crosses_nodes(job, stage))
+
+
+def p2p_placement(job: Job, crosses: bool) -> Placement:
+    """The two ranks of a p2p transfer, on one node or on two."""
     return Placement(2, 1 if crosses else 2, 2 if crosses else 1, _node_size(job))
 
 

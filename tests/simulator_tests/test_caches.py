@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator import load_job, simulate
+from simulator import job_from_dict, load_job, simulate
+from simulator.enums import Framework
 from simulator.graph import BLOCKS, blocks_key, build_blocks, build_graph
-from simulator.simulate import clear_caches
+from simulator.job_static import JOBS
+from simulator.simulate import clear_caches, clear_layout_caches
 
 ROOT = Path(__file__).resolve().parents[2]
 MTNLG = ROOT / "examples" / "mtnlg_530b.yaml"
@@ -47,3 +49,75 @@ def test_memoized_blocks_equal_fresh_ones() -> None:
     assert len(BLOCKS) == 1
     layer, emb, head = build_blocks(job)
     assert (cached.layer, cached.embedding, cached.head) == (layer, emb, head)
+
+
+def _bits(result) -> list[bytes]:  # type: ignore[no-untyped-def]
+    t, tail = result.timeline, result.tail
+    return [a.tobytes() for a in (t.start, t.end, t.idle, t.p2p_exposed, tail.dp_exposed_s,
+                                  tail.dp_comm_s, tail.optimizer_s, tail.embedding_sync_s)]
+
+
+def _variants():  # type: ignore[no-untyped-def]
+    """MT-NLG as shipped, with ZeRO-1 and overlapped gradient reduction (the tail then reads
+    the timeline), interleaved, and on another framework."""
+    job = load_job(MTNLG)
+    yield job
+    yield _with(job, distributed_optimizer=True, overlap_grad_reduce=True)
+    yield job_from_dict({
+        "model": "megatron-gpt-1.7b",
+        "training": {"global_batch_size": 64, "micro_batch_size": 2, "precision": "bf16"},
+        "parallel": {"tp": 2, "pp": 4, "dp": 2, "virtual_stages": 2,
+                     "schedule": "interleaved_1f1b", "sequence_parallel": True},
+        "cluster": {"gpu": "a100-80gb", "num_gpus": 16}})
+    yield job.model_copy(update={"training": job.training.model_copy(
+        update={"framework": Framework.MEGATRON_DEEPSPEED})})
+
+
+def test_per_job_memo_tables_change_no_bit() -> None:
+    """The jobs' static parts, stage costs, p2p delays and the tail's fixed terms are memoized
+    per job and models: a warm result is the cold one, bit for bit, for every variant."""
+    for job in _variants():
+        clear_caches()
+        cold = simulate(job)
+        warm = simulate(job)
+        assert warm.to_dict() == cold.to_dict()
+        assert _bits(warm) == _bits(cold)
+
+
+def test_a_callers_network_model_is_its_own_memo_key() -> None:
+    from tests.simulator_tests.conftest import free_network
+
+    job = load_job(MTNLG)
+    clear_caches()
+    default = simulate(job).to_dict()
+    free = free_network(job)
+    warm_free = simulate(job, network=free).to_dict()
+    clear_caches()
+    assert simulate(job, network=free).to_dict() == warm_free
+    assert warm_free["iteration_time_s"] < default["iteration_time_s"]
+
+
+def test_a_new_layout_keeps_the_models_blocks_and_forgets_the_layout() -> None:
+    job = load_job(MTNLG)
+    clear_caches()
+    first = simulate(job)
+    first.job["model"] = "changed by a caller"  # a result's dicts are its own
+    clear_layout_caches()
+    assert len(BLOCKS) == 1 and len(JOBS) == 0
+    again = simulate(job)
+    assert again.job["model"] == job.model.name
+    assert again.iteration_time_s == first.iteration_time_s
+
+
+def test_memoized_arrays_a_result_shares_cannot_be_changed_in_place() -> None:
+    import numpy as np
+    import pytest
+
+    job = load_job(MTNLG)
+    clear_caches()
+    result = simulate(job)
+    for shared in (result.costs.forward_s, result.graph.chunk_layers, result.tail.optimizer_s):
+        with pytest.raises(ValueError, match="read-only"):
+            shared += 1.0
+    assert np.array_equal(simulate(job).costs.forward_s, result.costs.forward_s)
+    assert simulate(job).to_dict() == result.to_dict()

@@ -8,6 +8,7 @@ import pytest
 
 from simulator import load_job
 from simulator.topology import (
+    boundaries_crossing_nodes,
     dp_placement,
     embedding_placement,
     stage_boundary_crosses_nodes,
@@ -57,3 +58,18 @@ def test_tp_group_larger_than_a_node_crosses_nodes():
     job = make_job(parallel={"tp": 8, "pp": 1, "dp": 1}, cluster={"gpus_per_node": 4})
     where = tp_placement(job)
     assert (where.ranks_per_node, where.nodes, where.crosses_nodes) == (4, 2, True)
+
+
+@pytest.mark.parametrize(("tp", "pp", "dp", "gpus_per_node"), [
+    (1, 8, 1, 8), (1, 8, 1, 2), (2, 4, 1, 8), (1, 4, 2, 4), (4, 2, 1, 2), (1, 2, 4, 8), (2, 8, 1, 4)])
+def test_all_boundaries_at_once_agree_with_each_boundary(tp, pp, dp, gpus_per_node):
+    """A pipeline of pp stages on nodes of `gpus_per_node` GPUs: stage s starts at rank
+    s * tp * dp; a boundary crosses nodes when its two stages start on different nodes (the
+    last boundary leads back to stage 0)."""
+    job = make_job(model={"num_layers": 8}, training={"global_batch_size": 8 * dp},
+                   parallel={"tp": tp, "pp": pp, "dp": dp},
+                   cluster={"num_gpus": tp * pp * dp, "gpus_per_node": gpus_per_node})
+    start = [s * tp * dp // min(gpus_per_node, tp * pp * dp) for s in range(pp)]
+    expected = [start[s] != start[(s + 1) % pp] for s in range(pp)]
+    assert boundaries_crossing_nodes(job).tolist() == expected
+    assert expected == [stage_boundary_crosses_nodes(job, s) for s in range(pp)]
