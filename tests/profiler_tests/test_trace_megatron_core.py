@@ -94,9 +94,14 @@ def test_the_iteration_is_the_traced_phases_composed_over_layers_and_micro_batch
 
 
 def test_the_traced_job_reproduces_its_unprofiled_iteration(megatron):
+    """The profiler's cost taken out (the trace's host ratio), the traced 2-layer job comes back
+    to its unprofiled iteration. Tolerance 15%: the ratio is taken from the least-disturbed
+    iteration, the reference is the median wall time of 2 iterations, and on a shared 2-core
+    machine they differ by the load (up to ~6% seen under a parallel test run); what it catches
+    is the profiler's cost left in, about +30% on this stack's CPU trace."""
     row = read_profile(megatron).traces.set_index("recompute").loc["none"]
     result = simulate_traced(_job(2), read_profile(megatron))
-    assert result.iteration_time_s == pytest.approx(row["measured_iteration_s"], rel=0.05)
+    assert result.iteration_time_s == pytest.approx(row["measured_iteration_s"], rel=0.15)
 
 
 @pytest.mark.parametrize(("args", "words"), [

@@ -94,10 +94,11 @@ def test_a_2_layer_cpu_trace_predicts_24_layers(tmp_path):
     measured in CPU seconds with the two models' iterations interleaved (one thread on the CPU:
     CPU seconds are the iteration's work, not the time other processes took the core; absolute
     wall times on a shared CI machine drift by tens of percent between tracing and measuring).
-    Tolerance 25%: single measurements on this project's 2-core machine shared by other jobs
-    ranged -19% to +3% (bench/bench_traces.py --only-cpu takes medians over rounds); what it
-    catches is a composition error: layers not composed (-90%), the embedding, head and
-    optimizer repeated per layer (+25% and more), the optimizer step not growing with the
+    Tolerance 30%: single measurements on this project's 2-core machine shared by other jobs
+    ranged -19% to +26% (a parallel test run beside four engineers' jobs; bench/bench_traces.py
+    --only-cpu takes medians over rounds); what it catches is a composition error: layers not
+    composed (-90%), the embedding, head and optimizer repeated per layer (+38% when they are
+    30% of the 2-layer iteration), the optimizer step not growing with the
     parameter tensors it steps (-10%) is within it and has its own test
     (test_traced_simulation)."""
     from profiler.stacks.runner import TraceRequest, plan, prepare, run_traces, timed_cpu
@@ -119,4 +120,4 @@ def test_a_2_layer_cpu_trace_predicts_24_layers(tmp_path):
         for n in ((2, 24) if r % 2 == 0 else (24, 2)):
             cpu[n].append(timed_cpu(runs[n], 2)[1][1])  # the first warms the caches
     measured = statistics.median(cpu[24]) / statistics.median(cpu[2])
-    assert predicted[24] / predicted[2] == pytest.approx(measured, rel=0.25)
+    assert predicted[24] / predicted[2] == pytest.approx(measured, rel=0.30)
