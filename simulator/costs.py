@@ -11,7 +11,6 @@ implements the same interface and reports where each cost came from.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -19,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from simulator.enums import Precision
+from simulator.jit import njit
 from simulator.ops import MATMUL_KINDS, Op, OpKind
 from simulator.specs import HardwareSpec
 
@@ -51,48 +51,28 @@ class KernelModel(Protocol):
     def cost(self, op: Op) -> OpCost: ...
 
 
-def gemm_efficiency(batch: int, m: int, n: int, k: int, num_sms: int, max_eff: float,
-                    k_half: float) -> float:
-    """Achievable fraction of peak for a (batch, M, N, K) GEMM on `num_sms` SMs."""
-    best = 0.0
-    for tm, tn, rel in TILES:
-        tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
-        tiles = batch * tiles_m * tiles_n
-        waves = math.ceil(tiles / num_sms)
-        wave_eff = tiles / (waves * num_sms)
-        tile_eff = (m * n) / (tiles_m * tm * tiles_n * tn)
-        best = max(best, rel * wave_eff * tile_eff)
-    depth = k / (k + k_half)
-    return max_eff * best * depth
+@njit
+def gemm_efficiency(batch: Any, m: Any, n: Any, k: Any, num_sms: Any, max_eff: Any,
+                    k_half: Any) -> Any:
+    """Achievable fraction of peak for a (batch, M, N, K) GEMM on `num_sms` SMs.
 
-
-
-def gemm_efficiency_array(batch: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray,
-                          num_sms: Any, max_eff: Any, k_half: Any) -> np.ndarray:
-    """`gemm_efficiency` of arrays of integer-valued shapes, elementwise (pure; vectorized for the
-    surrogate's closed-form features, so that one function models the tile, wave and depth
-    efficiency). Each element equals the scalar function's result to the bit: the integer
-    products (tile counts, covered extents) are exact in float64 below 2**53, and the
-    divisions, the products with `rel` and the maxima are the scalar function's, in its order.
-    The hardware numbers may be scalars or per-element arrays."""
+    One function for every caller: scalars (the simulator's ops), numpy arrays of shapes
+    elementwise (the surrogate's features of a table), and compiled by `simulator.jit.njit`
+    (the simulator's ops, the surrogate's per-row feature kernel). It uses only IEEE operations
+    that numpy and numba evaluate alike (true division, ceil, products, maximum) in one fixed
+    order, so all paths agree to the bit: integer-valued products (tile counts, covered extents)
+    are exact in float64 below 2**53. The hardware numbers may be scalars or per-element arrays."""
     mn = m * n
-    along_m = {tm: np.ceil(m / tm) for tm in {t[0] for t in TILES}}  # tiles share sizes: 5 ceils
-    along_n = {tn: np.ceil(n / tn) for tn in {t[1] for t in TILES}}
-    best = np.zeros(np.shape(mn))
+    best = 0.0 * mn
     for tm, tn, rel in TILES:
-        tiles = batch * along_m[tm] * along_n[tn]
-        waves = np.ceil(tiles / num_sms)
-        waves *= num_sms
-        wave_eff = np.divide(tiles, waves, out=waves)
-        cover = along_m[tm] * tm
-        cover *= along_n[tn]
-        cover *= tn
-        tile_eff = np.divide(mn, cover, out=cover)
-        wave_eff *= rel  # rel * wave_eff: multiplication commutes exactly
-        wave_eff *= tile_eff
-        np.maximum(best, wave_eff, out=best)
+        tiles_m, tiles_n = np.ceil(m / tm), np.ceil(n / tn)
+        tiles = batch * tiles_m * tiles_n
+        wave_eff = tiles / (np.ceil(tiles / num_sms) * num_sms)  # partial last wave on the SMs
+        tile_eff = mn / (tiles_m * tm * tiles_n * tn)  # partial tiles at the edges
+        best = np.maximum(best, rel * wave_eff * tile_eff)
     depth = k / (k + k_half)
     return max_eff * best * depth
+
 
 @dataclass(frozen=True)
 class AnalyticKernelModel:
@@ -111,12 +91,12 @@ class AnalyticKernelModel:
             peak = hw.peak_flops(self.precision)
             if op.kind is OpKind.FLASH_ATTENTION:
                 batch, s, _, d = op.shape
-                frac = gemm_efficiency(batch, s, d, s, hw.num_sms, eff.gemm_max_efficiency,
-                                       eff.gemm_k_half)
+                frac = float(gemm_efficiency(batch, s, d, s, hw.num_sms, eff.gemm_max_efficiency,
+                                             eff.gemm_k_half))
             else:
                 batch, m, n, k = op.shape
-                frac = gemm_efficiency(batch, m, n, k, hw.num_sms, eff.gemm_max_efficiency,
-                                       eff.gemm_k_half)
+                frac = float(gemm_efficiency(batch, m, n, k, hw.num_sms, eff.gemm_max_efficiency,
+                                             eff.gemm_k_half))
                 if (m % ALIGN or n % ALIGN or k % ALIGN) and op.kind is OpKind.GEMM:
                     frac = min(frac, eff.unaligned_gemm_efficiency)
             gpu = max(op.flops / (peak * frac), mem_time)
