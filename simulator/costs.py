@@ -11,6 +11,7 @@ implements the same interface and reports where each cost came from.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -52,6 +53,32 @@ class KernelModel(Protocol):
 
 
 @njit
+def maximum(a: Any, b: Any) -> Any:
+    """`np.maximum`, but for two numbers (one row, the simulator's ops) a plain comparison: a
+    numpy call on scalars costs about a microsecond, and numba's compiled code can use
+    either. Equal results but for NaN, which the cost formulas never produce."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a if a >= b else b
+    return np.maximum(a, b)
+
+
+@njit
+def minimum(a: Any, b: Any) -> Any:
+    """`np.minimum` (see `maximum`)."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a if a <= b else b
+    return np.minimum(a, b)
+
+
+@njit
+def ceil(a: Any) -> Any:
+    """`np.ceil`; for one number `math.ceil` as a float (see `maximum`)."""
+    if isinstance(a, (int, float)):
+        return float(math.ceil(a))
+    return np.ceil(a)
+
+
+@njit
 def gemm_efficiency(batch: Any, m: Any, n: Any, k: Any, num_sms: Any, max_eff: Any,
                     k_half: Any) -> Any:
     """Achievable fraction of peak for a (batch, M, N, K) GEMM on `num_sms` SMs.
@@ -65,11 +92,11 @@ def gemm_efficiency(batch: Any, m: Any, n: Any, k: Any, num_sms: Any, max_eff: A
     mn = m * n
     best = 0.0 * mn
     for tm, tn, rel in TILES:
-        tiles_m, tiles_n = np.ceil(m / tm), np.ceil(n / tn)
+        tiles_m, tiles_n = ceil(m / tm), ceil(n / tn)
         tiles = batch * tiles_m * tiles_n
-        wave_eff = tiles / (np.ceil(tiles / num_sms) * num_sms)  # partial last wave on the SMs
+        wave_eff = tiles / (ceil(tiles / num_sms) * num_sms)  # partial last wave on the SMs
         tile_eff = mn / (tiles_m * tm * tiles_n * tn)  # partial tiles at the edges
-        best = np.maximum(best, rel * wave_eff * tile_eff)
+        best = maximum(best, rel * wave_eff * tile_eff)
     depth = k / (k + k_half)
     return max_eff * best * depth
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.costs import maximum
 from simulator.jit import HAVE_NUMBA, njit
 from simulator.specs import HardwareSpec
 from surrogate.physics import (
@@ -25,6 +26,7 @@ from surrogate.physics import (
     flops,
     hardware_arrays,
     hardware_table,
+    log,
     make_rows,
     memory,
     row_field_arrays,
@@ -53,7 +55,7 @@ PHYSICS_FEATURES: tuple[str, ...] = (
 
 @njit
 def _log(x: Vec) -> Vec:
-    return np.log(np.maximum(x, 1e-30))
+    return log(maximum(x, 1e-30))
 
 
 @njit
@@ -64,7 +66,7 @@ def physics_values(r: Rows) -> tuple[Vec, ...]:
     params = stage_params(r)
     fl = flops(r)
     mem = memory(r, params)
-    stage = np.maximum(params.first, params.last)
+    stage = maximum(params.first, params.last)
     it = iteration(r, stage, params.vocab_p)
     T = r.b * r.s
     main_k = r.h

@@ -19,11 +19,13 @@ without allocating.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from simulator.costs import ceil, maximum, minimum
 from simulator.jit import njit
 from simulator.memory import WORKSPACE_BYTES
 from simulator.specs import GiB, HardwareSpec
@@ -50,6 +52,22 @@ def where(condition: Any, a: Vec, b: Vec) -> Vec:
     if isinstance(condition, (bool, np.bool_)):
         return a if condition else b
     return np.where(condition, a, b)
+
+
+@njit
+def floor(a: Any) -> Any:
+    """`np.floor`; for one number `math.floor` as a float (see `simulator.costs.maximum`)."""
+    if isinstance(a, (int, float)):
+        return float(math.floor(a))
+    return np.floor(a)
+
+
+@njit
+def log(a: Any) -> Any:
+    """`np.log`; for one number `math.log` (see `simulator.costs.maximum`)."""
+    if isinstance(a, (int, float)):
+        return math.log(a)
+    return np.log(a)
 
 
 class Hardware(NamedTuple):
@@ -129,7 +147,7 @@ def make_rows(L: Vec, h: Vec, a: Vec, g: Vec, f: Vec, gated: Vec, V: Vec, s: Vec
               intra_GBps: Vec, inter_Gbps: Vec, hw: Hardware) -> Rows:
     """`Rows` of the `ROW_FIELDS` values (arrays or one row's floats) and the hardware."""
     return Rows(L, h, a, g, f, gated, V, s, B, b, bf16, recompute, flash, N, t, p, d, v, schedule,
-                sequence_parallel * (t > 1), dopt, overlap, np.minimum(gpus_per_node, N),
+                sequence_parallel * (t > 1), dopt, overlap, minimum(gpus_per_node, N),
                 intra_GBps * 1e9, inter_Gbps * 1e9 / 8, B / (d * b),
                 where(bf16 > 0, hw.peak_bf16, hw.peak_fp16), hw)
 
@@ -220,7 +238,7 @@ def stage_params(r: Rows) -> StageParams:
     weights = r.h * qkv_out + r.h * r.h + r.h * up_out + r.f * r.h
     sharded = weights + bias * (qkv_out + up_out)
     replicated = bias * 2 * r.h + 2 * norm
-    vocab_p = np.ceil(r.V / (128 * r.t)) * 128 * r.t
+    vocab_p = ceil(r.V / (128 * r.t)) * 128 * r.t
     pos = bias * r.s * r.h  # learned positions (GPT family)
     layers = r.L / r.p * (sharded / r.t + replicated)
     one = r.p == 1  # the single stage holds both the embedding and the head
@@ -312,11 +330,11 @@ class InFlight(NamedTuple):
 def in_flight(r: Rows) -> InFlight:
     """Chunk-micro-batches whose activations the first and last stage hold at their peak."""
     m = r.m
-    k = np.minimum((r.p - 1) * 2 + (r.v - 1) * r.p + 1, m * r.v)
-    first = where(r.schedule == 0, m, where(r.schedule == 1, np.minimum(r.p, m), k))
+    k = minimum((r.p - 1) * 2 + (r.v - 1) * r.p + 1, m * r.v)
+    first = where(r.schedule == 0, m, where(r.schedule == 1, minimum(r.p, m), k))
     last = where(r.schedule == 0, m,
-                    where(r.schedule == 1, 1.0, np.minimum((r.v - 1) * r.p + 1, m * r.v)))
-    emb_first = where(r.schedule == 2, np.minimum(k, r.p) + np.maximum(0, k - r.v * r.p), first)
+                    where(r.schedule == 1, 1.0, minimum((r.v - 1) * r.p + 1, m * r.v)))
+    emb_first = where(r.schedule == 2, minimum(k, r.p) + maximum(0, k - r.v * r.p), first)
     head_last = where(r.schedule == 0, m, 1.0)  # GPipe keeps every micro-batch's logits
     return InFlight(first, last, emb_first, head_last)
 
@@ -337,7 +355,7 @@ def _peak_moment(r: Rows, per_param: Vec, main_grad_copy: Vec, shard: Vec, worki
     """simulator.memory: the largest of the forward, backward and optimizer moments, plus the
     workspaces and the context."""
     static = per_param * n
-    moments = np.maximum(np.maximum(acts + head, acts + np.maximum(working, head)),
+    moments = maximum(maximum(acts + head, acts + maximum(working, head)),
                          main_grad_copy / shard * n)
     return static + moments + WORKSPACE_BYTES + r.hw.reserved_bytes
 
@@ -366,8 +384,8 @@ def memory(r: Rows, params: StageParams) -> Memory:
                          one * logits16)
     last = _peak_moment(r, per_param, main_grad_copy, shard, act.working, params.last, last_act,
                         logits16)
-    return Memory(np.maximum(first, last), first, last, np.maximum(first_act, last_act),
-                  per_param * np.maximum(params.first, params.last), act.saved, act.working)
+    return Memory(maximum(first, last), first, last, maximum(first_act, last_act),
+                  per_param * maximum(params.first, params.last), act.saved, act.working)
 
 
 def physics_columns(columns: Mapping[str, Any],

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import numpy as np
-
+from simulator.costs import ceil, maximum, minimum
 from simulator.costs import gemm_efficiency as _simulator_gemm_efficiency
 from simulator.jit import njit
-from surrogate.physics import Rows, Vec, fused_softmax, where
+from surrogate.physics import Rows, Vec, floor, fused_softmax, where
 
 DT = 2.0  # fp16/bf16 bytes
 ADAM_BYTES_PER_PARAM = 36.0  # simulator.tail
@@ -38,7 +37,7 @@ def kernel_s(r: Rows, flops: Vec, nbytes: Vec, eff: Vec = 1.0 / 16) -> Vec:
 
     Host dispatch is charged per window of kernels (`_window`), as in simulator.lowering."""
     compute, memory = flops / (r.peak * eff), nbytes / r.hw.hbm_Bps
-    return np.maximum(compute, memory) + r.hw.launch_s
+    return maximum(compute, memory) + r.hw.launch_s
 
 
 @njit
@@ -67,7 +66,7 @@ def gemm_s_of_shape(r: Rows, batch: Any, m: Vec, n: Vec, k: Vec) -> tuple[Vec, V
 def _window(r: Rows, gpu: Vec, comm: Vec, kernels: Vec, collectives: Vec) -> Vec:
     """A window of kernels takes max(GPU + blocking comm, host dispatch) (simulator.lowering)."""
     host = kernels * r.hw.host_s + collectives * r.hw.coll_s
-    return np.maximum(gpu + comm, host)
+    return maximum(gpu + comm, host)
 
 
 class Core(NamedTuple):
@@ -162,14 +161,14 @@ def _ring_s(r: Rows, nbytes: Vec, n: Vec, per_node: Vec, sharing: Vec, calls: Ve
     """All-reduce of `nbytes` over `n` ranks with `per_node` on each node, split into `calls`
     collectives (simulator.network: a flat ring inside a node; hierarchical across k nodes, the
     node's links carrying 2(k-1)/k of the buffer for each of `sharing / per_node` groups)."""
-    k = np.ceil(n / np.maximum(per_node, 1))
-    g = np.minimum(per_node, n)
+    k = ceil(n / maximum(per_node, 1))
+    g = minimum(per_node, n)
     crosses = k > 1
     intra_bw = r.intra_Bps * r.hw.intra_eff
-    flat = 2 * (n - 1) / np.maximum(n, 1) * nbytes / intra_bw + calls * 2 * (n - 1) * r.hw.intra_lat_s
-    local = 2 * (g - 1) / np.maximum(g, 1) * nbytes / intra_bw
+    flat = 2 * (n - 1) / maximum(n, 1) * nbytes / intra_bw + calls * 2 * (n - 1) * r.hw.intra_lat_s
+    local = 2 * (g - 1) / maximum(g, 1) * nbytes / intra_bw
     inter = 2 * (k - 1) / k * nbytes * (sharing / g) / (r.inter_Bps * r.hw.inter_eff)
-    hier = np.maximum(local, inter) + calls * (2 * (g - 1) * r.hw.intra_lat_s
+    hier = maximum(local, inter) + calls * (2 * (g - 1) * r.hw.intra_lat_s
                                                + 2 * (k - 1) * r.hw.inter_lat_s)
     return where(n > 1, where(crosses, hier, flat), 0.0)
 
@@ -177,14 +176,14 @@ def _ring_s(r: Rows, nbytes: Vec, n: Vec, per_node: Vec, sharing: Vec, calls: Ve
 @njit
 def tp_comm_s(r: Rows, nbytes: Vec) -> Vec:
     """One tp all-reduce (or all-gather + reduce-scatter pair under sequence parallelism)."""
-    per_node = np.minimum(r.t, r.gpn)
+    per_node = minimum(r.t, r.gpn)
     return _ring_s(r, nbytes, r.t, per_node, per_node, 1.0)
 
 
 @njit
 def dp_placement(r: Rows) -> Vec:
     """Data-parallel ranks per node (simulator.topology.dp_placement)."""
-    return where(r.t < r.gpn, np.maximum(1, np.minimum(r.d, np.floor(r.gpn / r.t))), 1.0)
+    return where(r.t < r.gpn, maximum(1, minimum(r.d, floor(r.gpn / r.t))), 1.0)
 
 
 class Iteration(NamedTuple):
@@ -232,11 +231,11 @@ def iteration(r: Rows, stage_params: Vec, vocab_p: Vec) -> Iteration:
     pp_comm = 2 * (p - 1) * p2p * v
     grad = stage_params * where(r.bf16 > 0, 4.0, 2.0)
     per_node = dp_placement(r)
-    buckets = where(r.overlap > 0, np.maximum(1, np.ceil(grad / v / BUCKET_BYTES)) * v, 1.0)
+    buckets = where(r.overlap > 0, maximum(1, ceil(grad / v / BUCKET_BYTES)) * v, 1.0)
     reduce = _ring_s(r, grad, r.d, per_node, r.gpn, buckets) * where(r.dopt > 0, 0.5, 1.0)
     gather = _ring_s(r, 2.0 * stage_params, r.d, per_node, r.gpn, 1.0) * 0.5 * r.dopt
     backward_mb = stage / v * (2 / 3)
-    hidden = where(r.overlap > 0, np.minimum(reduce * 0.9, backward_mb), 0.0)
+    hidden = where(r.overlap > 0, minimum(reduce * 0.9, backward_mb), 0.0)
     dp_exposed = reduce - hidden + gather
     tied = (1 - r.gated) * (p > 1)
     emb_crosses = (p - 1) * stride >= r.gpn
