@@ -11,7 +11,7 @@ writing and reading temporaries much larger than the CPU caches. Both give the s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -128,6 +128,20 @@ def compiled_kernel_releases_the_gil() -> bool:
     return bool(getattr(_feature_kernel, "targetoptions", {}).get("nogil", False))
 
 
+def row_filler(fields: list[np.ndarray], gpu: Any, hardware: Mapping[str, HardwareSpec] | None,
+               out: np.ndarray) -> Callable[[int, int], None]:
+    """`fill(a, b)`: the compiled `fill_features` of rows a to b, the inputs prepared once (a
+    caller interleaving other threads' work between short kernel calls, see
+    `surrogate.model.Surrogate._pipelined`)."""
+    table, codes = hardware_table(gpu, hardware)
+    stacked = np.stack(fields)
+
+    def fill(a: int, b: int) -> None:
+        _feature_kernel(stacked[:, a:b], table, codes[a:b], out[a:b])
+
+    return fill
+
+
 def fill_features(fields: list[np.ndarray], gpu: Any, hardware: Mapping[str, HardwareSpec] | None,
                   out: np.ndarray, compiled: bool = HAVE_NUMBA) -> None:
     """Fill `out` (rows x (`ROW_FIELDS` + `PHYSICS_FEATURES`), any memory order) with the row
@@ -135,8 +149,7 @@ def fill_features(fields: list[np.ndarray], gpu: Any, hardware: Mapping[str, Har
     row by row where numba is installed, else vectorized with numpy."""
     width = len(fields)
     if compiled:
-        table, codes = hardware_table(gpu, hardware)
-        _feature_kernel(np.stack(fields), table, codes, out)
+        row_filler(fields, gpu, hardware, out)(0, len(out))
         return
     for j, values in enumerate(fields):
         out[:, j] = values

@@ -29,6 +29,7 @@ from surrogate.encoding import (
     empty_features,
     feature_matrix,
     feature_names,
+    feature_row_filler,
     features_release_the_gil,
     fill_feature_matrix,
     space_bounds,
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 SMALL_BATCH = 1024  # rows below which prediction runs single-threaded
 PARALLEL_FEATURES_ROWS = 20_000  # rows from which features are built on several threads
 PIPELINE_CHUNKS = 8  # chunks of a large batch whose features overlap XGBoost's trees
+PIPELINE_SUBCHUNKS = 8  # kernel calls per chunk (the GIL changes hands between them)
 OUTPUTS = ("iteration_time_s", "peak_memory_bytes", "fits_in_memory")
 DEFAULT_PARAMS: dict[str, Any] = {
     "max_depth": 8, "learning_rate": 0.4, "subsample": 0.8, "colsample_bytree": 0.8,
@@ -274,11 +276,14 @@ class Surrogate:
 
     def _pipelined(self, columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(features, time margins, memory margins) of a large batch whose features hold the GIL
-        (the compiled kernel): the features of chunk i are computed while XGBoost, which releases
-        the GIL, predicts chunk i - 1 on another core. The numbers are the unchunked ones: each
-        row's features and trees depend on that row alone."""
+        (the compiled kernel): XGBoost, which releases the GIL inside its C call, predicts chunk
+        i - 1 on another core while chunk i's features are computed. The kernel runs in short
+        calls (`PIPELINE_SUBCHUNKS` per chunk, a few ms each) so that XGBoost's thread gets the
+        GIL it needs to enter and leave its call. The numbers are the unchunked ones: each row's
+        features and trees depend on that row alone."""
         n = len(columns["num_layers"])
         x = empty_features(n)
+        fill = feature_row_filler(columns, self.hardware_, x)
         time, memory = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32)
         boosters = self._serving()  # one XGBoost thread: the other core computes features
 
@@ -290,7 +295,8 @@ class Surrogate:
         with ThreadPoolExecutor(1) as pool:
             done = []
             for a, b in pairwise(bounds):
-                fill_feature_matrix({c: v[a:b] for c, v in columns.items()}, self.hardware_, x[a:b])
+                for c, d in pairwise(np.linspace(a, b, PIPELINE_SUBCHUNKS + 1).astype(int)):
+                    fill(int(c), int(d))
                 done.append(pool.submit(predict, a, b))
             for future in done:
                 future.result()
