@@ -19,7 +19,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from simulator.enums import Precision
-from simulator.jit import njit
 from simulator.ops import MATMUL_KINDS, Op, OpKind
 from simulator.specs import HardwareSpec
 
@@ -52,17 +51,16 @@ class KernelModel(Protocol):
     def cost(self, op: Op) -> OpCost: ...
 
 
-@njit
 def maximum(a: Any, b: Any) -> Any:
     """`np.maximum`, but for two numbers (one row, the simulator's ops) a plain comparison: a
-    numpy call on scalars costs about a microsecond, and numba's compiled code can use
-    either. Equal results but for NaN, which the cost formulas never produce."""
+    numpy call on scalars costs about a microsecond (and numba's compiled code, see
+    `gemm_efficiency`, takes the same branch). Equal results but for NaN, which the cost
+    formulas never produce."""
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a if a >= b else b
     return np.maximum(a, b)
 
 
-@njit
 def minimum(a: Any, b: Any) -> Any:
     """`np.minimum` (see `maximum`)."""
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
@@ -70,7 +68,6 @@ def minimum(a: Any, b: Any) -> Any:
     return np.minimum(a, b)
 
 
-@njit
 def ceil(a: Any) -> Any:
     """`np.ceil`; for one number `math.ceil` as a float (see `maximum`)."""
     if isinstance(a, (int, float)):
@@ -78,14 +75,14 @@ def ceil(a: Any) -> Any:
     return np.ceil(a)
 
 
-@njit
 def gemm_efficiency(batch: Any, m: Any, n: Any, k: Any, num_sms: Any, max_eff: Any,
                     k_half: Any) -> Any:
     """Achievable fraction of peak for a (batch, M, N, K) GEMM on `num_sms` SMs.
 
     One function for every caller: scalars (the simulator's ops), numpy arrays of shapes
-    elementwise (the surrogate's features of a table), and compiled by `simulator.jit.njit`
-    (the simulator's ops, the surrogate's per-row feature kernel). It uses only IEEE operations
+    elementwise (the surrogate's features of a table), and compiled per row by the surrogate
+    (`surrogate.physics.compiled`: this code with its helpers compiled by `simulator.jit.njit`;
+    the simulator itself stays plain Python and never loads numba). It uses only IEEE operations
     that numpy and numba evaluate alike (true division, ceil, products, maximum) in one fixed
     order, so all paths agree to the bit: integer-valued products (tile counts, covered extents)
     are exact in float64 below 2**53. The hardware numbers may be scalars or per-element arrays."""

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from simulator.costs import maximum
 from simulator.jit import HAVE_NUMBA, njit
 from simulator.specs import HardwareSpec
 from surrogate.physics import (
@@ -28,6 +27,7 @@ from surrogate.physics import (
     hardware_table,
     log,
     make_rows,
+    maximum,
     memory,
     row_field_arrays,
     rows_of_fields,

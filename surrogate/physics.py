@@ -20,12 +20,13 @@ without allocating.
 from __future__ import annotations
 
 import math
+import types
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from simulator.costs import ceil, maximum, minimum
+from simulator import costs
 from simulator.jit import njit
 from simulator.memory import WORKSPACE_BYTES
 from simulator.specs import GiB, HardwareSpec
@@ -39,6 +40,7 @@ RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("fp16", "bf16")
 
 Vec = Any  # an np.ndarray of rows, or one row's float
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _f(x: np.ndarray) -> np.ndarray:
@@ -52,6 +54,23 @@ def where(condition: Any, a: Vec, b: Vec) -> Vec:
     if isinstance(condition, (bool, np.bool_)):
         return a if condition else b
     return np.where(condition, a, b)
+
+
+def compiled(fn: F, **helpers: Any) -> F:
+    """`simulator.jit.njit` of `fn`'s code with the globals `helpers` (compiled functions)
+    replacing those of its module: the simulator's own plain-Python functions (`simulator.costs`,
+    which never loads numba) compiled for the surrogate's kernel, one copy of the code."""
+    plain = types.FunctionType(fn.__code__, {**fn.__globals__, **helpers}, fn.__name__,
+                               fn.__defaults__, fn.__closure__)
+    plain.__qualname__ = f"{fn.__qualname__}_for_surrogate"  # its own numba cache entry
+    return njit(plain)  # type: ignore[return-value]
+
+
+# The simulator's scalar-or-array helpers, compiled (numba needs compiled callees).
+maximum = njit(costs.maximum)
+minimum = njit(costs.minimum)
+ceil = njit(costs.ceil)
+gemm_efficiency = compiled(costs.gemm_efficiency, maximum=maximum, ceil=ceil)
 
 
 @njit

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from simulator.costs import ceil, maximum, minimum
-from simulator.costs import gemm_efficiency as _simulator_gemm_efficiency
 from simulator.jit import njit
-from surrogate.physics import Rows, Vec, floor, fused_softmax, where
+from surrogate.physics import Rows, Vec, ceil, floor, fused_softmax, maximum, minimum, where
+from surrogate.physics import gemm_efficiency as _simulator_gemm_efficiency
 
 DT = 2.0  # fp16/bf16 bytes
 ADAM_BYTES_PER_PARAM = 36.0  # simulator.tail
