@@ -51,48 +51,52 @@ class KernelModel(Protocol):
     def cost(self, op: Op) -> OpCost: ...
 
 
-def gemm_efficiency(batch: int, m: int, n: int, k: int, num_sms: int, max_eff: float,
-                    k_half: float) -> float:
-    """Achievable fraction of peak for a (batch, M, N, K) GEMM on `num_sms` SMs."""
-    best = 0.0
-    for tm, tn, rel in TILES:
-        tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
-        tiles = batch * tiles_m * tiles_n
-        waves = math.ceil(tiles / num_sms)
-        wave_eff = tiles / (waves * num_sms)
-        tile_eff = (m * n) / (tiles_m * tm * tiles_n * tn)
-        best = max(best, rel * wave_eff * tile_eff)
-    depth = k / (k + k_half)
-    return max_eff * best * depth
+def maximum(a: Any, b: Any) -> Any:
+    """`np.maximum`, but for two numbers (one row, the simulator's ops) a plain comparison: a
+    numpy call on scalars costs about a microsecond (and numba's compiled code, see
+    `gemm_efficiency`, takes the same branch). Equal results but for NaN, which the cost
+    formulas never produce."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a if a >= b else b
+    return np.maximum(a, b)
 
 
+def minimum(a: Any, b: Any) -> Any:
+    """`np.minimum` (see `maximum`)."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a if a <= b else b
+    return np.minimum(a, b)
 
-def gemm_efficiency_array(batch: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray,
-                          num_sms: Any, max_eff: Any, k_half: Any) -> np.ndarray:
-    """`gemm_efficiency` of arrays of integer-valued shapes, elementwise (pure; vectorized for the
-    surrogate's closed-form features, so that one function models the tile, wave and depth
-    efficiency). Each element equals the scalar function's result to the bit: the integer
-    products (tile counts, covered extents) are exact in float64 below 2**53, and the
-    divisions, the products with `rel` and the maxima are the scalar function's, in its order.
-    The hardware numbers may be scalars or per-element arrays."""
+
+def ceil(a: Any) -> Any:
+    """`np.ceil`; for one number `math.ceil` as a float (see `maximum`)."""
+    if isinstance(a, (int, float)):
+        return float(math.ceil(a))
+    return np.ceil(a)
+
+
+def gemm_efficiency(batch: Any, m: Any, n: Any, k: Any, num_sms: Any, max_eff: Any,
+                    k_half: Any) -> Any:
+    """Achievable fraction of peak for a (batch, M, N, K) GEMM on `num_sms` SMs.
+
+    One function for every caller: scalars (the simulator's ops), numpy arrays of shapes
+    elementwise (the surrogate's features of a table), and compiled per row by the surrogate
+    (`surrogate.physics.compiled`: this code with its helpers compiled by `simulator.jit.njit`;
+    the simulator itself stays plain Python and never loads numba). It uses only IEEE operations
+    that numpy and numba evaluate alike (true division, ceil, products, maximum) in one fixed
+    order, so all paths agree to the bit: integer-valued products (tile counts, covered extents)
+    are exact in float64 below 2**53. The hardware numbers may be scalars or per-element arrays."""
     mn = m * n
-    along_m = {tm: np.ceil(m / tm) for tm in {t[0] for t in TILES}}  # tiles share sizes: 5 ceils
-    along_n = {tn: np.ceil(n / tn) for tn in {t[1] for t in TILES}}
-    best = np.zeros(np.shape(mn))
+    best = 0.0 * mn
     for tm, tn, rel in TILES:
-        tiles = batch * along_m[tm] * along_n[tn]
-        waves = np.ceil(tiles / num_sms)
-        waves *= num_sms
-        wave_eff = np.divide(tiles, waves, out=waves)
-        cover = along_m[tm] * tm
-        cover *= along_n[tn]
-        cover *= tn
-        tile_eff = np.divide(mn, cover, out=cover)
-        wave_eff *= rel  # rel * wave_eff: multiplication commutes exactly
-        wave_eff *= tile_eff
-        np.maximum(best, wave_eff, out=best)
+        tiles_m, tiles_n = ceil(m / tm), ceil(n / tn)
+        tiles = batch * tiles_m * tiles_n
+        wave_eff = tiles / (ceil(tiles / num_sms) * num_sms)  # partial last wave on the SMs
+        tile_eff = mn / (tiles_m * tm * tiles_n * tn)  # partial tiles at the edges
+        best = maximum(best, rel * wave_eff * tile_eff)
     depth = k / (k + k_half)
     return max_eff * best * depth
+
 
 @dataclass(frozen=True)
 class AnalyticKernelModel:
@@ -111,12 +115,12 @@ class AnalyticKernelModel:
             peak = hw.peak_flops(self.precision)
             if op.kind is OpKind.FLASH_ATTENTION:
                 batch, s, _, d = op.shape
-                frac = gemm_efficiency(batch, s, d, s, hw.num_sms, eff.gemm_max_efficiency,
-                                       eff.gemm_k_half)
+                frac = float(gemm_efficiency(batch, s, d, s, hw.num_sms, eff.gemm_max_efficiency,
+                                             eff.gemm_k_half))
             else:
                 batch, m, n, k = op.shape
-                frac = gemm_efficiency(batch, m, n, k, hw.num_sms, eff.gemm_max_efficiency,
-                                       eff.gemm_k_half)
+                frac = float(gemm_efficiency(batch, m, n, k, hw.num_sms, eff.gemm_max_efficiency,
+                                             eff.gemm_k_half))
                 if (m % ALIGN or n % ALIGN or k % ALIGN) and op.kind is OpKind.GEMM:
                     frac = min(frac, eff.unaligned_gemm_efficiency)
             gpu = max(op.flops / (peak * frac), mem_time)

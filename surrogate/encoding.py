@@ -8,20 +8,20 @@ plus the physics features of `surrogate.physics`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from simulator.errors import DataError
+from simulator.jit import HAVE_NUMBA
 from simulator.specs import HardwareSpec
 from surrogate.columns import distinct, factorize
 from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS
-from surrogate.physics import PRECISIONS, RECOMPUTE, SCHEDULES, physics_columns
+from surrogate.kernel import PHYSICS_FEATURES, compiled_kernel_releases_the_gil, fill_features, row_filler
+from surrogate.physics import CODES, ROW_FIELDS, row_field_arrays
 
-CODES: dict[str, tuple[str, ...]] = {"precision": PRECISIONS, "recompute": RECOMPUTE,
-                                     "schedule": SCHEDULES}
-RAW_FEATURES = tuple(c for c in JOB_COLUMNS if c != "gpu")
+RAW_FEATURES = ROW_FIELDS  # the job columns but gpu, which enters through its hardware numbers
 NUMERIC_COLUMNS = tuple(c for c in JOB_COLUMNS if c not in CATEGORICAL_COLUMNS + BOOLEAN_COLUMNS)
 
 
@@ -47,21 +47,43 @@ def _code(values: Any, column: str) -> np.ndarray:
 
 def feature_matrix(columns: Mapping[str, Any],
                    hardware: Mapping[str, HardwareSpec] | None) -> tuple[list[str], np.ndarray]:
-    """(feature names, float32 matrix rows x features) of arrays of `JOB_COLUMNS` values.
+    """(feature names, float32 matrix rows x features) of arrays of `JOB_COLUMNS` values."""
+    x = empty_features(len(columns["num_layers"]))
+    fill_feature_matrix(columns, hardware, x)
+    return feature_names(), x
 
-    The matrix is column-major (Fortran order): filled feature by feature into contiguous rows
-    of its transpose. XGBoost's `inplace_predict` reads strided arrays and predicts the same
-    numbers from either order (tests/surrogate_tests/test_fast_paths.py), so the transposing
-    copy (about a fifth of the feature time on 100k rows) is not made."""
-    physics = physics_columns(columns, hardware)
-    names = [*RAW_FEATURES, *physics]
-    n = len(columns["num_layers"])
-    by_feature = np.empty((len(names), n), dtype=np.float32)
-    for j, c in enumerate(RAW_FEATURES):
-        by_feature[j] = _code(columns[c], c) if c in CODES else np.asarray(columns[c], dtype=float)
-    for j, values in enumerate(physics.values(), start=len(RAW_FEATURES)):
-        by_feature[j] = values
-    return names, by_feature.T
+
+def feature_names() -> list[str]:
+    return [*RAW_FEATURES, *PHYSICS_FEATURES]
+
+
+def empty_features(n: int) -> np.ndarray:
+    """An uninitialized float32 (n, features) matrix in the order its filling writes fastest:
+    row-major for the compiled kernel (one row at a time), column-major for numpy (one feature
+    at a time). XGBoost's `inplace_predict` reads either and predicts the same numbers
+    (tests/surrogate_tests/test_fast_paths.py), so no transposing copy is made."""
+    width = len(RAW_FEATURES) + len(PHYSICS_FEATURES)
+    return np.empty((n, width), dtype=np.float32, order="C" if HAVE_NUMBA else "F")
+
+
+def features_release_the_gil() -> bool:
+    """Whether threads filling row chunks of one matrix run in parallel: numpy releases the GIL
+    inside its array loops; the compiled kernel only if `simulator.jit` compiles with numba's
+    ``nogil`` (it does not today), else threads would only take turns."""
+    return compiled_kernel_releases_the_gil() if HAVE_NUMBA else True
+
+
+def feature_row_filler(columns: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None,
+                       out: np.ndarray) -> Callable[[int, int], None]:
+    """`fill(a, b)` fills rows a to b of `out` (the compiled path, inputs prepared once)."""
+    return row_filler(row_field_arrays(columns, _code), columns["gpu"], hardware, out)
+
+
+def fill_feature_matrix(columns: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None,
+                        out: np.ndarray) -> None:
+    """Fill `out` (rows x `feature_names()`) with the features of arrays of `JOB_COLUMNS`."""
+    fields = row_field_arrays(columns, _code)  # raises DataError on an unknown choice
+    fill_features(fields, columns["gpu"], hardware, out)
 
 
 def space_bounds(columns: Mapping[str, Any]) -> dict[str, Any]:
@@ -104,14 +126,6 @@ def warn_out_of_space(columns: Mapping[str, Any], bounds: Mapping[str, Any]) -> 
         detail = "; ".join(f"{c}: {d}" for c, d in problems.items())
         warnings.warn(f"outside the surrogate's trained space, predictions extrapolate -- {detail}",
                       OutOfSpaceWarning, stacklevel=3)
-
-
-def encode_record(record: Mapping[str, Any], physics: Mapping[str, float], width: int) -> np.ndarray:
-    """(1, features) float32 row of one record, in `feature_matrix`'s column order."""
-    raw = [float(CODES[c].index(str(record[c]))) if c in CODES else float(record[c])  # type: ignore[arg-type]
-           for c in RAW_FEATURES]
-    row = np.fromiter((*raw, *physics.values()), dtype=np.float32, count=width)
-    return row.reshape(1, width)
 
 
 def warn_out_of_space_record(record: Mapping[str, Any], bounds: Mapping[str, Any]) -> None:

@@ -33,7 +33,7 @@ def _region_errors(df: pd.DataFrame, errors: np.ndarray,
     from surrogate.physics import rows_from_columns, stage_params
 
     columns = {c: df[c].to_numpy() for c in JOB_COLUMNS}
-    params = stage_params(rows_from_columns(columns, hardware))["total"] if len(df) else np.array([])
+    params = stage_params(rows_from_columns(columns, hardware)).total if len(df) else np.array([])
     regions = {
         "schedule": df["schedule"].astype(str).to_numpy(),
         "recompute": df["recompute"].astype(str).to_numpy(),

@@ -22,7 +22,6 @@ from simulator.catalog import resolve_hardware
 from simulator.enums import Norm, PositionEmbedding
 from simulator.specs import ClusterSpec, HardwareSpec, Job, ModelSpec, ParallelPlan, TrainingSpec, parse
 from simulator.validation import validate_job
-from surrogate.physics import physics_columns
 
 log = logging.getLogger(__name__)
 
@@ -121,5 +120,8 @@ def record_to_job(record: Mapping[str, object],
 def physics_features(df: pd.DataFrame,
                      hardware: Mapping[str, HardwareSpec] | None = None) -> pd.DataFrame:
     """Closed-form features of each row of a `JOB_COLUMNS` table (see `surrogate.physics`)."""
+    from surrogate.physics import physics_columns  # not at import: the sample generator's
+    # workers import this module and need neither the physics nor numba (~0.4 s per process)
+
     columns = {c: df[c].to_numpy() for c in JOB_COLUMNS}
     return pd.DataFrame(physics_columns(columns, hardware), index=df.index)

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from simulator.jit import HAVE_NUMBA, njit
+
 
 class UnsupportedTreesError(ValueError):
     """The dump uses a tree feature this walker does not implement (use XGBoost instead)."""
@@ -47,6 +49,15 @@ class Forest:
 
     def margins(self, row: np.ndarray) -> dict[str, float]:
         """Booster name -> raw margin of one float32 feature row (what ``output_margin`` gives)."""
+        if HAVE_NUMBA:  # compiled: one tree after another, a few nanoseconds per level
+            return {name: float(_walk(self.feature, self.threshold, self.left, self.right,
+                                      self.default, self.value, self.roots[part], row,
+                                      self.base[name]))
+                    for name, part in self.slices.items()}
+        return self.margins_numpy(row)
+
+    def margins_numpy(self, row: np.ndarray) -> dict[str, float]:
+        """`margins` without numba: all trees advance one level per step as one numpy gather."""
         node = self.roots
         if np.isnan(row).any():
             for _ in range(self.depth):
@@ -64,6 +75,27 @@ class Forest:
             chain = np.concatenate(([self.base[name]], leaves[part]))
             out[name] = float(np.cumsum(chain, dtype=np.float32)[-1])
         return out
+
+
+@njit
+def _walk(feature: np.ndarray, threshold: np.ndarray, left: np.ndarray, right: np.ndarray,
+          default: np.ndarray, value: np.ndarray, roots: np.ndarray, row: np.ndarray,
+          base: np.float32) -> np.float32:
+    """One booster's margin of `row`: its trees walked one after another (XGBoost's semantics,
+    as `Forest.margins`), leaf values added to `base` in tree order in float32."""
+    total = base
+    for root in roots:
+        node = root
+        while left[node] != node:  # a leaf points to itself
+            x = row[feature[node]]
+            if np.isnan(x):
+                node = default[node]
+            elif x < threshold[node]:
+                node = left[node]
+            else:
+                node = right[node]
+        total += value[node]
+    return total
 
 
 def _tree_arrays(tree: Mapping[str, Any], offset: int) -> tuple[np.ndarray, ...]:

@@ -24,7 +24,17 @@ from simulator.catalog import hardware_fingerprint
 from simulator.errors import DataError, ProfileError
 from simulator.specs import HardwareSpec, Job
 from surrogate.columns import distinct, frame_columns
-from surrogate.encoding import check_columns, feature_matrix, space_bounds, warn_out_of_space
+from surrogate.encoding import (
+    check_columns,
+    empty_features,
+    feature_matrix,
+    feature_names,
+    feature_row_filler,
+    features_release_the_gil,
+    fill_feature_matrix,
+    space_bounds,
+    warn_out_of_space,
+)
 from surrogate.features import CATEGORICAL_COLUMNS, JOB_COLUMNS, job_to_record
 from surrogate.splits import ValidationSplit, validation_split
 
@@ -32,6 +42,8 @@ log = logging.getLogger(__name__)
 
 SMALL_BATCH = 1024  # rows below which prediction runs single-threaded
 PARALLEL_FEATURES_ROWS = 20_000  # rows from which features are built on several threads
+PIPELINE_CHUNKS = 8  # chunks of a large batch whose features overlap XGBoost's trees
+PIPELINE_SUBCHUNKS = 8  # kernel calls per chunk (the GIL changes hands between them)
 OUTPUTS = ("iteration_time_s", "peak_memory_bytes", "fits_in_memory")
 DEFAULT_PARAMS: dict[str, Any] = {
     "max_depth": 8, "learning_rate": 0.4, "subsample": 0.8, "colsample_bytree": 0.8,
@@ -178,21 +190,23 @@ class Surrogate:
                              "fits_in_memory": memory <= capacity}, index=index)
 
     def predict_one(self, job: Job) -> dict[str, Any]:
-        """One job, on the low-latency path: scalar physics (no arrays), trees walked in numpy.
+        """One job, on the low-latency path: its features computed as one row (compiled where
+        numba is installed), its trees walked without XGBoost (`surrogate.forest`).
 
-        Same numbers as `predict([job])` (see `surrogate.forest`) without a DataFrame or an
-        XGBoost call, whose fixed cost per call is larger than the whole prediction.
+        Same numbers as `predict([job])` without a DataFrame or an XGBoost call, whose fixed
+        cost per call (~350 us per booster measured on one row) exceeds the whole prediction.
         """
-        from surrogate.encoding import encode_record, warn_out_of_space_record
-        from surrogate.physics import physics_of_rows, rows_from_record
+        from surrogate.encoding import warn_out_of_space_record
+        from surrogate.kernel import features_of_values
+        from surrogate.physics import row_field_values
 
         self._check_fitted()
         self._check_job_hardware([job])
         record = job_to_record(job)
         warn_out_of_space_record(record, self.bounds_)
         serving = self._serving()
-        physics = physics_of_rows(rows_from_record(record, serving["hw"][str(record["gpu"])]))
-        x = encode_record(record, physics, len(self.feature_names_))
+        x = np.empty((1, len(self.feature_names_)), dtype=np.float32)
+        features_of_values(row_field_values(record), serving["hw"][str(record["gpu"])], x)
         forest = serving["forest"]
         if forest is not None:
             margins = forest.margins(x[0])
@@ -203,7 +217,7 @@ class Surrogate:
         seconds = math.exp(float(x[0, serving["i_time"]]) + time)
         peak = math.exp(float(x[0, serving["i_memory"]]) + memory)
         return {"iteration_time_s": seconds, "peak_memory_bytes": peak,
-                "fits_in_memory": peak <= physics["memory_capacity_bytes"]}
+                "fits_in_memory": peak <= float(x[0, serving["i_capacity"]])}
 
     def _serving(self) -> dict[str, Any]:
         """What prediction derives from the fitted state, built once (again after a new fit).
@@ -214,14 +228,16 @@ class Surrogate:
         hardware numbers; ``i_time`` / ``i_memory``: columns of the physics baselines.
         """
         from surrogate.forest import UnsupportedTreesError, forest_of
-        from surrogate.physics import hardware_vector
+        from surrogate.physics import HW_FIELDS, hardware_vector
 
         cache: dict[str, Any] | None = self.__dict__.get("_serving_cache")
         if cache is not None and cache["boosters"] is self.boosters_:
             return cache
         cache = {"boosters": self.boosters_,
-                 "hw": {n: hardware_vector(s) for n, s in self.hardware_.items()},
+                 "hw": {n: np.array([hardware_vector(spec)[k] for k in HW_FIELDS])
+                        for n, spec in self.hardware_.items()},
                  "i_time": self._index("est_log_time_s"),
+                 "i_capacity": self._index("memory_capacity_bytes"),
                  "i_memory": self._index("est_log_memory_bytes")}
         for key, booster in self.boosters_.items():
             cache[key] = booster.copy()
@@ -240,30 +256,65 @@ class Surrogate:
     def predict_arrays(self, columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(iteration time s, peak memory bytes, GPU memory bytes) of arrays of `JOB_COLUMNS`."""
         warn_out_of_space(columns, self.bounds_)
-        names, x = self._features(columns)
+        names = feature_names()
         if names != self.feature_names_:
             raise DataError("the saved model was trained on other features than this vtrain-ml "
                             "computes; retrain it")
-        boosters = self._serving() if len(x) < SMALL_BATCH else self.boosters_
-        time = boosters["time"].inplace_predict(x, validate_features=False)
-        memory = boosters["memory"].inplace_predict(x, validate_features=False)
+        n = len(columns["num_layers"])
+        if n >= PARALLEL_FEATURES_ROWS and self._params()["nthread"] > 1 \
+                and not features_release_the_gil():
+            x, time, memory = self._pipelined(columns)
+        else:
+            _, x = self._features(columns)
+            boosters = self._serving() if n < SMALL_BATCH else self.boosters_
+            time = boosters["time"].inplace_predict(x, validate_features=False)
+            memory = boosters["memory"].inplace_predict(x, validate_features=False)
         est_time = x[:, names.index("est_log_time_s")].astype(float)
         est_memory = x[:, names.index("est_log_memory_bytes")].astype(float)
         capacity = x[:, names.index("memory_capacity_bytes")].astype(float)
         return np.exp(est_time + time), np.exp(est_memory + memory), capacity
 
+    def _pipelined(self, columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(features, time margins, memory margins) of a large batch whose features hold the GIL
+        (the compiled kernel): XGBoost, which releases the GIL inside its C call, predicts chunk
+        i - 1 on another core while chunk i's features are computed. The kernel runs in short
+        calls (`PIPELINE_SUBCHUNKS` per chunk, a few ms each) so that XGBoost's thread gets the
+        GIL it needs to enter and leave its call. The numbers are the unchunked ones: each row's
+        features and trees depend on that row alone."""
+        n = len(columns["num_layers"])
+        x = empty_features(n)
+        fill = feature_row_filler(columns, self.hardware_, x)
+        time, memory = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32)
+        boosters = self._serving()  # one XGBoost thread: the other core computes features
+
+        def predict(a: int, b: int) -> None:
+            time[a:b] = boosters["time"].inplace_predict(x[a:b], validate_features=False)
+            memory[a:b] = boosters["memory"].inplace_predict(x[a:b], validate_features=False)
+
+        bounds = np.linspace(0, n, PIPELINE_CHUNKS + 1).astype(int)
+        with ThreadPoolExecutor(1) as pool:
+            done = []
+            for a, b in pairwise(bounds):
+                for c, d in pairwise(np.linspace(a, b, PIPELINE_SUBCHUNKS + 1).astype(int)):
+                    fill(int(c), int(d))
+                done.append(pool.submit(predict, a, b))
+            for future in done:
+                future.result()
+        return x, time, memory
+
     def _features(self, columns: Mapping[str, Any]) -> tuple[list[str], np.ndarray]:
-        """The feature matrix; large batches are built in row chunks on threads (numpy releases
-        the GIL in its array loops, so the closed-form physics uses every core like XGBoost)."""
+        """The feature matrix; large batches are filled in row chunks on threads where that runs
+        in parallel (numpy releases the GIL in its array loops)."""
         n = len(columns["num_layers"])
         threads = self._params()["nthread"]
-        if threads <= 1 or n < PARALLEL_FEATURES_ROWS:
+        if threads <= 1 or n < PARALLEL_FEATURES_ROWS or not features_release_the_gil():
             return feature_matrix(columns, self.hardware_)
+        x = empty_features(n)
         bounds = np.linspace(0, n, threads + 1).astype(int)
-        chunks = [{c: v[a:b] for c, v in columns.items()} for a, b in pairwise(bounds)]
+        chunks = [({c: v[a:b] for c, v in columns.items()}, x[a:b]) for a, b in pairwise(bounds)]
         with ThreadPoolExecutor(threads) as pool:
-            parts = list(pool.map(lambda cols: feature_matrix(cols, self.hardware_), chunks))
-        return parts[0][0], np.concatenate([x.T for _, x in parts], axis=1).T  # column-major
+            list(pool.map(lambda chunk: fill_feature_matrix(chunk[0], self.hardware_, chunk[1]), chunks))
+        return feature_names(), x
 
     # -- persistence -----------------------------------------------------------------------
     def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""Closed-form physics of a table of jobs, vectorized over rows (numpy, no Python loop per row).
+"""Closed-form physics of jobs: one set of formulas for a table (numpy), one job, and compiled.
 
 The same formulas as the exact simulator, collapsed to what a row's fields determine without
 building a graph: parameter counts (simulator.params), FLOPs (Narayanan et al. 2021, as in
@@ -7,17 +7,27 @@ simulator.metrics), per-stage memory with saved activations per micro-batch from
 estimate of the iteration (simulator.costs / network / tail, see `surrogate.timing`). The model
 learns only the residual log(simulated / estimated), which is why it generalizes to model
 shapes it never saw.
+
+Every formula is written once, with numpy ufuncs (`np.where`, `np.maximum`, ...) over the
+fields of a `Rows` named tuple, and runs three ways: on arrays of n rows (numpy, vectorized),
+on one row's floats, and compiled per row (`simulator.jit.njit`, numba: `surrogate.kernel`
+loops over a table's rows without the temporary arrays numpy allocates per operation). The
+operations are IEEE ones in one fixed order, so the paths give the same numbers
+(tests/surrogate_tests/test_kernel.py). Parts are returned as named tuples, which numba compiles
+without allocating.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Any
+import math
+import types
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
+from simulator import costs
+from simulator.jit import njit
 from simulator.memory import WORKSPACE_BYTES
 from simulator.specs import GiB, HardwareSpec
 from surrogate.columns import factorize
@@ -29,17 +39,83 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("fp16", "bf16")
 
+Vec = Any  # an np.ndarray of rows, or one row's float
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 def _f(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-Vec = Any  # an np.ndarray of rows, or one float on the single-job path (surrogate.scalar)
+@njit
+def where(condition: Any, a: Vec, b: Vec) -> Vec:
+    """`np.where` for arrays; for one row's bool, `a if condition else b` (numba's `np.where` of
+    scalars allocates a 0-d array per call, and numpy's costs a microsecond)."""
+    if isinstance(condition, (bool, np.bool_)):
+        return a if condition else b
+    return np.where(condition, a, b)
 
 
-@dataclass(frozen=True)
-class Rows:
-    """The job fields of n rows as float arrays (booleans as 0/1), plus each row's hardware."""
+def compiled(fn: F, **helpers: Any) -> F:
+    """`simulator.jit.njit` of `fn`'s code with the globals `helpers` (compiled functions)
+    replacing those of its module: the simulator's own plain-Python functions (`simulator.costs`,
+    which never loads numba) compiled for the surrogate's kernel, one copy of the code."""
+    plain = types.FunctionType(fn.__code__, {**fn.__globals__, **helpers}, fn.__name__,
+                               fn.__defaults__, fn.__closure__)
+    plain.__qualname__ = f"{fn.__qualname__}_for_surrogate"  # its own numba cache entry
+    return njit(plain)  # type: ignore[return-value]
+
+
+# The simulator's scalar-or-array helpers, compiled (numba needs compiled callees).
+maximum = njit(costs.maximum)
+minimum = njit(costs.minimum)
+ceil = njit(costs.ceil)
+gemm_efficiency = compiled(costs.gemm_efficiency, maximum=maximum, ceil=ceil)
+
+
+@njit
+def floor(a: Any) -> Any:
+    """`np.floor`; for one number `math.floor` as a float (see `simulator.costs.maximum`)."""
+    if isinstance(a, (int, float)):
+        return float(math.floor(a))
+    return np.floor(a)
+
+
+@njit
+def log(a: Any) -> Any:
+    """`np.log`; for one number `math.log` (see `simulator.costs.maximum`)."""
+    if isinstance(a, (int, float)):
+        return math.log(a)
+    return np.log(a)
+
+
+class Hardware(NamedTuple):
+    """The hardware numbers the physics reads (`hardware_vector`), per row or for one row."""
+
+    peak_fp16: Vec
+    peak_bf16: Vec
+    hbm_Bps: Vec
+    memory_bytes: Vec
+    num_sms: Vec
+    gemm_max: Vec
+    k_half: Vec
+    launch_s: Vec
+    host_s: Vec
+    intra_eff: Vec
+    inter_eff: Vec
+    intra_lat_s: Vec
+    inter_lat_s: Vec
+    p2p_eff: Vec
+    reserved_bytes: Vec
+    coll_s: Vec
+    mb_s: Vec
+
+
+HW_FIELDS: tuple[str, ...] = Hardware._fields
+
+
+class Rows(NamedTuple):
+    """The job fields of n rows as floats (booleans 0/1, choices as codes), plus derived ones."""
 
     L: Vec
     h: Vec
@@ -66,27 +142,43 @@ class Rows:
     gpn: Vec  # GPUs of a node that a group can use: min(gpus_per_node, num_gpus)
     intra_Bps: Vec
     inter_Bps: Vec
-    hw: dict[str, Vec]
-    xp: Any = np  # numpy for tables, surrogate.scalar.SCALAR for one job of Python floats
+    m: Vec  # micro-batches per iteration
+    peak: Vec  # peak FLOP/s of the row's precision (every kernel's roofline uses it)
+    hw: Hardware
 
-    @property
-    def m(self) -> np.ndarray:
-        return self.B / (self.d * self.b)
 
-    @cached_property
-    def peak(self) -> Vec:
-        """Peak FLOP/s of each row's precision (computed once: every kernel's roofline uses it)."""
-        return self.xp.where(self.bf16 > 0, self.hw["peak_bf16"], self.hw["peak_fp16"])
+# The inputs of `make_rows`, in order: the job columns a record holds (JOB_COLUMNS without gpu),
+# categoricals as codes into PRECISIONS, RECOMPUTE and SCHEDULES.
+ROW_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
+              "ffn_hidden_size", "gated_mlp", "vocab_size", "seq_length", "global_batch_size",
+              "micro_batch_size", "precision", "recompute", "flash_attention", "num_gpus", "tp",
+              "pp", "dp", "virtual_stages", "schedule", "sequence_parallel", "distributed_optimizer",
+              "overlap_grad_reduce", "gpus_per_node", "intra_node_bandwidth_GBps",
+              "inter_node_bandwidth_Gbps")
+CODES: dict[str, tuple[str, ...]] = {"precision": PRECISIONS, "recompute": RECOMPUTE,
+                                     "schedule": SCHEDULES}
+
+
+@njit
+def make_rows(L: Vec, h: Vec, a: Vec, g: Vec, f: Vec, gated: Vec, V: Vec, s: Vec, B: Vec, b: Vec,
+              bf16: Vec, recompute: Vec, flash: Vec, N: Vec, t: Vec, p: Vec, d: Vec, v: Vec,
+              schedule: Vec, sequence_parallel: Vec, dopt: Vec, overlap: Vec, gpus_per_node: Vec,
+              intra_GBps: Vec, inter_Gbps: Vec, hw: Hardware) -> Rows:
+    """`Rows` of the `ROW_FIELDS` values (arrays or one row's floats) and the hardware."""
+    return Rows(L, h, a, g, f, gated, V, s, B, b, bf16, recompute, flash, N, t, p, d, v, schedule,
+                sequence_parallel * (t > 1), dopt, overlap, minimum(gpus_per_node, N),
+                intra_GBps * 1e9, inter_Gbps * 1e9 / 8, B / (d * b),
+                where(bf16 > 0, hw.peak_bf16, hw.peak_fp16), hw)
+
+
+def rows_of_fields(fields: Sequence[Vec], hw: Hardware) -> Rows:
+    """`make_rows` of the `ROW_FIELDS` values in order (arrays, or one row's floats)."""
+    return make_rows(*fields, hw)  # type: ignore[arg-type, call-arg]  # 25 fields, then hw
 
 
 def _codes(values: Any, choices: tuple[str, ...]) -> np.ndarray:
     """Index of each row's value in `choices` (0 for a value not among them)."""
     return factorize(values).lookup(lambda u: float(choices.index(u)) if u in choices else 0.0)
-
-
-HW_FIELDS = ("peak_fp16", "peak_bf16", "hbm_Bps", "memory_bytes", "num_sms", "gemm_max", "k_half",
-             "launch_s", "host_s", "intra_eff", "inter_eff", "intra_lat_s", "inter_lat_s",
-             "p2p_eff", "reserved_bytes", "coll_s", "mb_s")
 
 
 def hardware_vector(spec: HardwareSpec) -> dict[str, float]:
@@ -106,39 +198,56 @@ def hardware_vector(spec: HardwareSpec) -> dict[str, float]:
             "mb_s": getattr(e, "microbatch_overhead_s", 0.0)}
 
 
-def _hardware_arrays(gpu: Any, hardware: Mapping[str, HardwareSpec] | None) -> dict[str, np.ndarray]:
+def hardware_table(gpu: Any, hardware: Mapping[str, HardwareSpec] | None) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 matrix of `HW_FIELDS`, one row per distinct GPU; each row's index into it)."""
     from surrogate.features import catalog_hardware
 
     names = factorize(gpu)
-    vectors = {str(n): hardware_vector(hardware[str(n)] if hardware and str(n) in hardware
-                                       else catalog_hardware(str(n))) for n in names.uniques}
-    if len(vectors) == 1:
-        vec = next(iter(vectors.values()))
-        return {k: np.full(len(names), vec[k]) for k in HW_FIELDS}
-    per_row = {k: np.array([vectors[str(n)][k] for n in names.uniques]) for k in HW_FIELDS}
-    return {k: values[names.codes] for k, values in per_row.items()}
+    vectors = [hardware_vector(hardware[str(n)] if hardware and str(n) in hardware
+                               else catalog_hardware(str(n))) for n in names.uniques]
+    table = np.array([[vec[k] for k in HW_FIELDS] for vec in vectors], dtype=np.float64)
+    return table.reshape(len(vectors), len(HW_FIELDS)), names.codes
+
+
+def hardware_arrays(gpu: Any, hardware: Mapping[str, HardwareSpec] | None) -> Hardware:
+    table, codes = hardware_table(gpu, hardware)
+    if len(table) == 1:
+        return Hardware(*(np.full(len(codes), value) for value in table[0]))
+    return Hardware(*(column[codes] for column in table.T))
+
+
+def row_field_arrays(c: Mapping[str, Any],
+                     code: Callable[[Any, str], np.ndarray] | None = None) -> list[np.ndarray]:
+    """The `ROW_FIELDS` of a table of `JOB_COLUMNS` as float64 arrays, choices as codes
+    (`code(values, column)`, by default 0 for a value not among the choices)."""
+    code = code or (lambda values, name: _codes(values, CODES[name]))
+    return [code(c[name], name) if name in CODES else _f(c[name]) for name in ROW_FIELDS]
 
 
 def rows_from_columns(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None) -> Rows:
-    t = _f(c["tp"])
-    return Rows(
-        L=_f(c["num_layers"]), h=_f(c["hidden_size"]), a=_f(c["num_attention_heads"]),
-        g=_f(c["num_query_groups"]), f=_f(c["ffn_hidden_size"]), gated=_f(c["gated_mlp"]),
-        V=_f(c["vocab_size"]), s=_f(c["seq_length"]), B=_f(c["global_batch_size"]),
-        b=_f(c["micro_batch_size"]), bf16=_codes(c["precision"], ("fp16", "bf16")),
-        recompute=_codes(c["recompute"], RECOMPUTE), flash=_f(c["flash_attention"]),
-        N=_f(c["num_gpus"]), t=t, p=_f(c["pp"]), d=_f(c["dp"]), v=_f(c["virtual_stages"]),
-        schedule=_codes(c["schedule"], SCHEDULES),
-        sp=_f(c["sequence_parallel"]) * (t > 1), dopt=_f(c["distributed_optimizer"]),
-        overlap=_f(c["overlap_grad_reduce"]),
-        gpn=np.minimum(_f(c["gpus_per_node"]), _f(c["num_gpus"])),
-        intra_Bps=_f(c["intra_node_bandwidth_GBps"]) * 1e9,
-        inter_Bps=_f(c["inter_node_bandwidth_Gbps"]) * 1e9 / 8,
-        hw=_hardware_arrays(c["gpu"], hardware),
-    )
+    return rows_of_fields(row_field_arrays(c), hardware_arrays(c["gpu"], hardware))
 
 
-def stage_params(r: Rows) -> dict[str, np.ndarray]:
+def row_field_values(record: Mapping[str, Any]) -> list[float]:
+    """The `ROW_FIELDS` of one record as floats (choices as codes)."""
+    return [float(CODES[name].index(str(record[name]))) if name in CODES else float(record[name])
+            for name in ROW_FIELDS]
+
+
+def rows_from_record(record: Mapping[str, Any], hw: Mapping[str, float]) -> Rows:
+    """One job as `Rows` of floats (`hw`: `hardware_vector` of its GPU)."""
+    return rows_of_fields(row_field_values(record), Hardware(*(float(hw[k]) for k in HW_FIELDS)))
+
+
+class StageParams(NamedTuple):
+    first: Vec  # parameters per GPU of the first pipeline stage
+    last: Vec  # ... of the last
+    total: Vec  # of the whole model
+    vocab_p: Vec  # padded vocabulary
+
+
+@njit
+def stage_params(r: Rows) -> StageParams:
     """Parameters per GPU of the first and last pipeline stage, and of the whole model."""
     hd = r.h / r.a
     bias, untied = 1 - r.gated, r.gated
@@ -148,7 +257,7 @@ def stage_params(r: Rows) -> dict[str, np.ndarray]:
     weights = r.h * qkv_out + r.h * r.h + r.h * up_out + r.f * r.h
     sharded = weights + bias * (qkv_out + up_out)
     replicated = bias * 2 * r.h + 2 * norm
-    vocab_p = r.xp.ceil(r.V / (128 * r.t)) * 128 * r.t
+    vocab_p = ceil(r.V / (128 * r.t)) * 128 * r.t
     pos = bias * r.s * r.h  # learned positions (GPT family)
     layers = r.L / r.p * (sharded / r.t + replicated)
     one = r.p == 1  # the single stage holds both the embedding and the head
@@ -157,34 +266,50 @@ def stage_params(r: Rows) -> dict[str, np.ndarray]:
     first = layers + embedding + one * head
     last = layers + head + one * embedding + (r.p > 1) * (1 - untied) * vocab_p * r.h / r.t
     total = r.L * (sharded + replicated) + r.V * r.h * (1 + untied) + pos + norm
-    return {"first": first, "last": last, "total": total, "vocab_p": vocab_p}
+    return StageParams(first, last, total, vocab_p)
 
 
-def layer_flops_per_token(r: Rows) -> np.ndarray:
+@njit
+def layer_flops_per_token(r: Rows) -> Vec:
     hd = r.h / r.a
     return 2.0 * (r.h * (r.h + 2 * r.g * hd) + r.h * r.h + r.h * r.f * (1 + r.gated) + r.f * r.h
                   + 2 * r.s * r.h)
 
 
-def flops(r: Rows) -> dict[str, np.ndarray]:
+class Flops(NamedTuple):
+    model: Vec  # model FLOPs per iteration
+    hardware: Vec  # plus recomputation
+
+
+@njit
+def flops(r: Rows) -> Flops:
     """Model and hardware FLOPs per iteration (simulator.metrics, vectorized)."""
     lf = layer_flops_per_token(r)
     tokens = r.B * r.s
     model = 3.0 * tokens * (r.L * lf + 2.0 * r.h * r.V)
     selective = 4.0 * r.s * r.h  # flash attention is checkpointed and re-run too
-    extra = r.xp.select([r.recompute == 1, r.recompute == 2], [selective, lf], 0.0)
-    return {"model": model, "hardware": model + tokens * r.L * extra}
+    extra = where(r.recompute == 1, selective, where(r.recompute == 2, lf, 0.0))
+    return Flops(model, model + tokens * r.L * extra)
 
 
-def fused_softmax(r: Rows) -> np.ndarray:
+@njit
+def fused_softmax(r: Rows) -> Vec:
     """1 where Megatron's fused softmax kernel runs (simulator.graph.fused_softmax_available)."""
     heads = r.a / r.t
     shape_ok = (r.s > 16) & (r.s <= 4096) & (r.s % 4 == 0)
-    per_block = r.xp.where(r.s > 128, 4.0, 8.0)
-    return r.xp.where(shape_ok & ((r.b * heads) % per_block == 0), 1.0, 0.0)
+    per_block = where(r.s > 128, 4.0, 8.0)
+    return where(shape_ok & ((r.b * heads) % per_block == 0), 1.0, 0.0)
 
 
-def layer_activations(r: Rows) -> dict[str, np.ndarray]:
+class Activations(NamedTuple):
+    saved: Vec  # bytes one layer keeps for one micro-batch until its backward
+    working: Vec  # transient bytes of its backward (recomputed internals)
+    full: Vec  # everything, without recomputation
+    sp_tokens: Vec  # tokens per GPU of the sequence-parallel regions
+
+
+@njit
+def layer_activations(r: Rows) -> Activations:
     """Saved and transient bytes of one layer for one micro-batch (Korthikanti et al. 2022, as
     simulator.graph): dropout only in the GPT family (Llama trains without), K and V expanded to
     every head before the unfused attention's bmms (GQA), selective recompute keeping the core
@@ -192,96 +317,94 @@ def layer_activations(r: Rows) -> dict[str, np.ndarray]:
     T, hd = r.b * r.s, r.h / r.a
     heads, groups = r.a / r.t, r.g / r.t
     drop = 1 - r.gated  # the family convention of surrogate.features
-    sp_tokens = r.xp.where(r.sp > 0, T / r.t, T)
-    shard = r.xp.where(r.sp > 0, 1 / r.t, 1.0)
+    sp_tokens = where(r.sp > 0, T / r.t, T)
+    shard = where(r.sp > 0, 1 / r.t, 1.0)
     scores = r.b * heads * r.s * r.s
     fused = fused_softmax(r) > 0
     qkv = 2 * T * hd * (heads + 2 * groups)  # the core's inputs
     kv = 2 * T * heads * hd  # K or V after the GQA expand
-    probs = r.xp.where(fused, 2.0, 4.0) * scores  # the unfused softmax keeps fp32
-    probs16 = r.xp.where(fused & (drop == 0), 0.0, 2.0 * scores)  # what the second bmm saves
+    probs = where(fused, 2.0, 4.0) * scores  # the unfused softmax keeps fp32
+    probs16 = where(fused & (drop == 0), 0.0, 2.0 * scores)  # what the second bmm saves
     core = 2 * T * heads * hd + kv + probs + drop * scores + probs16 + kv
     flash = qkv + 4 * r.b * heads * r.s
     up = r.f / r.t * (1 + r.gated)
     rest = (4 * sp_tokens * r.h + 2 * 2 * T * r.h * shard + 2 * T * heads * hd
             + drop * 2 * sp_tokens * r.h + 2 * T * up + 2 * T * r.f / r.t)
-    internals = r.xp.where(r.flash > 0, flash, core)
+    internals = where(r.flash > 0, flash, core)
     full = rest + internals
-    saved = r.xp.select([r.recompute == 2, r.recompute == 1],
-                        [2 * sp_tokens * r.h, full - internals + qkv], full)
-    working = r.xp.select([r.recompute == 2, r.recompute == 1], [full, internals], 0.0)
-    return {"saved": saved, "working": working, "full": full, "sp_tokens": sp_tokens}
+    saved = where(r.recompute == 2, 2 * sp_tokens * r.h,
+                     where(r.recompute == 1, full - internals + qkv, full))
+    working = where(r.recompute == 2, full, where(r.recompute == 1, internals, 0.0))
+    return Activations(saved, working, full, sp_tokens)
 
 
-def in_flight(r: Rows) -> dict[str, np.ndarray]:
+class InFlight(NamedTuple):
+    first: Vec  # chunk-micro-batches of layers the first stage holds at its peak
+    last: Vec  # ... the last stage
+    emb_first: Vec  # micro-batches of embedding activations on the first stage
+    head_last: Vec  # micro-batches of head activations on the last stage
+
+
+@njit
+def in_flight(r: Rows) -> InFlight:
     """Chunk-micro-batches whose activations the first and last stage hold at their peak."""
     m = r.m
-    k = r.xp.minimum((r.p - 1) * 2 + (r.v - 1) * r.p + 1, m * r.v)
-    first = r.xp.select([r.schedule == 0, r.schedule == 1], [m, r.xp.minimum(r.p, m)], k)
-    last = r.xp.select([r.schedule == 0, r.schedule == 1], [m, 1.0],
-                     r.xp.minimum((r.v - 1) * r.p + 1, m * r.v))
-    emb_first = r.xp.select([r.schedule == 2], [r.xp.minimum(k, r.p) + r.xp.maximum(0, k - r.v * r.p)], first)
-    head_last = r.xp.where(r.schedule == 0, m, 1.0)  # GPipe keeps every micro-batch's logits
-    return {"first": first, "last": last, "emb_first": emb_first, "head_last": head_last}
+    k = minimum((r.p - 1) * 2 + (r.v - 1) * r.p + 1, m * r.v)
+    first = where(r.schedule == 0, m, where(r.schedule == 1, minimum(r.p, m), k))
+    last = where(r.schedule == 0, m,
+                    where(r.schedule == 1, 1.0, minimum((r.v - 1) * r.p + 1, m * r.v)))
+    emb_first = where(r.schedule == 2, minimum(k, r.p) + maximum(0, k - r.v * r.p), first)
+    head_last = where(r.schedule == 0, m, 1.0)  # GPipe keeps every micro-batch's logits
+    return InFlight(first, last, emb_first, head_last)
 
 
-def memory(r: Rows, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+class Memory(NamedTuple):
+    peak: Vec  # bytes per GPU, the larger of the first and last stage
+    first: Vec
+    last: Vec
+    activations: Vec
+    weights_states: Vec
+    layer_saved: Vec
+    layer_working: Vec
+
+
+@njit
+def _peak_moment(r: Rows, per_param: Vec, main_grad_copy: Vec, shard: Vec, working: Vec, n: Vec,
+                 acts: Vec, head: Vec) -> Vec:
+    """simulator.memory: the largest of the forward, backward and optimizer moments, plus the
+    workspaces and the context."""
+    static = per_param * n
+    moments = maximum(maximum(acts + head, acts + maximum(working, head)),
+                         main_grad_copy / shard * n)
+    return static + moments + WORKSPACE_BYTES + r.hw.reserved_bytes
+
+
+@njit
+def memory(r: Rows, params: StageParams) -> Memory:
     """Peak bytes per GPU of the first and last stage (simulator.memory, in closed form)."""
     act = layer_activations(r)
     flight = in_flight(r)
     lpc = r.L / (r.p * r.v)
     T = r.b * r.s
-    emb_saved = (1 - r.gated) * act["sp_tokens"] * r.h  # the embedding dropout's mask
-    head_saved = (2 * act["sp_tokens"] * r.h + 2 * T * r.h * r.xp.where(r.sp > 0, 1 / r.t, 1.0)
-                  + 4 * T * params["vocab_p"] / r.t)
-    grad = r.xp.where(r.bf16 > 0, 4.0, 2.0)
-    main_grad_copy = r.xp.where(r.bf16 > 0, 0.0, 4.0)  # only at the optimizer step
-    shard = r.xp.where(r.dopt > 0, r.d, 1.0)
+    emb_saved = (1 - r.gated) * act.sp_tokens * r.h  # the embedding dropout's mask
+    head_saved = (2 * act.sp_tokens * r.h + 2 * T * r.h * where(r.sp > 0, 1 / r.t, 1.0)
+                  + 4 * T * params.vocab_p / r.t)
+    grad = where(r.bf16 > 0, 4.0, 2.0)
+    main_grad_copy = where(r.bf16 > 0, 0.0, 4.0)  # only at the optimizer step
+    shard = where(r.dopt > 0, r.d, 1.0)
     per_param = 2.0 + grad + OPTIMIZER_BYTES_PER_PARAM / shard
     one = r.p == 1
-    first_act = flight["first"] * lpc * act["saved"] + flight["emb_first"] * emb_saved + one * head_saved
-    last_act = (flight["last"] * lpc * act["saved"] + flight["head_last"] * head_saved
-                + one * emb_saved * flight["emb_first"])
-    first_act = first_act + one * (flight["head_last"] - 1) * head_saved
-    logits16 = 2 * T * params["vocab_p"] / r.t  # the loss's 16-bit logits / gradient
-
-    def peak_moment(n: Vec, acts: Vec, head: Vec) -> Vec:
-        """simulator.memory: the largest of the forward, backward and optimizer moments, plus
-        the workspaces and the context."""
-        static = per_param * n
-        moments = r.xp.maximum(r.xp.maximum(acts + head, acts + r.xp.maximum(act["working"], head)),
-                               main_grad_copy / shard * n)
-        return static + moments + WORKSPACE_BYTES + r.hw["reserved_bytes"]
-
-    first = peak_moment(params["first"], first_act, one * logits16)
-    last = peak_moment(params["last"], last_act, logits16)
-    peak = r.xp.maximum(first, last)
-    return {"peak": peak, "first": first, "last": last, "activations": r.xp.maximum(first_act, last_act),
-            "weights_states": per_param * r.xp.maximum(params["first"], params["last"]),
-            "layer_saved": act["saved"], "layer_working": act["working"]}
-
-
-def rows_from_record(record: Mapping[str, Any], hw: Mapping[str, float]) -> Rows:
-    """One job as `Rows` of Python floats (the single-prediction path; see surrogate.scalar)."""
-    from surrogate.scalar import SCALAR
-
-    t = float(record["tp"])
-    return Rows(
-        L=float(record["num_layers"]), h=float(record["hidden_size"]),
-        a=float(record["num_attention_heads"]), g=float(record["num_query_groups"]),
-        f=float(record["ffn_hidden_size"]), gated=float(bool(record["gated_mlp"])),
-        V=float(record["vocab_size"]), s=float(record["seq_length"]),
-        B=float(record["global_batch_size"]), b=float(record["micro_batch_size"]),
-        bf16=float(record["precision"] == "bf16"), recompute=float(RECOMPUTE.index(str(record["recompute"]))),
-        flash=float(bool(record["flash_attention"])), N=float(record["num_gpus"]), t=t,
-        p=float(record["pp"]), d=float(record["dp"]), v=float(record["virtual_stages"]),
-        schedule=float(SCHEDULES.index(str(record["schedule"]))),
-        sp=float(bool(record["sequence_parallel"]) and t > 1),
-        dopt=float(bool(record["distributed_optimizer"])), overlap=float(bool(record["overlap_grad_reduce"])),
-        gpn=min(float(record["gpus_per_node"]), float(record["num_gpus"])),
-        intra_Bps=float(record["intra_node_bandwidth_GBps"]) * 1e9,
-        inter_Bps=float(record["inter_node_bandwidth_Gbps"]) * 1e9 / 8,
-        hw=dict(hw), xp=SCALAR)
+    first_act = flight.first * lpc * act.saved + flight.emb_first * emb_saved + one * head_saved
+    last_act = (flight.last * lpc * act.saved + flight.head_last * head_saved
+                + one * emb_saved * flight.emb_first)
+    first_act = first_act + one * (flight.head_last - 1) * head_saved
+    logits16 = 2 * T * params.vocab_p / r.t  # the loss's 16-bit logits / gradient
+    first = _peak_moment(r, per_param, main_grad_copy, shard, act.working, params.first, first_act,
+                         one * logits16)
+    last = _peak_moment(r, per_param, main_grad_copy, shard, act.working, params.last, last_act,
+                        logits16)
+    return Memory(maximum(first, last), first, last, maximum(first_act, last_act),
+                  per_param * maximum(params.first, params.last), act.saved, act.working)
 
 
 def physics_columns(columns: Mapping[str, Any],
@@ -291,51 +414,14 @@ def physics_columns(columns: Mapping[str, Any],
     ``est_log_time_s`` and ``est_log_memory_bytes`` are the closed-form baselines the model's
     residual targets are taken against (see surrogate.model).
     """
-    return physics_of_rows(rows_from_columns(columns, hardware))
+    from surrogate.kernel import PHYSICS_FEATURES, physics_matrix
+
+    values = physics_matrix(columns, hardware)
+    return {name: values[:, j] for j, name in enumerate(PHYSICS_FEATURES)}
 
 
 def physics_of_rows(r: Rows) -> dict[str, Any]:
-    """`physics_columns` of prepared rows (numpy arrays, or one job's floats)."""
-    from surrogate.timing import gemm_efficiency, iteration
+    """`physics_columns` of prepared rows (numpy arrays, or one job's floats), name -> value."""
+    from surrogate.kernel import PHYSICS_FEATURES, physics_values
 
-    def _log(x: Any) -> Any:
-        return r.xp.log(r.xp.maximum(x, 1e-30))
-
-    params = stage_params(r)
-    fl = flops(r)
-    mem = memory(r, params)
-    stage = r.xp.maximum(params["first"], params["last"])
-    it = iteration(r, stage, params["vocab_p"])
-    T = r.b * r.s
-    main_k = r.h
-    intensity = 2 * T * r.f / r.t * main_k / ((T * main_k + main_k * r.f / r.t + T * r.f / r.t) * 2)
-    peak = r.xp.where(r.bf16 > 0, r.hw["peak_bf16"], r.hw["peak_fp16"])
-    out = {
-        "est_log_time_s": _log(it["total"]), "est_log_memory_bytes": _log(mem["peak"]),
-        "log_params": _log(params["total"]), "log_stage_params": _log(stage),
-        "log_model_flops": _log(fl["model"]), "log_flops_per_gpu": _log(fl["hardware"] / r.N),
-        "log_compute_bound_s": _log(fl["hardware"] / r.N / peak),
-        "microbatches": r.m, "log_microbatches": _log(r.m), "layers_per_stage": r.L / r.p,
-        "layers_per_chunk": r.L / (r.p * r.v), "tokens_per_microbatch": T,
-        "bubble_fraction": it["bubble"], "arithmetic_intensity": intensity,
-        "gemm_efficiency": gemm_efficiency(r, r.xp.ones_like(T), T, r.f / r.t, r.h),
-        "head_dim": r.h / r.a, "schedule_code": r.schedule, "recompute_code": r.recompute,
-        "memory_ratio": mem["peak"] / r.hw["memory_bytes"],
-        "memory_capacity_bytes": r.hw["memory_bytes"],
-        "log_activation_bytes": _log(mem["activations"]),
-        "log_weight_state_bytes": _log(mem["weights_states"]),
-        "log_layer_saved_bytes": _log(mem["layer_saved"]),
-        "log_layer_working_bytes": _log(mem["layer_working"] + 1),
-        "log_mem_first": _log(mem["first"]), "log_mem_last": _log(mem["last"]),
-        "log_tp_bytes": _log(T * r.h * 2.0 * (r.t > 1) + 1),
-        "log_dp_bytes": _log(stage * r.xp.where(r.bf16 > 0, 4.0, 2.0) * (r.d > 1) + 1),
-        "log_p2p_bytes": _log(T * r.h * 2.0 / r.xp.where(r.sp > 0, r.t, 1.0) * (r.p > 1) + 1),
-    }
-    for name in ("pipeline", "stage_mb", "layer", "layer_compute", "tp_comm", "recompute", "host_excess",
-                 "attention", "p2p", "pp_comm", "dp_comm", "dp_exposed", "embedding_sync",
-                 "optimizer"):
-        out[f"log_{name}_s"] = _log(it[name] + 1e-9)
-        out[f"share_{name}"] = it[name] / it["total"]
-    for key in ("peak_bf16", "hbm_Bps", "num_sms", "host_s", "coll_s", "mb_s"):
-        out[f"hw_{key}"] = r.hw[key]
-    return out
+    return dict(zip(PHYSICS_FEATURES, physics_values(r), strict=True))

@@ -119,10 +119,11 @@ def test_threaded_batch_features_predict_exactly_like_one_thread(tiny_model, tin
 
 
 def test_xgboost_predicts_the_same_from_either_memory_order(tiny_model, samples) -> None:
-    """feature_matrix hands XGBoost a column-major matrix (no transposing copy)."""
+    """feature_matrix hands XGBoost the matrix in the order it was filled (row-major from the
+    compiled kernel, column-major from numpy): no transposing copy."""
     x = _reference_features(tiny_model.model, samples)
-    assert x.flags.f_contiguous
+    assert x.flags.c_contiguous or x.flags.f_contiguous
     for booster in tiny_model.model.boosters_.values():
-        column_major = booster.inplace_predict(x, validate_features=False)
+        column_major = booster.inplace_predict(np.asfortranarray(x), validate_features=False)
         row_major = booster.inplace_predict(np.ascontiguousarray(x), validate_features=False)
         np.testing.assert_array_equal(column_major, row_major)

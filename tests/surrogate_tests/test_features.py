@@ -58,18 +58,31 @@ def test_physics_features_are_finite(tiny_samples) -> None:
     assert np.isfinite(feats.to_numpy()).all()
 
 
-def test_the_gemm_efficiency_feature_is_the_simulators_to_the_bit() -> None:
-    """One model of the physics: the vectorized tile / wave / depth efficiency the features use
-    equals simulator.costs.gemm_efficiency on every shape, including partial tiles and waves."""
+def test_gemm_efficiency_of_a_square_gemm_is_its_best_tiles_wave_and_depth_efficiency() -> None:
+    """4096^3 on 108 SMs: 256x128 tiles make 512 tiles in 5 waves (512/540 busy), no partial
+    tiles, depth 4096 / (4096 + k_half); the smaller tiles lose more to their rel factor."""
+    from simulator.costs import gemm_efficiency
+
+    expected = 0.87 * (512 / 540) * (4096 / (4096 + 150.0))
+    assert gemm_efficiency(1, 4096, 4096, 4096, 108, 0.87, 150.0) == pytest.approx(expected, rel=1e-15)
+
+
+def test_the_gemm_efficiency_of_arrays_and_compiled_is_the_simulators_to_the_bit() -> None:
+    """One function, three paths: the simulator's scalar call, numpy arrays (the features of a
+    table) and the surrogate's compiled copy agree to the bit on every shape, partial tiles and
+    waves too."""
     import itertools
 
-    import numpy as np
-
-    from simulator.costs import gemm_efficiency, gemm_efficiency_array
+    from simulator.costs import gemm_efficiency
+    from surrogate.physics import gemm_efficiency as compiled_gemm_efficiency
 
     shapes = list(itertools.product([1, 3, 96, 1024], [1, 63, 64, 257, 4096], [1, 129, 12288],
                                     [64, 300, 8192]))
     batch, m, n, k = (np.array(column, dtype=float) for column in zip(*shapes, strict=True))
-    vector = gemm_efficiency_array(batch, m, n, k, 108.0, 0.87, 150.0)
+    vector = gemm_efficiency(batch, m, n, k, 108.0, 0.87, 150.0)
     expected = [gemm_efficiency(*shape, 108, 0.87, 150.0) for shape in shapes]
+    compiled = [compiled_gemm_efficiency(*map(float, shape), 108.0, 0.87, 150.0) for shape in shapes]
+    assert all(isinstance(value, float) for value in expected)
     assert vector.tolist() == expected
+    assert compiled == expected
+
