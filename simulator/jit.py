@@ -30,16 +30,20 @@ HAVE_NUMBA: bool = _numba is not None
 
 
 def njit(fn: F) -> F:
-    """`numba.njit(cache=True)` of `fn` when numba is available, else `fn` itself.
+    """`numba.njit(cache=True, nogil=True)` of `fn` when numba is available, else `fn` itself.
+
+    nogil: a compiled call releases Python's global lock, so that a batch can fill its features
+    on two threads (the surrogate) while numpy and XGBoost keep the other core busy; the
+    functions are pure loops over arrays they are given, with no Python objects to protect.
 
     The undecorated Python function stays reachable as `python_version(compiled)` so that tests
     can check both paths give the same numbers."""
     if _numba is None:
         return fn
     try:
-        compiled: Any = _numba.njit(cache=True)(fn)
+        compiled: Any = _numba.njit(cache=True, nogil=True)(fn)
     except RuntimeError:  # no file to cache beside (a function defined in `python -c`)
-        compiled = _numba.njit(fn)
+        compiled = _numba.njit(nogil=True)(fn)
     compiled.__vtrain_python__ = fn
     return compiled  # type: ignore[no-any-return]
 

@@ -69,7 +69,7 @@ def empty_features(n: int) -> np.ndarray:
 def features_release_the_gil() -> bool:
     """Whether threads filling row chunks of one matrix run in parallel: numpy releases the GIL
     inside its array loops; the compiled kernel only if `simulator.jit` compiles with numba's
-    ``nogil`` (it does not today), else threads would only take turns."""
+    ``nogil`` (it does), else threads would only take turns."""
     return compiled_kernel_releases_the_gil() if HAVE_NUMBA else True
 
 
