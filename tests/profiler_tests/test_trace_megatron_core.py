@@ -94,14 +94,24 @@ def test_the_iteration_is_the_traced_phases_composed_over_layers_and_micro_batch
 
 
 def test_the_traced_job_reproduces_its_unprofiled_iteration(megatron):
-    """The profiler's cost taken out (the trace's host ratio), the traced 2-layer job comes back
-    to its unprofiled iteration. Tolerance 15%: the ratio is taken from the least-disturbed
-    iteration, the reference is the median wall time of 2 iterations, and on a shared 2-core
-    machine they differ by the load (up to ~6% seen under a parallel test run); what it catches
-    is the profiler's cost left in, about +30% on this stack's CPU trace."""
-    row = read_profile(megatron).traces.set_index("recompute").loc["none"]
-    result = simulate_traced(_job(2), read_profile(megatron))
-    assert result.iteration_time_s == pytest.approx(row["measured_iteration_s"], rel=0.15)
+    """The profiler's cost taken out, the traced 2-layer job comes back to its unprofiled
+    iteration (`simulator.traced_host.host_scale`): on a quiet machine the profiler makes this
+    CPU trace ~30% longer than the unprofiled median. The design's one exception: the profiler
+    only ever adds host time, so an unprofiled median that is not shorter than the profiled
+    iteration (another process took the core while it was timed, as in a loaded parallel test
+    run) is not explained by host time, and the prediction is the one made without it."""
+    profile = read_profile(megatron)
+    row = profile.traces.set_index("recompute").loc["none"]
+    measured, profiled = float(row["measured_iteration_s"]), float(row["iteration_s"])
+    predicted = simulate_traced(_job(2), profile).iteration_time_s
+    blind = read_profile(megatron)
+    blind.traces["measured_iteration_s"] = float("nan")
+    without = simulate_traced(_job(2), blind).iteration_time_s
+    if measured <= 0.9 * profiled:  # the profiler's cost is visible: the usual case
+        assert predicted == pytest.approx(measured, rel=0.05)
+    else:  # a disturbed measurement: either agreed with (within its spread) or set aside
+        assert predicted == pytest.approx(measured, rel=0.05) or predicted == pytest.approx(without)
+    assert without < profiled  # the profiler's measured cost per op is taken out either way
 
 
 @pytest.mark.parametrize(("args", "words"), [
