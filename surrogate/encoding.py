@@ -8,7 +8,7 @@ plus the physics features of `surrogate.physics`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,7 @@ from simulator.jit import HAVE_NUMBA
 from simulator.specs import HardwareSpec
 from surrogate.columns import distinct, factorize
 from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS
-from surrogate.kernel import PHYSICS_FEATURES, compiled_kernel_releases_the_gil, fill_features, row_filler
+from surrogate.kernel import PHYSICS_FEATURES, fill_features
 from surrogate.physics import CODES, ROW_FIELDS, row_field_arrays
 
 RAW_FEATURES = ROW_FIELDS  # the job columns but gpu, which enters through its hardware numbers
@@ -64,19 +64,6 @@ def empty_features(n: int) -> np.ndarray:
     (tests/surrogate_tests/test_fast_paths.py), so no transposing copy is made."""
     width = len(RAW_FEATURES) + len(PHYSICS_FEATURES)
     return np.empty((n, width), dtype=np.float32, order="C" if HAVE_NUMBA else "F")
-
-
-def features_release_the_gil() -> bool:
-    """Whether threads filling row chunks of one matrix run in parallel: numpy releases the GIL
-    inside its array loops; the compiled kernel only if `simulator.jit` compiles with numba's
-    ``nogil`` (it does), else threads would only take turns."""
-    return compiled_kernel_releases_the_gil() if HAVE_NUMBA else True
-
-
-def feature_row_filler(columns: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None,
-                       out: np.ndarray) -> Callable[[int, int], None]:
-    """`fill(a, b)` fills rows a to b of `out` (the compiled path, inputs prepared once)."""
-    return row_filler(row_field_arrays(columns, _code), columns["gpu"], hardware, out)
 
 
 def fill_feature_matrix(columns: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None,

@@ -122,17 +122,9 @@ def _feature_kernel(fields: np.ndarray, hw_table: np.ndarray, gpu: np.ndarray,
             out[i, raw + j] = values[j]
 
 
-def compiled_kernel_releases_the_gil() -> bool:
-    """Whether the compiled kernel was compiled with numba's ``nogil`` (threads then run it in
-    parallel)."""
-    return bool(getattr(_feature_kernel, "targetoptions", {}).get("nogil", False))
-
-
 def row_filler(fields: list[np.ndarray], gpu: Any, hardware: Mapping[str, HardwareSpec] | None,
                out: np.ndarray) -> Callable[[int, int], None]:
-    """`fill(a, b)`: the compiled `fill_features` of rows a to b, the inputs prepared once (a
-    caller interleaving other threads' work between short kernel calls, see
-    `surrogate.model.Surrogate._pipelined`)."""
+    """`fill(a, b)`: the compiled `fill_features` of rows a to b, the inputs prepared once."""
     table, codes = hardware_table(gpu, hardware)
     stacked = np.stack(fields)
 

@@ -29,8 +29,6 @@ from surrogate.encoding import (
     empty_features,
     feature_matrix,
     feature_names,
-    feature_row_filler,
-    features_release_the_gil,
     fill_feature_matrix,
     space_bounds,
     warn_out_of_space,
@@ -42,8 +40,6 @@ log = logging.getLogger(__name__)
 
 SMALL_BATCH = 1024  # rows below which prediction runs single-threaded
 PARALLEL_FEATURES_ROWS = 20_000  # rows from which features are built on several threads
-PIPELINE_CHUNKS = 8  # chunks of a large batch whose features overlap XGBoost's trees
-PIPELINE_SUBCHUNKS = 8  # kernel calls per chunk (the GIL changes hands between them)
 OUTPUTS = ("iteration_time_s", "peak_memory_bytes", "fits_in_memory")
 DEFAULT_PARAMS: dict[str, Any] = {
     "max_depth": 8, "learning_rate": 0.4, "subsample": 0.8, "colsample_bytree": 0.8,
@@ -261,53 +257,22 @@ class Surrogate:
             raise DataError("the saved model was trained on other features than this vtrain-ml "
                             "computes; retrain it")
         n = len(columns["num_layers"])
-        if n >= PARALLEL_FEATURES_ROWS and self._params()["nthread"] > 1 \
-                and not features_release_the_gil():
-            x, time, memory = self._pipelined(columns)
-        else:
-            _, x = self._features(columns)
-            boosters = self._serving() if n < SMALL_BATCH else self.boosters_
-            time = boosters["time"].inplace_predict(x, validate_features=False)
-            memory = boosters["memory"].inplace_predict(x, validate_features=False)
+        _, x = self._features(columns)
+        boosters = self._serving() if n < SMALL_BATCH else self.boosters_
+        time = boosters["time"].inplace_predict(x, validate_features=False)
+        memory = boosters["memory"].inplace_predict(x, validate_features=False)
         est_time = x[:, names.index("est_log_time_s")].astype(float)
         est_memory = x[:, names.index("est_log_memory_bytes")].astype(float)
         capacity = x[:, names.index("memory_capacity_bytes")].astype(float)
         return np.exp(est_time + time), np.exp(est_memory + memory), capacity
 
-    def _pipelined(self, columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(features, time margins, memory margins) of a large batch whose features hold the GIL
-        (the compiled kernel): XGBoost, which releases the GIL inside its C call, predicts chunk
-        i - 1 on another core while chunk i's features are computed. The kernel runs in short
-        calls (`PIPELINE_SUBCHUNKS` per chunk, a few ms each) so that XGBoost's thread gets the
-        GIL it needs to enter and leave its call. The numbers are the unchunked ones: each row's
-        features and trees depend on that row alone."""
-        n = len(columns["num_layers"])
-        x = empty_features(n)
-        fill = feature_row_filler(columns, self.hardware_, x)
-        time, memory = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32)
-        boosters = self._serving()  # one XGBoost thread: the other core computes features
-
-        def predict(a: int, b: int) -> None:
-            time[a:b] = boosters["time"].inplace_predict(x[a:b], validate_features=False)
-            memory[a:b] = boosters["memory"].inplace_predict(x[a:b], validate_features=False)
-
-        bounds = np.linspace(0, n, PIPELINE_CHUNKS + 1).astype(int)
-        with ThreadPoolExecutor(1) as pool:
-            done = []
-            for a, b in pairwise(bounds):
-                for c, d in pairwise(np.linspace(a, b, PIPELINE_SUBCHUNKS + 1).astype(int)):
-                    fill(int(c), int(d))
-                done.append(pool.submit(predict, a, b))
-            for future in done:
-                future.result()
-        return x, time, memory
-
     def _features(self, columns: Mapping[str, Any]) -> tuple[list[str], np.ndarray]:
-        """The feature matrix; large batches are filled in row chunks on threads where that runs
-        in parallel (numpy releases the GIL in its array loops)."""
+        """The feature matrix; large batches are filled in row chunks on threads, which run in
+        parallel: numpy releases the GIL in its array loops, and `simulator.jit` compiles the
+        feature kernel with numba's ``nogil``."""
         n = len(columns["num_layers"])
         threads = self._params()["nthread"]
-        if threads <= 1 or n < PARALLEL_FEATURES_ROWS or not features_release_the_gil():
+        if threads <= 1 or n < PARALLEL_FEATURES_ROWS:
             return feature_matrix(columns, self.hardware_)
         x = empty_features(n)
         bounds = np.linspace(0, n, threads + 1).astype(int)
