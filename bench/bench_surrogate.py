@@ -79,7 +79,8 @@ def bench_prediction(model: Surrogate, samples: Path) -> dict[str, Any]:
                                       for b in boosters.values()]) for _ in range(5))
         job = record_to_job(df.iloc[0].to_dict(), model.hardware_)
         one_row = np.ascontiguousarray(x[:1])
-        single = model._serving()["time"]  # the one-thread copy predict uses for small batches
+        serving = model._serving()  # the one-thread copy predict uses for small batches
+        single = serving["single"]["time"] if "single" in serving else serving["time"]  # or older
         latency = {}
         for name, call in (("single_job_latency_us", lambda: model.predict_one(job)),
                            ("single_job_dataframe_latency_us", lambda: model.predict([job])),
@@ -113,7 +114,7 @@ def _subprocess_prediction(model: str, samples: str, env: dict[str, str]) -> dic
 
 
 def side_by_side(model: Surrogate, model_path: str, samples: str, rounds: int,
-                 before: str | None) -> dict[str, dict[str, Any]]:
+                 before: str | None, before_model: str | None = None) -> dict[str, dict[str, Any]]:
     """Prediction numbers per column (this process; VTRAIN_NO_JIT=1; `before`), best round each."""
     here = str(Path(__file__).resolve().parents[1])
     columns: dict[str, list[dict[str, Any]]] = {"compiled": [], "no_jit": []}
@@ -124,7 +125,8 @@ def side_by_side(model: Surrogate, model_path: str, samples: str, rounds: int,
         columns["no_jit"].append(_subprocess_prediction(model_path, samples,
                                                         {"VTRAIN_NO_JIT": "1", "PYTHONPATH": here}))
         if before:
-            columns["before"].append(_subprocess_prediction(model_path, samples, {"PYTHONPATH": before}))
+            columns["before"].append(_subprocess_prediction(before_model or model_path, samples,
+                                                            {"PYTHONPATH": before}))
     best: dict[str, dict[str, Any]] = {}
     for name, runs in columns.items():
         best[name] = dict(runs[0])
@@ -150,6 +152,8 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds of the prediction columns")
     p.add_argument("--before", help="a checkout of the previous code, timed as a third column")
+    p.add_argument("--before-model", help="the model the --before checkout predicts with (default: "
+                   "--model; one trained by that checkout where the saved format changed)")
     p.add_argument("--allow-stale", action="store_true",
                    help="time a model whose hardware profile changed since training")
     p.add_argument("--predict-only", action="store_true", help=argparse.SUPPRESS)
@@ -175,7 +179,7 @@ def main() -> None:
                         "test": {k: v for k, v in trained.report["test"].items() if k != "by_region"},
                         "test_by_region": trained.report["test"]["by_region"],
                         "baseline_mape": trained.report["baseline"]["mape"]})
-    columns = side_by_side(model, model_path, args.samples, args.rounds, args.before)
+    columns = side_by_side(model, model_path, args.samples, args.rounds, args.before, args.before_model)
     results["prediction"] = columns
     print(json.dumps(results, indent=1, default=str))
     _print_targets(results, columns)
@@ -202,8 +206,9 @@ def _print_targets(results: dict[str, Any], columns: dict[str, dict[str, Any]]) 
     ratios = " ".join(f"{n}/{names[0]} {columns[n][key] / columns[names[0]][key]:.2f}x" for n in names[1:])
     print(f"{key}: {names[0]} faster by {ratios}")
     hashes = {n: columns[n]["feature_hash"] for n in names}
-    print(f"feature matrices equal to the bit: {len(set(hashes.values())) == 1} {hashes} "
-          f"(numba in this process: {columns['compiled']['numba']})")
+    same = hashes["compiled"] == hashes["no_jit"]
+    print(f"compiled and numpy feature matrices equal to the bit: {same} {hashes} (numba in this "
+          f"process: {columns['compiled']['numba']}; 'before' differs where the features changed)")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 """The saved surrogate: XGBoost UBJ boosters plus ``metadata.json`` (never pickle).
 
+A target predicted by its closed form alone (`Surrogate.closed_form_targets`) has no booster file;
+metadata.json lists it under ``closed_form``.
+
 metadata.json records the schema version, feature names, the hardware each GPU name was trained
 with (spec, content hash and where it came from), the space, the simulator version, the
 training-data hash and the test metrics. Loading checks that each hardware source still hashes the
@@ -31,7 +34,9 @@ log = logging.getLogger(__name__)
 
 # 2: the GEMM-efficiency features come from simulator.costs (its depth factor rounds differently
 # in the last bit), so the trees of a version-1 model split on slightly other numbers.
-SCHEMA_VERSION = 2
+# 3: features other than the two baselines are no longer logarithms, shares multiply by one
+# reciprocal, and a target the closed form already predicts has no booster file.
+SCHEMA_VERSION = 3
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}
@@ -53,8 +58,10 @@ def save_surrogate(model: Surrogate, folder: Path, extra: Mapping[str, Any]) -> 
     from surrogate.dataset import simulator_version
 
     folder.mkdir(parents=True, exist_ok=True)
-    for key, name in BOOSTER_FILES.items():
-        _save_booster(model.boosters_[key], folder / name)
+    for key, booster in model.boosters_.items():
+        _save_booster(booster, folder / BOOSTER_FILES[key])
+    for key in model.closed_form_targets():
+        (folder / BOOSTER_FILES[key]).unlink(missing_ok=True)  # a previous model's trees
     sources = getattr(model, "hardware_sources_", {})
     metadata = {
         "schema_version": SCHEMA_VERSION,
@@ -63,9 +70,11 @@ def save_surrogate(model: Surrogate, folder: Path, extra: Mapping[str, Any]) -> 
         "outputs": ["iteration_time_s", "peak_memory_bytes", "fits_in_memory"],
         "targets": {"time": "log(iteration_time_s) - est_log_time_s",
                     "memory": "log(peak_memory_bytes) - est_log_memory_bytes"},
-        "boosters": BOOSTER_FILES,
+        "boosters": {key: BOOSTER_FILES[key] for key in model.boosters_},
+        "closed_form": model.closed_form_targets(),
         "hyperparameters": {"seed": model.seed, "n_estimators": model.n_estimators,
                             "memory_estimators": model.memory_estimators,
+                            "closed_form_tolerance": model.closed_form_tolerance,
                             "early_stopping_rounds": model.early_stopping_rounds,
                             "validation_fraction": model.validation_fraction,
                             "validation_split": model.validation_split, **model.xgb_params},
@@ -106,8 +115,8 @@ def read_metadata(folder: Path) -> dict[str, Any]:
             got = "missing" if key not in data else f"a {type(data[key]).__name__}"
             raise DataError(f"{path}: '{key}' ({what}) is {got}, expected a {kind.__name__}; "
                             f"the model folder is damaged, retrain the model")
-    if set(data["boosters"]) != set(BOOSTER_FILES):
-        raise DataError(f"{path}: 'boosters' names {sorted(data['boosters'])}, expected "
+    if not set(data["boosters"]) <= set(BOOSTER_FILES):
+        raise DataError(f"{path}: 'boosters' names {sorted(data['boosters'])}, expected some of "
                         f"{sorted(BOOSTER_FILES)}; retrain the model")
     for name, entry in data["hardware"].items():
         if not isinstance(entry, dict) or not {"hash", "source", "spec"} <= set(entry):

@@ -36,20 +36,24 @@ from surrogate.physics import (
 )
 from surrogate.timing import gemm_efficiency, iteration
 
-# Parts of the iteration estimate that become a log-seconds and a share-of-total feature each.
+# Parts of the iteration estimate that become a seconds and a share-of-total feature each.
 _PARTS = ("pipeline", "stage_mb", "layer", "layer_compute", "tp_comm", "recompute", "host_excess",
           "attention", "p2p", "pp_comm", "dp_comm", "dp_exposed", "embedding_sync", "optimizer")
 _HW_FEATURES = ("peak_bf16", "hbm_Bps", "num_sms", "host_s", "coll_s", "mb_s")
 
+# Only the two baselines are logarithms (the residual targets are taken against them). The trees
+# split on every other feature by its rank (hist bins are quantiles), which a monotone transform
+# does not change: a log per feature would cost ~45 libm calls per row (~0.3 us of ~1.9) and
+# teach the trees nothing (docs/speed.md, "Surrogate prediction").
 PHYSICS_FEATURES: tuple[str, ...] = (
-    "est_log_time_s", "est_log_memory_bytes", "log_params", "log_stage_params", "log_model_flops",
-    "log_flops_per_gpu", "log_compute_bound_s", "microbatches", "log_microbatches",
-    "layers_per_stage", "layers_per_chunk", "tokens_per_microbatch", "bubble_fraction",
-    "arithmetic_intensity", "gemm_efficiency", "head_dim", "schedule_code", "recompute_code",
-    "memory_ratio", "memory_capacity_bytes", "log_activation_bytes", "log_weight_state_bytes",
-    "log_layer_saved_bytes", "log_layer_working_bytes", "log_mem_first", "log_mem_last",
-    "log_tp_bytes", "log_dp_bytes", "log_p2p_bytes",
-    *(f"{kind}_{part}{'_s' if kind == 'log' else ''}" for part in _PARTS for kind in ("log", "share")),
+    "est_log_time_s", "est_log_memory_bytes", "params", "stage_params", "model_flops",
+    "flops_per_gpu", "compute_bound_s", "microbatches", "layers_per_stage", "layers_per_chunk",
+    "tokens_per_microbatch", "bubble_fraction", "arithmetic_intensity", "gemm_efficiency",
+    "head_dim", "schedule_code", "recompute_code", "memory_ratio", "memory_capacity_bytes",
+    "activation_bytes", "weight_state_bytes", "layer_saved_bytes", "layer_working_bytes",
+    "mem_first_bytes", "mem_last_bytes", "tp_bytes", "dp_bytes", "p2p_bytes",
+    *(f"{kind}_{part}{'_s' if kind == 'time' else ''}" for part in _PARTS
+      for kind in ("time", "share")),
     *(f"hw_{key}" for key in _HW_FEATURES))
 
 
@@ -58,11 +62,11 @@ def _log(x: Vec) -> Vec:
     return log(maximum(x, 1e-30))
 
 
-@njit
+@njit(inline=True)
 def physics_values(r: Rows) -> tuple[Vec, ...]:
     """The `PHYSICS_FEATURES` of rows `r`, in that order. ``est_log_time_s`` and
     ``est_log_memory_bytes`` are the closed-form baselines the model's residual targets are taken
-    against (see surrogate.model)."""
+    against (see surrogate.model); the shares multiply by one reciprocal of the total."""
     params = stage_params(r)
     fl = flops(r)
     mem = memory(r, params)
@@ -71,34 +75,26 @@ def physics_values(r: Rows) -> tuple[Vec, ...]:
     T = r.b * r.s
     main_k = r.h
     intensity = 2 * T * r.f / r.t * main_k / ((T * main_k + main_k * r.f / r.t + T * r.f / r.t) * 2)
+    per_total = 1.0 / it.total
     return (
-        _log(it.total), _log(mem.peak), _log(params.total), _log(stage), _log(fl.model),
-        _log(fl.hardware / r.N), _log(fl.hardware / r.N / r.peak), r.m, _log(r.m), r.L / r.p,
-        r.L / (r.p * r.v), T, it.bubble, intensity, gemm_efficiency(r, 1.0, T, r.f / r.t, r.h),
-        r.h / r.a, r.schedule, r.recompute, mem.peak / r.hw.memory_bytes, r.hw.memory_bytes,
-        _log(mem.activations), _log(mem.weights_states), _log(mem.layer_saved),
-        _log(mem.layer_working + 1), _log(mem.first), _log(mem.last),
-        _log(T * r.h * 2.0 * (r.t > 1) + 1),
-        _log(stage * where(r.bf16 > 0, 4.0, 2.0) * (r.d > 1) + 1),
-        _log(T * r.h * 2.0 / where(r.sp > 0, r.t, 1.0) * (r.p > 1) + 1),
-        _log(it.pipeline + 1e-9), it.pipeline / it.total,
-        _log(it.stage_mb + 1e-9), it.stage_mb / it.total,
-        _log(it.layer + 1e-9), it.layer / it.total,
-        _log(it.layer_compute + 1e-9), it.layer_compute / it.total,
-        _log(it.tp_comm + 1e-9), it.tp_comm / it.total,
-        _log(it.recompute + 1e-9), it.recompute / it.total,
-        _log(it.host_excess + 1e-9), it.host_excess / it.total,
-        _log(it.attention + 1e-9), it.attention / it.total,
-        _log(it.p2p + 1e-9), it.p2p / it.total,
-        _log(it.pp_comm + 1e-9), it.pp_comm / it.total,
-        _log(it.dp_comm + 1e-9), it.dp_comm / it.total,
-        _log(it.dp_exposed + 1e-9), it.dp_exposed / it.total,
-        _log(it.embedding_sync + 1e-9), it.embedding_sync / it.total,
-        _log(it.optimizer + 1e-9), it.optimizer / it.total,
+        _log(it.total), _log(mem.peak), params.total, stage, fl.model, fl.hardware / r.N,
+        fl.hardware / r.N / r.peak, r.m, r.L / r.p, r.L / (r.p * r.v), T, it.bubble, intensity,
+        gemm_efficiency(r, 1.0, T, r.f / r.t, r.h), r.h / r.a, r.schedule, r.recompute,
+        mem.peak / r.hw.memory_bytes, r.hw.memory_bytes, mem.activations, mem.weights_states,
+        mem.layer_saved, mem.layer_working, mem.first, mem.last, T * r.h * 2.0 * (r.t > 1),
+        stage * where(r.bf16 > 0, 4.0, 2.0) * (r.d > 1),
+        T * r.h * 2.0 / where(r.sp > 0, r.t, 1.0) * (r.p > 1),
+        it.pipeline, it.pipeline * per_total, it.stage_mb, it.stage_mb * per_total,
+        it.layer, it.layer * per_total, it.layer_compute, it.layer_compute * per_total,
+        it.tp_comm, it.tp_comm * per_total, it.recompute, it.recompute * per_total,
+        it.host_excess, it.host_excess * per_total, it.attention, it.attention * per_total,
+        it.p2p, it.p2p * per_total, it.pp_comm, it.pp_comm * per_total,
+        it.dp_comm, it.dp_comm * per_total, it.dp_exposed, it.dp_exposed * per_total,
+        it.embedding_sync, it.embedding_sync * per_total, it.optimizer, it.optimizer * per_total,
         r.hw.peak_bf16, r.hw.hbm_Bps, r.hw.num_sms, r.hw.host_s, r.hw.coll_s, r.hw.mb_s)
 
 
-@njit
+@njit(inline=True)
 def _row(fields: np.ndarray, hw: np.ndarray, i: int) -> Rows:
     """Row `i` of a (`ROW_FIELDS`, rows) matrix on the hardware numbers `hw` (`HW_FIELDS`)."""
     c = fields[:, i]

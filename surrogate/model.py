@@ -5,6 +5,11 @@ log(simulated time / estimated time) and log(simulated memory / estimated memory
 relative and the trees only learn what the roofline misses. Early stopping uses a validation
 split by *model shape* (all layouts of one model on the same side), so the stopping point
 reflects unseen models. Fits-in-memory is predicted memory <= the GPU's capacity.
+
+A target whose closed form already matches the simulator on the validation split (RMS log error
+<= `closed_form_tolerance`, 0.1% by default) gets no trees at all: the simulator's memory model is
+a closed form, which `surrogate.physics.memory` reproduces to ~0.006% on the default space, and 14
+trees fitting the remaining 1e-4 noise cost a fifth of a batch prediction's tree time.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ SMALL_BATCH = 1024  # rows below which prediction runs single-threaded
 PARALLEL_FEATURES_ROWS = 20_000  # rows from which features are built on several threads
 OUTPUTS = ("iteration_time_s", "peak_memory_bytes", "fits_in_memory")
 DEFAULT_PARAMS: dict[str, Any] = {
-    "max_depth": 8, "learning_rate": 0.4, "subsample": 0.8, "colsample_bytree": 0.8,
+    "max_depth": 9, "learning_rate": 0.4, "subsample": 0.8, "colsample_bytree": 0.8,
     "min_child_weight": 1.0, "reg_lambda": 1.0, "tree_method": "hist", "max_bin": 128,
 }
 
@@ -60,20 +65,24 @@ class Surrogate:
     most boosting rounds (`memory_estimators` for memory, whose closed form is nearly exact),
     `early_stopping_rounds` stops on the validation split. The defaults favour prediction speed
     (few, strong trees: the physics baseline leaves little to learn); more rounds at a lower
-    learning rate are more accurate and slower (see bench/bench_surrogate.py). 40 rounds: on
-    100k samples of the default space, held-out MAPE 1.35% against 1.29% with 80 rounds, with
-    half the trees to walk per prediction (docs/speed.md, "Surrogate prediction").
+    learning rate are more accurate and slower (see bench/bench_surrogate.py). 20 rounds of
+    depth 9: on 100k samples of the default space, held-out MAPE 1.41% (P95 4.6%) against 1.35%
+    (4.5%) with 40 rounds of depth 8, at half the trees to walk per prediction (docs/speed.md,
+    "Surrogate prediction"). `closed_form_tolerance`: see the module docstring (0 always trains
+    both boosters).
     """
 
-    def __init__(self, seed: int = 0, n_estimators: int = 40, early_stopping_rounds: int = 20,
+    def __init__(self, seed: int = 0, n_estimators: int = 20, early_stopping_rounds: int = 20,
                  validation_fraction: float = 0.15, n_jobs: int = -1, memory_estimators: int = 30,
-                 validation_split: str = "model", **xgb_params: Any) -> None:
+                 validation_split: str = "model", closed_form_tolerance: float = 1e-3,
+                 **xgb_params: Any) -> None:
         self.seed = seed
         self.n_estimators = n_estimators
         self.memory_estimators = memory_estimators
         self.early_stopping_rounds = early_stopping_rounds
         self.validation_fraction = validation_fraction
         self.validation_split = validation_split
+        self.closed_form_tolerance = closed_form_tolerance
         self.n_jobs = n_jobs
         self.xgb_params = xgb_params
         self.allow_stale = False
@@ -108,6 +117,9 @@ class Surrogate:
         self.best_iterations_: dict[str, int] = {}
         for key, target, base in self._targets(df, x, names):
             residual = target - base
+            if float(np.sqrt(np.mean(residual[valid] ** 2))) <= self.closed_form_tolerance:
+                self.best_iterations_[key] = 0  # the closed form alone: no booster
+                continue
             dtrain = xgb.DMatrix(x[train], label=residual[train], feature_names=names)
             dvalid = xgb.DMatrix(x[valid], label=residual[valid], feature_names=names)
             rounds = self.n_estimators if key == "time" else min(self.n_estimators, self.memory_estimators)
@@ -185,6 +197,11 @@ class Surrogate:
         return pd.DataFrame({"iteration_time_s": seconds, "peak_memory_bytes": memory,
                              "fits_in_memory": memory <= capacity}, index=index)
 
+    def closed_form_targets(self) -> list[str]:
+        """The targets predicted by the closed form alone (no booster: see the module docstring)."""
+        self._check_fitted()
+        return [key for key in ("time", "memory") if key not in self.boosters_]
+
     def predict_one(self, job: Job) -> dict[str, Any]:
         """One job, on the low-latency path: its features computed as one row (compiled where
         numba is installed), its trees walked without XGBoost (`surrogate.forest`).
@@ -206,10 +223,10 @@ class Surrogate:
         forest = serving["forest"]
         if forest is not None:
             margins = forest.margins(x[0])
-            time, memory = margins["time"], margins["memory"]
         else:
-            time = float(serving["time"].inplace_predict(x, validate_features=False)[0])
-            memory = float(serving["memory"].inplace_predict(x, validate_features=False)[0])
+            margins = {key: float(booster.inplace_predict(x, validate_features=False)[0])
+                       for key, booster in serving["single"].items()}
+        time, memory = margins.get("time", 0.0), margins.get("memory", 0.0)
         seconds = math.exp(float(x[0, serving["i_time"]]) + time)
         peak = math.exp(float(x[0, serving["i_memory"]]) + memory)
         return {"iteration_time_s": seconds, "peak_memory_bytes": peak,
@@ -218,8 +235,8 @@ class Surrogate:
     def _serving(self) -> dict[str, Any]:
         """What prediction derives from the fitted state, built once (again after a new fit).
 
-        ``time`` / ``memory``: copies of the boosters limited to one thread (for a few rows,
-        starting OpenMP threads costs far more than the trees); ``forest``: the trees as numpy
+        ``single``: copies of the boosters limited to one thread (for a few rows, starting
+        OpenMP threads costs far more than the trees); ``forest``: the trees as numpy
         arrays for one row (None where `surrogate.forest` cannot read them); ``hw``: each GPU's
         hardware numbers; ``i_time`` / ``i_memory``: columns of the physics baselines.
         """
@@ -229,17 +246,17 @@ class Surrogate:
         cache: dict[str, Any] | None = self.__dict__.get("_serving_cache")
         if cache is not None and cache["boosters"] is self.boosters_:
             return cache
-        cache = {"boosters": self.boosters_,
+        cache = {"boosters": self.boosters_, "single": {},
                  "hw": {n: np.array([hardware_vector(spec)[k] for k in HW_FIELDS])
                         for n, spec in self.hardware_.items()},
                  "i_time": self._index("est_log_time_s"),
                  "i_capacity": self._index("memory_capacity_bytes"),
                  "i_memory": self._index("est_log_memory_bytes")}
         for key, booster in self.boosters_.items():
-            cache[key] = booster.copy()
-            cache[key].set_param({"nthread": 1})
+            cache["single"][key] = booster.copy()
+            cache["single"][key].set_param({"nthread": 1})
         try:
-            cache["forest"] = forest_of(self.boosters_)
+            cache["forest"] = forest_of(self.boosters_) if self.boosters_ else None
         except UnsupportedTreesError as exc:
             log.info("single-job predictions use XGBoost: %s", exc)
             cache["forest"] = None
@@ -258,13 +275,15 @@ class Surrogate:
                             "computes; retrain it")
         n = len(columns["num_layers"])
         _, x = self._features(columns)
-        boosters = self._serving() if n < SMALL_BATCH else self.boosters_
-        time = boosters["time"].inplace_predict(x, validate_features=False)
-        memory = boosters["memory"].inplace_predict(x, validate_features=False)
-        est_time = x[:, names.index("est_log_time_s")].astype(float)
-        est_memory = x[:, names.index("est_log_memory_bytes")].astype(float)
+        boosters = self._serving()["single"] if n < SMALL_BATCH else self.boosters_
+        log_values = []
+        for key, column in (("time", "est_log_time_s"), ("memory", "est_log_memory_bytes")):
+            estimate = x[:, names.index(column)].astype(float)
+            if key in boosters:  # else the closed form alone
+                estimate += boosters[key].inplace_predict(x, validate_features=False)
+            log_values.append(estimate)
         capacity = x[:, names.index("memory_capacity_bytes")].astype(float)
-        return np.exp(est_time + time), np.exp(est_memory + memory), capacity
+        return np.exp(log_values[0]), np.exp(log_values[1]), capacity
 
     def _features(self, columns: Mapping[str, Any]) -> tuple[list[str], np.ndarray]:
         """The feature matrix; large batches are filled in row chunks on threads, which run in

@@ -159,7 +159,7 @@ CODES: dict[str, tuple[str, ...]] = {"precision": PRECISIONS, "recompute": RECOM
                                      "schedule": SCHEDULES}
 
 
-@njit
+@njit(inline=True)
 def make_rows(L: Vec, h: Vec, a: Vec, g: Vec, f: Vec, gated: Vec, V: Vec, s: Vec, B: Vec, b: Vec,
               bf16: Vec, recompute: Vec, flash: Vec, N: Vec, t: Vec, p: Vec, d: Vec, v: Vec,
               schedule: Vec, sequence_parallel: Vec, dopt: Vec, overlap: Vec, gpus_per_node: Vec,
@@ -246,7 +246,7 @@ class StageParams(NamedTuple):
     vocab_p: Vec  # padded vocabulary
 
 
-@njit
+@njit(inline=True)
 def stage_params(r: Rows) -> StageParams:
     """Parameters per GPU of the first and last pipeline stage, and of the whole model."""
     hd = r.h / r.a
@@ -269,7 +269,7 @@ def stage_params(r: Rows) -> StageParams:
     return StageParams(first, last, total, vocab_p)
 
 
-@njit
+@njit(inline=True)
 def layer_flops_per_token(r: Rows) -> Vec:
     hd = r.h / r.a
     return 2.0 * (r.h * (r.h + 2 * r.g * hd) + r.h * r.h + r.h * r.f * (1 + r.gated) + r.f * r.h
@@ -281,7 +281,7 @@ class Flops(NamedTuple):
     hardware: Vec  # plus recomputation
 
 
-@njit
+@njit(inline=True)
 def flops(r: Rows) -> Flops:
     """Model and hardware FLOPs per iteration (simulator.metrics, vectorized)."""
     lf = layer_flops_per_token(r)
@@ -292,7 +292,7 @@ def flops(r: Rows) -> Flops:
     return Flops(model, model + tokens * r.L * extra)
 
 
-@njit
+@njit(inline=True)
 def fused_softmax(r: Rows) -> Vec:
     """1 where Megatron's fused softmax kernel runs (simulator.graph.fused_softmax_available)."""
     heads = r.a / r.t
@@ -308,7 +308,7 @@ class Activations(NamedTuple):
     sp_tokens: Vec  # tokens per GPU of the sequence-parallel regions
 
 
-@njit
+@njit(inline=True)
 def layer_activations(r: Rows) -> Activations:
     """Saved and transient bytes of one layer for one micro-batch (Korthikanti et al. 2022, as
     simulator.graph): dropout only in the GPT family (Llama trains without), K and V expanded to
@@ -345,7 +345,7 @@ class InFlight(NamedTuple):
     head_last: Vec  # micro-batches of head activations on the last stage
 
 
-@njit
+@njit(inline=True)
 def in_flight(r: Rows) -> InFlight:
     """Chunk-micro-batches whose activations the first and last stage hold at their peak."""
     m = r.m
@@ -368,7 +368,7 @@ class Memory(NamedTuple):
     layer_working: Vec
 
 
-@njit
+@njit(inline=True)
 def _peak_moment(r: Rows, per_param: Vec, main_grad_copy: Vec, shard: Vec, working: Vec, n: Vec,
                  acts: Vec, head: Vec) -> Vec:
     """simulator.memory: the largest of the forward, backward and optimizer moments, plus the
@@ -379,7 +379,7 @@ def _peak_moment(r: Rows, per_param: Vec, main_grad_copy: Vec, shard: Vec, worki
     return static + moments + WORKSPACE_BYTES + r.hw.reserved_bytes
 
 
-@njit
+@njit(inline=True)
 def memory(r: Rows, params: StageParams) -> Memory:
     """Peak bytes per GPU of the first and last stage (simulator.memory, in closed form)."""
     act = layer_activations(r)

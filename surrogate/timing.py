@@ -30,7 +30,7 @@ def gemm_efficiency(r: Rows, batch: Any, m: Any, n: Any, k: Any) -> Any:
     return _simulator_gemm_efficiency(batch, m, n, k, r.hw.num_sms, r.hw.gemm_max, r.hw.k_half)
 
 
-@njit
+@njit(inline=True)
 def kernel_s(r: Rows, flops: Vec, nbytes: Vec, eff: Vec = 1.0 / 16) -> Vec:
     """GPU time of one kernel: roofline plus launch gap (eff 1/16: CUDA cores, not tensor cores).
 
@@ -39,7 +39,7 @@ def kernel_s(r: Rows, flops: Vec, nbytes: Vec, eff: Vec = 1.0 / 16) -> Vec:
     return maximum(compute, memory) + r.hw.launch_s
 
 
-@njit
+@njit(inline=True)
 def gemm_s(r: Rows, batch: Any, m: Vec, n: Vec, k: Vec, eff_f: Vec, eff_w: Vec) -> tuple[Vec, Vec]:
     """(forward, data- plus weight-gradient) GPU seconds of Y[m,n] = X[m,k] W[k,n], at the
     forward's and the weight gradient's GEMM efficiency (`gemm_s_of_shape` computes them).
@@ -53,7 +53,7 @@ def gemm_s(r: Rows, batch: Any, m: Vec, n: Vec, k: Vec, eff_f: Vec, eff_w: Vec) 
     return forward, forward + wgrad
 
 
-@njit
+@njit(inline=True)
 def gemm_s_of_shape(r: Rows, batch: Any, m: Vec, n: Vec, k: Vec) -> tuple[Vec, Vec]:
     """`gemm_s` with the efficiencies of the shape (forward m x n, depth k; weight gradient
     n x k, depth m)."""
@@ -61,7 +61,7 @@ def gemm_s_of_shape(r: Rows, batch: Any, m: Vec, n: Vec, k: Vec) -> tuple[Vec, V
                   gemm_efficiency(r, batch, n, k, m))
 
 
-@njit
+@njit(inline=True)
 def _window(r: Rows, gpu: Vec, comm: Vec, kernels: Vec, collectives: Vec) -> Vec:
     """A window of kernels takes max(GPU + blocking comm, host dispatch) (simulator.lowering)."""
     host = kernels * r.hw.host_s + collectives * r.hw.coll_s
@@ -76,7 +76,7 @@ class Core(NamedTuple):
     n_bwd: Vec
 
 
-@njit
+@njit(inline=True)
 def _core(r: Rows, T: Vec, heads: Vec, hd: Vec) -> Core:
     """Attention core: unfused (two batched GEMMs, softmax, dropout) or flash attention."""
     bh = r.b * heads
@@ -113,7 +113,7 @@ class Layer(NamedTuple):
     total: Vec
 
 
-@njit
+@njit(inline=True)
 def layer_times(r: Rows) -> Layer:
     """Seconds of one layer for one micro-batch: compute (fwd+bwd), recompute, tp comm, host."""
     T, hd = r.b * r.s, r.h / r.a
@@ -155,7 +155,7 @@ def layer_times(r: Rows) -> Layer:
                  fwd + bwd - (gpu_f + gpu_b + gpu_r + comm_f + comm_b), fwd + bwd)
 
 
-@njit
+@njit(inline=True)
 def _ring_s(r: Rows, nbytes: Vec, n: Vec, per_node: Vec, sharing: Vec, calls: Vec = 1.0) -> Vec:
     """All-reduce of `nbytes` over `n` ranks with `per_node` on each node, split into `calls`
     collectives (simulator.network: a flat ring inside a node; hierarchical across k nodes, the
@@ -172,14 +172,14 @@ def _ring_s(r: Rows, nbytes: Vec, n: Vec, per_node: Vec, sharing: Vec, calls: Ve
     return where(n > 1, where(crosses, hier, flat), 0.0)
 
 
-@njit
+@njit(inline=True)
 def tp_comm_s(r: Rows, nbytes: Vec) -> Vec:
     """One tp all-reduce (or all-gather + reduce-scatter pair under sequence parallelism)."""
     per_node = minimum(r.t, r.gpn)
     return _ring_s(r, nbytes, r.t, per_node, per_node, 1.0)
 
 
-@njit
+@njit(inline=True)
 def dp_placement(r: Rows) -> Vec:
     """Data-parallel ranks per node (simulator.topology.dp_placement)."""
     return where(r.t < r.gpn, maximum(1, minimum(r.d, floor(r.gpn / r.t))), 1.0)
@@ -204,7 +204,7 @@ class Iteration(NamedTuple):
     optimizer: Vec
 
 
-@njit
+@njit(inline=True)
 def iteration(r: Rows, stage_params: Vec, vocab_p: Vec) -> Iteration:
     """Estimated seconds of one iteration and of its parts."""
     layer = layer_times(r)

@@ -58,5 +58,9 @@ def tiny_model(tiny_samples: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     from surrogate.workflow import TrainConfig, train
 
     out = tmp_path_factory.mktemp("models") / "tiny"
+    # closed_form_tolerance 0: both boosters, so that every tree path (forest walk, saved files)
+    # is exercised; the default, which leaves the exact memory closed form without trees, is
+    # tested in test_model.py
     return train(tiny_samples, out, TrainConfig(seed=0, n_estimators=300, test_fraction=0.2,
-                                                xgb_params={"max_depth": 6, "n_jobs": 1}))
+                                                xgb_params={"max_depth": 6, "n_jobs": 1,
+                                                            "closed_form_tolerance": 0.0}))

@@ -127,7 +127,7 @@ def test_single_job_fast_path_warns_out_of_space_too(tiny_model) -> None:
 
 
 def test_a_model_saved_with_older_features_is_refused_with_the_fix(tiny_model, tmp_path) -> None:
-    """Version 1 computed the GEMM efficiencies with the surrogate's own copy of the formula."""
+    """Version 2 took the logarithm of most features."""
     import shutil
 
     from simulator.errors import DataError
@@ -135,6 +135,53 @@ def test_a_model_saved_with_older_features_is_refused_with_the_fix(tiny_model, t
     old = tmp_path / "old"
     shutil.copytree(tiny_model.path, old)
     meta = json.loads((old / "metadata.json").read_text())
-    (old / "metadata.json").write_text(json.dumps({**meta, "schema_version": 1}))
-    with pytest.raises(DataError, match=r"schema_version 1, this vtrain-ml reads 2 .*retrain"):
+    (old / "metadata.json").write_text(json.dumps({**meta, "schema_version": 2}))
+    with pytest.raises(DataError, match=r"schema_version 2, this vtrain-ml reads 3 .*retrain"):
         Surrogate.load(old)
+
+
+def _fit_quietly(model: Surrogate, df: pd.DataFrame) -> Surrogate:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OutOfSpaceWarning)
+        return model.fit(df)
+
+
+def test_a_target_its_closed_form_already_predicts_gets_no_trees(tiny_samples, tmp_path) -> None:
+    """The simulator's memory is a closed form that surrogate.physics reproduces: no booster,
+    the prediction is the closed form itself, and the saved folder has no memory trees."""
+    from surrogate.encoding import feature_matrix
+
+    df = read_samples(tiny_samples)
+    model = _fit_quietly(Surrogate(n_estimators=20, n_jobs=1), df)
+    assert model.closed_form_targets() == ["memory"] and set(model.boosters_) == {"time"}
+    rows = df[list(JOB_COLUMNS)]
+    names, x = feature_matrix({c: rows[c].to_numpy() for c in JOB_COLUMNS}, model.hardware_)
+    closed_form = np.exp(x[:, names.index("est_log_memory_bytes")].astype(float))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OutOfSpaceWarning)
+        predicted = model.predict(rows)
+        one = model.predict_one(record_to_job(rows.iloc[0].to_dict()))
+    np.testing.assert_array_equal(predicted["peak_memory_bytes"].to_numpy(), closed_form)
+    assert one["peak_memory_bytes"] == pytest.approx(closed_form[0], rel=1e-6)
+    folder = model.save(tmp_path / "m")
+    meta = json.loads((folder / "metadata.json").read_text())
+    assert meta["closed_form"] == ["memory"] and set(meta["boosters"]) == {"time"}
+    assert not (folder / "peak_memory.ubj").exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OutOfSpaceWarning)
+        pd.testing.assert_frame_equal(Surrogate.load(folder).predict(rows), predicted)
+
+
+def test_a_closed_form_that_misses_the_simulator_gets_trees(tiny_samples) -> None:
+    """Where the simulated memory departs from the closed form (here by up to 10% on some
+    shapes: another framework's allocator, say), the memory booster is trained and learns it."""
+    df = read_samples(tiny_samples)
+    bump = np.where(df["hidden_size"].to_numpy() > df["hidden_size"].median(), 1.10, 1.0)
+    model = _fit_quietly(Surrogate(n_estimators=20, n_jobs=1),
+                         df.assign(peak_memory_bytes=df["peak_memory_bytes"] * bump))
+    assert model.closed_form_targets() == [] and set(model.boosters_) == {"time", "memory"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OutOfSpaceWarning)
+        predicted = model.predict(df[list(JOB_COLUMNS)])["peak_memory_bytes"].to_numpy()
+    error = np.abs(predicted / (df["peak_memory_bytes"].to_numpy() * bump) - 1)
+    assert np.median(error) < 0.01
