@@ -85,9 +85,15 @@ def space_bounds(columns: Mapping[str, Any]) -> dict[str, Any]:
     return bounds
 
 
-def out_of_space(columns: Mapping[str, Any], bounds: Mapping[str, Any]) -> dict[str, str]:
-    """Column -> description of the rows outside the trained space (empty when all inside)."""
-    problems: dict[str, str] = {}
+# What lies outside the trained space, per column: (rows, an example) of a numeric column, the
+# unseen values of a categorical one. Parts of row chunks merge (`merge_out_of_space`), so that a
+# batch predicted in chunks on threads warns once, with the whole batch's counts.
+OutOfSpaceParts = dict[str, tuple[int, float] | frozenset[Any]]
+
+
+def out_of_space_parts(columns: Mapping[str, Any], bounds: Mapping[str, Any]) -> OutOfSpaceParts:
+    """Column -> what of it lies outside the trained space (empty when all inside)."""
+    parts: OutOfSpaceParts = {}
     for c, bound in bounds.items():
         if c in NUMERIC_COLUMNS:
             lo, hi = bound
@@ -96,23 +102,57 @@ def out_of_space(columns: Mapping[str, Any], bounds: Mapping[str, Any]) -> dict[
                 continue  # two reductions decide the common case; the detail only when needed
             v = values.astype(float)
             bad = (v < lo) | (v > hi)
-            if bad.any():
-                problems[c] = f"{int(bad.sum())} row(s) outside the trained range [{lo:g}, {hi:g}] " \
-                              f"(e.g. {v[bad][0]:g})"
+            parts[c] = (int(bad.sum()), float(v[bad][0]))
         else:
-            bad_values = set(distinct(columns[c])) - set(bound)
+            bad_values = frozenset(distinct(columns[c])) - set(bound)
             if bad_values:
-                problems[c] = f"value(s) {', '.join(map(str, sorted(bad_values, key=str)))} never seen " \
-                              f"in training (trained on {', '.join(map(str, bound))})"
+                parts[c] = bad_values
+    return parts
+
+
+def merge_out_of_space(chunks: list[OutOfSpaceParts]) -> OutOfSpaceParts:
+    """The parts of consecutive row chunks as those of the whole table."""
+    merged: OutOfSpaceParts = {}
+    for parts in chunks:
+        for c, part in parts.items():
+            seen = merged.get(c)
+            if seen is None:
+                merged[c] = part
+            elif isinstance(seen, tuple) and isinstance(part, tuple):
+                merged[c] = (seen[0] + part[0], seen[1])
+            elif isinstance(seen, frozenset) and isinstance(part, frozenset):
+                merged[c] = seen | part
+    return merged
+
+
+def out_of_space(columns: Mapping[str, Any], bounds: Mapping[str, Any]) -> dict[str, str]:
+    """Column -> description of the rows outside the trained space (empty when all inside)."""
+    return describe_out_of_space(out_of_space_parts(columns, bounds), bounds)
+
+
+def describe_out_of_space(parts: OutOfSpaceParts, bounds: Mapping[str, Any]) -> dict[str, str]:
+    problems: dict[str, str] = {}
+    for c in (c for c in bounds if c in parts):  # in the bounds' column order
+        part = parts[c]
+        if isinstance(part, tuple):
+            lo, hi = bounds[c]
+            problems[c] = f"{part[0]} row(s) outside the trained range [{lo:g}, {hi:g}] (e.g. {part[1]:g})"
+        else:
+            problems[c] = f"value(s) {', '.join(map(str, sorted(part, key=str)))} never seen " \
+                          f"in training (trained on {', '.join(map(str, bounds[c]))})"
     return problems
 
 
 def warn_out_of_space(columns: Mapping[str, Any], bounds: Mapping[str, Any]) -> None:
-    problems = out_of_space(columns, bounds)
+    warn_out_of_space_parts(out_of_space_parts(columns, bounds), bounds, stacklevel=4)
+
+
+def warn_out_of_space_parts(parts: OutOfSpaceParts, bounds: Mapping[str, Any], stacklevel: int = 3) -> None:
+    problems = describe_out_of_space(parts, bounds)
     if problems:
         detail = "; ".join(f"{c}: {d}" for c, d in problems.items())
         warnings.warn(f"outside the surrogate's trained space, predictions extrapolate -- {detail}",
-                      OutOfSpaceWarning, stacklevel=3)
+                      OutOfSpaceWarning, stacklevel=stacklevel)
 
 
 def warn_out_of_space_record(record: Mapping[str, Any], bounds: Mapping[str, Any]) -> None:

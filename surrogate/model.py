@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 from pathlib import Path
@@ -30,13 +30,14 @@ from simulator.errors import DataError, ProfileError
 from simulator.specs import HardwareSpec, Job
 from surrogate.columns import distinct, frame_columns
 from surrogate.encoding import (
+    OutOfSpaceParts,
     check_columns,
-    empty_features,
     feature_matrix,
     feature_names,
-    fill_feature_matrix,
+    merge_out_of_space,
+    out_of_space_parts,
     space_bounds,
-    warn_out_of_space,
+    warn_out_of_space_parts,
 )
 from surrogate.features import CATEGORICAL_COLUMNS, JOB_COLUMNS, job_to_record
 from surrogate.splits import ValidationSplit, validation_split
@@ -44,12 +45,16 @@ from surrogate.splits import ValidationSplit, validation_split
 log = logging.getLogger(__name__)
 
 SMALL_BATCH = 1024  # rows below which prediction runs single-threaded
-PARALLEL_FEATURES_ROWS = 20_000  # rows from which features are built on several threads
+PARALLEL_ROWS = 20_000  # rows from which a batch is predicted in row chunks on threads
 OUTPUTS = ("iteration_time_s", "peak_memory_bytes", "fits_in_memory")
 DEFAULT_PARAMS: dict[str, Any] = {
     "max_depth": 9, "learning_rate": 0.4, "subsample": 0.8, "colsample_bytree": 0.8,
     "min_child_weight": 1.0, "reg_lambda": 1.0, "tree_method": "hist", "max_bin": 128,
 }
+
+
+def _as_columns(columns: Mapping[str, Any]) -> Mapping[str, Any]:
+    return columns
 
 
 def _columns(df: pd.DataFrame) -> dict[str, Any]:
@@ -190,10 +195,13 @@ class Surrogate:
         if isinstance(jobs_or_df, Job):
             jobs_or_df = [jobs_or_df]
         if isinstance(jobs_or_df, pd.DataFrame):
-            columns, index = self._frame_columns(jobs_or_df), jobs_or_df.index
+            table: Any = jobs_or_df
+            index: pd.Index = jobs_or_df.index
+            prepare: Callable[[Any], Mapping[str, Any]] = self._frame_columns
         else:
-            columns, index = self._job_columns(list(jobs_or_df)), pd.RangeIndex(len(jobs_or_df))
-        seconds, memory, capacity = self.predict_arrays(columns)
+            table, index = self._job_columns(list(jobs_or_df)), pd.RangeIndex(len(jobs_or_df))
+            prepare = _as_columns
+        seconds, memory, capacity = self._predict_table(table, len(index), prepare)
         return pd.DataFrame({"iteration_time_s": seconds, "peak_memory_bytes": memory,
                              "fits_in_memory": memory <= capacity}, index=index)
 
@@ -268,14 +276,47 @@ class Surrogate:
 
     def predict_arrays(self, columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(iteration time s, peak memory bytes, GPU memory bytes) of arrays of `JOB_COLUMNS`."""
-        warn_out_of_space(columns, self.bounds_)
-        names = feature_names()
-        if names != self.feature_names_:
+        self._check_fitted()
+        return self._predict_table(columns, len(columns["num_layers"]), _as_columns)
+
+    def _predict_table(self, table: Any, n: int, prepare: Callable[[Any], Mapping[str, Any]]
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`predict_arrays` of a DataFrame or columns (`prepare` makes a chunk's columns).
+
+        A large batch is cut into one row chunk per thread, and each thread takes its chunk
+        through every step (columns, features, one-thread trees), all of which release Python's
+        lock: the compiled kernel (nogil), XGBoost's C calls, Arrow's factorizing. Threading
+        only the features, with XGBoost's own OpenMP threads for the trees and the columns
+        prepared in one thread, measured 175-210 ms per 100k rows against 118-130 ms so
+        (docs/speed.md, "Surrogate prediction"). The out-of-space check is merged over the
+        chunks and warned once."""
+        if self.feature_names_ != feature_names():
             raise DataError("the saved model was trained on other features than this vtrain-ml "
                             "computes; retrain it")
-        n = len(columns["num_layers"])
-        _, x = self._features(columns)
-        boosters = self._serving()["single"] if n < SMALL_BATCH else self.boosters_
+        threads = self._params()["nthread"]
+        serving = self._serving()
+        if threads <= 1 or n < PARALLEL_ROWS:
+            columns = prepare(table)
+            warn_out_of_space_parts(out_of_space_parts(columns, self.bounds_), self.bounds_, stacklevel=4)
+            return self._predict_columns(columns, serving["single"] if n < SMALL_BATCH else self.boosters_)
+
+        def chunk(rows: slice) -> tuple[OutOfSpaceParts, tuple[np.ndarray, ...]]:
+            columns = prepare(table.iloc[rows] if isinstance(table, pd.DataFrame)
+                              else {c: v[rows] for c, v in table.items()})
+            found = out_of_space_parts(columns, self.bounds_)
+            return found, self._predict_columns(columns, serving["single"])
+
+        bounds = np.linspace(0, n, threads + 1).astype(int)
+        with ThreadPoolExecutor(threads) as pool:
+            parts = list(pool.map(chunk, [slice(a, b) for a, b in pairwise(bounds)]))
+        warn_out_of_space_parts(merge_out_of_space([p for p, _ in parts]), self.bounds_, stacklevel=4)
+        seconds, memory, capacity = (np.concatenate(arrays)
+                                     for arrays in zip(*(r for _, r in parts), strict=True))
+        return seconds, memory, capacity
+
+    def _predict_columns(self, columns: Mapping[str, Any], boosters: Mapping[str, Any]
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        names, x = feature_matrix(columns, self.hardware_)
         log_values = []
         for key, column in (("time", "est_log_time_s"), ("memory", "est_log_memory_bytes")):
             estimate = x[:, names.index(column)].astype(float)
@@ -284,21 +325,6 @@ class Surrogate:
             log_values.append(estimate)
         capacity = x[:, names.index("memory_capacity_bytes")].astype(float)
         return np.exp(log_values[0]), np.exp(log_values[1]), capacity
-
-    def _features(self, columns: Mapping[str, Any]) -> tuple[list[str], np.ndarray]:
-        """The feature matrix; large batches are filled in row chunks on threads, which run in
-        parallel: numpy releases the GIL in its array loops, and `simulator.jit` compiles the
-        feature kernel with numba's ``nogil``."""
-        n = len(columns["num_layers"])
-        threads = self._params()["nthread"]
-        if threads <= 1 or n < PARALLEL_FEATURES_ROWS:
-            return feature_matrix(columns, self.hardware_)
-        x = empty_features(n)
-        bounds = np.linspace(0, n, threads + 1).astype(int)
-        chunks = [({c: v[a:b] for c, v in columns.items()}, x[a:b]) for a, b in pairwise(bounds)]
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda chunk: fill_feature_matrix(chunk[0], self.hardware_, chunk[1]), chunks))
-        return feature_names(), x
 
     # -- persistence -----------------------------------------------------------------------
     def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:

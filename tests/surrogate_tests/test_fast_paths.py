@@ -98,24 +98,44 @@ def test_refitting_rebuilds_the_single_job_trees(samples) -> None:
     assert second != first
 
 
-def test_threaded_batch_features_predict_exactly_like_one_thread(tiny_model, tiny_samples, monkeypatch):
-    """Large batches build features in row chunks on threads; the result must not change."""
+def test_a_batch_predicted_in_chunks_on_threads_equals_one_thread(tiny_model, tiny_samples, monkeypatch):
+    """Large batches run in row chunks on threads (columns, features, trees); the result must
+    not change, for a DataFrame or a list of jobs."""
     import pandas as pd
 
     import surrogate.model as surrogate_model
 
     model = tiny_model.model
     rows = read_samples(tiny_samples)[list(JOB_COLUMNS)]
-    monkeypatch.setattr(surrogate_model, "PARALLEL_FEATURES_ROWS", 10**9)
+    jobs = [record_to_job(r) for r in rows.head(50).to_dict("records")]
+    monkeypatch.setattr(surrogate_model, "PARALLEL_ROWS", 10**9)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OutOfSpaceWarning)
-        one_thread = model.predict(rows)
-    monkeypatch.setattr(surrogate_model, "PARALLEL_FEATURES_ROWS", 2)
+        one_thread, one_thread_jobs = model.predict(rows), model.predict(jobs)
+    monkeypatch.setattr(surrogate_model, "PARALLEL_ROWS", 2)
     monkeypatch.setattr(model, "n_jobs", 3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OutOfSpaceWarning)
-        threaded = model.predict(rows)
+        threaded, threaded_jobs = model.predict(rows), model.predict(jobs)
     pd.testing.assert_frame_equal(one_thread, threaded)
+    pd.testing.assert_frame_equal(one_thread_jobs, threaded_jobs)
+
+
+def test_chunks_on_threads_warn_once_with_the_whole_batch_counts(tiny_model, tiny_samples, monkeypatch):
+    import surrogate.model as surrogate_model
+
+    model = tiny_model.model
+    rows = read_samples(tiny_samples)[list(JOB_COLUMNS)].head(90).copy()
+    rows.loc[rows.index[[5, 50, 85]], "num_gpus"] = 10**6  # one in each of three chunks
+    rows.loc[rows.index[[80]], "seq_length"] = 2**20
+    monkeypatch.setattr(surrogate_model, "PARALLEL_ROWS", 2)
+    monkeypatch.setattr(model, "n_jobs", 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", OutOfSpaceWarning)
+        model.predict(rows)
+    messages = [str(w.message) for w in caught if issubclass(w.category, OutOfSpaceWarning)]
+    assert len(messages) == 1
+    assert "seq_length: 1 row(s) outside" in messages[0] and "num_gpus: 3 row(s) outside" in messages[0]
 
 
 def test_xgboost_predicts_the_same_from_either_memory_order(tiny_model, samples) -> None:
