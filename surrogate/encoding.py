@@ -19,7 +19,7 @@ from simulator.specs import HardwareSpec
 from surrogate.columns import distinct, factorize
 from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS
 from surrogate.kernel import PHYSICS_FEATURES, fill_features
-from surrogate.physics import CODES, ROW_FIELDS, row_field_arrays
+from surrogate.physics import CODES, ROW_FIELDS, row_field_matrix
 
 RAW_FEATURES = ROW_FIELDS  # the job columns but gpu, which enters through its hardware numbers
 NUMERIC_COLUMNS = tuple(c for c in JOB_COLUMNS if c not in CATEGORICAL_COLUMNS + BOOLEAN_COLUMNS)
@@ -69,7 +69,7 @@ def empty_features(n: int) -> np.ndarray:
 def fill_feature_matrix(columns: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None,
                         out: np.ndarray) -> None:
     """Fill `out` (rows x `feature_names()`) with the features of arrays of `JOB_COLUMNS`."""
-    fields = row_field_arrays(columns, _code)  # raises DataError on an unknown choice
+    fields = row_field_matrix(columns, _code)  # raises DataError on an unknown choice
     fill_features(fields, columns["gpu"], hardware, out)
 
 

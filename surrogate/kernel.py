@@ -11,7 +11,7 @@ writing and reading temporaries much larger than the CPU caches. Both give the s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,7 @@ from surrogate.physics import (
     make_rows,
     maximum,
     memory,
-    row_field_arrays,
+    row_field_matrix,
     rows_of_fields,
     stage_params,
     where,
@@ -118,30 +118,21 @@ def _feature_kernel(fields: np.ndarray, hw_table: np.ndarray, gpu: np.ndarray,
             out[i, raw + j] = values[j]
 
 
-def row_filler(fields: list[np.ndarray], gpu: Any, hardware: Mapping[str, HardwareSpec] | None,
-               out: np.ndarray) -> Callable[[int, int], None]:
-    """`fill(a, b)`: the compiled `fill_features` of rows a to b, the inputs prepared once."""
-    table, codes = hardware_table(gpu, hardware)
-    stacked = np.stack(fields)
-
-    def fill(a: int, b: int) -> None:
-        _feature_kernel(stacked[:, a:b], table, codes[a:b], out[a:b])
-
-    return fill
-
-
-def fill_features(fields: list[np.ndarray], gpu: Any, hardware: Mapping[str, HardwareSpec] | None,
-                  out: np.ndarray, compiled: bool = HAVE_NUMBA) -> None:
+def fill_features(fields: np.ndarray | list[np.ndarray], gpu: Any,
+                  hardware: Mapping[str, HardwareSpec] | None, out: np.ndarray,
+                  compiled: bool = HAVE_NUMBA) -> None:
     """Fill `out` (rows x (`ROW_FIELDS` + `PHYSICS_FEATURES`), any memory order) with the row
-    fields (`surrogate.physics.row_field_arrays`) followed by the physics features: compiled
-    row by row where numba is installed, else vectorized with numpy."""
+    fields (`surrogate.physics.row_field_matrix`, or its rows) followed by the physics features:
+    compiled row by row where numba is installed, else vectorized with numpy."""
     width = len(fields)
     if compiled:
-        row_filler(fields, gpu, hardware, out)(0, len(out))
+        table, codes = hardware_table(gpu, hardware)
+        matrix = fields if isinstance(fields, np.ndarray) else np.stack(fields)
+        _feature_kernel(matrix, table, codes, out)
         return
     for j, values in enumerate(fields):
         out[:, j] = values
-    for j, values in enumerate(physics_values(rows_of_fields(fields, hardware_arrays(gpu, hardware))),
+    for j, values in enumerate(physics_values(rows_of_fields(list(fields), hardware_arrays(gpu, hardware))),
                                start=width):
         out[:, j] = values
 
@@ -149,7 +140,7 @@ def fill_features(fields: list[np.ndarray], gpu: Any, hardware: Mapping[str, Har
 def physics_matrix(columns: Mapping[str, Any],
                    hardware: Mapping[str, HardwareSpec] | None = None) -> np.ndarray:
     """float64 (rows, `PHYSICS_FEATURES`) matrix of a table of `JOB_COLUMNS`."""
-    fields = row_field_arrays(columns)
+    fields = row_field_matrix(columns)
     out = np.empty((len(columns["num_layers"]), len(fields) + len(PHYSICS_FEATURES)))
     fill_features(fields, columns["gpu"], hardware, out)
     return out[:, len(fields):]

@@ -48,7 +48,7 @@ SMALL_BATCH = 1024  # rows below which prediction runs single-threaded
 PARALLEL_ROWS = 20_000  # rows from which a batch is predicted in row chunks on threads
 OUTPUTS = ("iteration_time_s", "peak_memory_bytes", "fits_in_memory")
 DEFAULT_PARAMS: dict[str, Any] = {
-    "max_depth": 9, "learning_rate": 0.4, "subsample": 0.8, "colsample_bytree": 0.8,
+    "max_depth": 8, "learning_rate": 0.4, "subsample": 0.8, "colsample_bytree": 0.8,
     "min_child_weight": 1.0, "reg_lambda": 1.0, "tree_method": "hist", "max_bin": 128,
 }
 
@@ -71,10 +71,10 @@ class Surrogate:
     `early_stopping_rounds` stops on the validation split. The defaults favour prediction speed
     (few, strong trees: the physics baseline leaves little to learn); more rounds at a lower
     learning rate are more accurate and slower (see bench/bench_surrogate.py). 20 rounds of
-    depth 9: on 100k samples of the default space, held-out MAPE 1.41% (P95 4.6%) against 1.35%
-    (4.5%) with 40 rounds of depth 8, at half the trees to walk per prediction (docs/speed.md,
-    "Surrogate prediction"). `closed_form_tolerance`: see the module docstring (0 always trains
-    both boosters).
+    depth 8: on 100k samples of the default space, held-out MAPE 1.46% (P95 4.7%) against 1.42%
+    (4.7%) with depth 9 at 1.2x the tree time, and 1.35% (4.5%) with 40 rounds at twice the trees
+    (docs/speed.md, "Surrogate prediction"). `closed_form_tolerance`: see the module docstring
+    (0 always trains both boosters).
     """
 
     def __init__(self, seed: int = 0, n_estimators: int = 20, early_stopping_rounds: int = 20,

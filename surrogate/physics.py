@@ -216,12 +216,22 @@ def hardware_arrays(gpu: Any, hardware: Mapping[str, HardwareSpec] | None) -> Ha
     return Hardware(*(column[codes] for column in table.T))
 
 
+def row_field_matrix(c: Mapping[str, Any],
+                     code: Callable[[Any, str], np.ndarray] | None = None) -> np.ndarray:
+    """The `ROW_FIELDS` of a table of `JOB_COLUMNS` as one float64 (fields, rows) matrix, choices
+    as codes (`code(values, column)`, by default 0 for a value not among the choices); the
+    columns are cast into it as they are copied (the compiled kernel reads this matrix)."""
+    code = code or (lambda values, name: _codes(values, CODES[name]))
+    out = np.empty((len(ROW_FIELDS), len(c["num_layers"])))
+    for j, name in enumerate(ROW_FIELDS):
+        out[j] = code(c[name], name) if name in CODES else c[name]
+    return out
+
+
 def row_field_arrays(c: Mapping[str, Any],
                      code: Callable[[Any, str], np.ndarray] | None = None) -> list[np.ndarray]:
-    """The `ROW_FIELDS` of a table of `JOB_COLUMNS` as float64 arrays, choices as codes
-    (`code(values, column)`, by default 0 for a value not among the choices)."""
-    code = code or (lambda values, name: _codes(values, CODES[name]))
-    return [code(c[name], name) if name in CODES else _f(c[name]) for name in ROW_FIELDS]
+    """`row_field_matrix` as one float64 array per field."""
+    return list(row_field_matrix(c, code))
 
 
 def rows_from_columns(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None) -> Rows:

@@ -47,7 +47,7 @@ def _add_train(sub: Any) -> None:
     t.add_argument("--n-estimators", type=int, default=20,
                    help="maximum boosting rounds (more, with a lower --learning-rate: more accurate, slower)")
     t.add_argument("--learning-rate", type=float, help="XGBoost learning rate (default 0.4)")
-    t.add_argument("--max-depth", type=int, help="XGBoost tree depth (default 9)")
+    t.add_argument("--max-depth", type=int, help="XGBoost tree depth (default 8)")
     t.add_argument("--jobs", type=int, default=-1, help="XGBoost threads (-1: all cores)")
     t.add_argument("--mlflow", action="store_true", help="log params, metrics, model and plots to MLflow")
     t.add_argument("--experiment", default="vtrain-surrogate", help="MLflow experiment name")
