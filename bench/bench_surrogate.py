@@ -150,6 +150,8 @@ def main() -> None:
     p.add_argument("--out", default="runs/surrogates/bench")
     p.add_argument("--gen-n", type=int, default=2000)
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--n-estimators", type=int, default=TrainConfig.n_estimators,
+                   help="boosting rounds of a model this bench trains")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds of the prediction columns")
     p.add_argument("--before", help="a checkout of the previous code, timed as a third column")
     p.add_argument("--before-model", help="the model the --before checkout predicts with (default: "
@@ -171,7 +173,7 @@ def main() -> None:
         results["test"] = model.metadata_.get("test_metrics")
         results["train_seconds"] = model.metadata_.get("train_seconds")
     else:
-        trained = train(args.samples, args.out, TrainConfig(seed=0))
+        trained = train(args.samples, args.out, TrainConfig(seed=0, n_estimators=args.n_estimators))
         model, model_path = trained.model, args.out
         results.update({"n_fit": trained.report["n_fit"], "n_test": trained.report["n_test"],
                         "train_seconds": trained.report["train_seconds"],

@@ -52,7 +52,10 @@ def distinct(values: Any) -> list[Any]:
     """Distinct values of a column (`Factorized` or array-like) as Python scalars."""
     if isinstance(values, Factorized):
         return list(values.uniques)
-    return [v.item() if hasattr(v, "item") else v for v in pd.unique(np.asarray(values))]
+    array = np.asarray(values)
+    if array.dtype == np.bool_ and len(array):  # two reductions instead of a hash table
+        return sorted({bool(array.min()), bool(array.max())})
+    return [v.item() if hasattr(v, "item") else v for v in pd.unique(array)]
 
 
 def as_array(values: Any) -> np.ndarray:

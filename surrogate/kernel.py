@@ -44,12 +44,13 @@ _HW_FEATURES = ("peak_bf16", "hbm_Bps", "num_sms", "host_s", "coll_s", "mb_s")
 # Only the two baselines are logarithms (the residual targets are taken against them). The trees
 # split on every other feature by its rank (hist bins are quantiles), which a monotone transform
 # does not change: a log per feature would cost ~45 libm calls per row (~0.3 us of ~1.9) and
-# teach the trees nothing (docs/speed.md, "Surrogate prediction").
+# teach the trees nothing (docs/speed.md, "Surrogate prediction"). The schedule and recompute
+# codes are raw features already (`ROW_FIELDS`).
 PHYSICS_FEATURES: tuple[str, ...] = (
     "est_log_time_s", "est_log_memory_bytes", "params", "stage_params", "model_flops",
     "flops_per_gpu", "compute_bound_s", "microbatches", "layers_per_stage", "layers_per_chunk",
     "tokens_per_microbatch", "bubble_fraction", "arithmetic_intensity", "gemm_efficiency",
-    "head_dim", "schedule_code", "recompute_code", "memory_ratio", "memory_capacity_bytes",
+    "head_dim", "memory_ratio", "memory_capacity_bytes",
     "activation_bytes", "weight_state_bytes", "layer_saved_bytes", "layer_working_bytes",
     "mem_first_bytes", "mem_last_bytes", "tp_bytes", "dp_bytes", "p2p_bytes",
     *(f"{kind}_{part}{'_s' if kind == 'time' else ''}" for part in _PARTS
@@ -79,9 +80,9 @@ def physics_values(r: Rows) -> tuple[Vec, ...]:
     return (
         _log(it.total), _log(mem.peak), params.total, stage, fl.model, fl.hardware / r.N,
         fl.hardware / r.N / r.peak, r.m, r.L / r.p, r.L / (r.p * r.v), T, it.bubble, intensity,
-        gemm_efficiency(r, 1.0, T, r.f / r.t, r.h), r.h / r.a, r.schedule, r.recompute,
-        mem.peak / r.hw.memory_bytes, r.hw.memory_bytes, mem.activations, mem.weights_states,
-        mem.layer_saved, mem.layer_working, mem.first, mem.last, T * r.h * 2.0 * (r.t > 1),
+        gemm_efficiency(r, 1.0, T, r.f / r.t, r.h), r.h / r.a, mem.peak / r.hw.memory_bytes,
+        r.hw.memory_bytes, mem.activations, mem.weights_states, mem.layer_saved, mem.layer_working,
+        mem.first, mem.last, T * r.h * 2.0 * (r.t > 1),
         stage * where(r.bf16 > 0, 4.0, 2.0) * (r.d > 1),
         T * r.h * 2.0 / where(r.sp > 0, r.t, 1.0) * (r.p > 1),
         it.pipeline, it.pipeline * per_total, it.stage_mb, it.stage_mb * per_total,

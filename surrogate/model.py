@@ -48,7 +48,7 @@ SMALL_BATCH = 1024  # rows below which prediction runs single-threaded
 PARALLEL_ROWS = 20_000  # rows from which a batch is predicted in row chunks on threads
 OUTPUTS = ("iteration_time_s", "peak_memory_bytes", "fits_in_memory")
 DEFAULT_PARAMS: dict[str, Any] = {
-    "max_depth": 8, "learning_rate": 0.4, "subsample": 0.8, "colsample_bytree": 0.8,
+    "max_depth": 8, "learning_rate": 0.4, "subsample": 1.0, "colsample_bytree": 1.0,
     "min_child_weight": 1.0, "reg_lambda": 1.0, "tree_method": "hist", "max_bin": 128,
 }
 
@@ -70,14 +70,15 @@ class Surrogate:
     most boosting rounds (`memory_estimators` for memory, whose closed form is nearly exact),
     `early_stopping_rounds` stops on the validation split. The defaults favour prediction speed
     (few, strong trees: the physics baseline leaves little to learn); more rounds at a lower
-    learning rate are more accurate and slower (see bench/bench_surrogate.py). 20 rounds of
-    depth 8: on 100k samples of the default space, held-out MAPE 1.46% (P95 4.7%) against 1.42%
-    (4.7%) with depth 9 at 1.2x the tree time, and 1.35% (4.5%) with 40 rounds at twice the trees
-    (docs/speed.md, "Surrogate prediction"). `closed_form_tolerance`: see the module docstring
-    (0 always trains both boosters).
+    learning rate are more accurate and slower (see bench/bench_surrogate.py). 16 rounds of depth
+    8 on all rows and columns: on 100k samples of the default space, held-out MAPE 1.45% (P95
+    4.7%, mean of seeds 0-2) against 1.39% (4.5%) with 20 rounds and 1.56% (5.1%) with 16 rounds
+    subsampling 80% of rows and columns, the previous default (docs/speed.md, "Surrogate
+    prediction"). Without subsampling the fit is the same for every seed.
+    `closed_form_tolerance`: see the module docstring (0 always trains both boosters).
     """
 
-    def __init__(self, seed: int = 0, n_estimators: int = 20, early_stopping_rounds: int = 20,
+    def __init__(self, seed: int = 0, n_estimators: int = 16, early_stopping_rounds: int = 20,
                  validation_fraction: float = 0.15, n_jobs: int = -1, memory_estimators: int = 30,
                  validation_split: str = "model", closed_form_tolerance: float = 1e-3,
                  **xgb_params: Any) -> None:
