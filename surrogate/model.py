@@ -70,15 +70,17 @@ class Surrogate:
     most boosting rounds (`memory_estimators` for memory, whose closed form is nearly exact),
     `early_stopping_rounds` stops on the validation split. The defaults favour prediction speed
     (few, strong trees: the physics baseline leaves little to learn); more rounds at a lower
-    learning rate are more accurate and slower (see bench/bench_surrogate.py). 16 rounds of depth
-    8 on all rows and columns: on 100k samples of the default space, held-out MAPE 1.45% (P95
-    4.7%, mean of seeds 0-2) against 1.39% (4.5%) with 20 rounds and 1.56% (5.1%) with 16 rounds
-    subsampling 80% of rows and columns, the previous default (docs/speed.md, "Surrogate
-    prediction"). Without subsampling the fit is the same for every seed.
+    learning rate are more accurate and slower (see bench/bench_surrogate.py). 14 rounds of depth
+    8 on all rows and columns: on 100k samples of the default space, held-out MAPE 1.50% (P95
+    4.8%, mean of seeds 0-2) against 1.45% (4.7%) with 16 rounds, 1.39% (4.5%) with 20 and
+    1.58% (5.1%) with 12, at ~1.35 ms per round and 50k rows on one core (the prediction budget
+    of 1M rows/s is ~100 ms per 50k; docs/speed.md, "Surrogate prediction"). Subsampling 80% of
+    rows and columns, the previous default, gave 1.56% (5.1%) at 16 rounds. Without subsampling
+    the fit is the same for every seed.
     `closed_form_tolerance`: see the module docstring (0 always trains both boosters).
     """
 
-    def __init__(self, seed: int = 0, n_estimators: int = 16, early_stopping_rounds: int = 20,
+    def __init__(self, seed: int = 0, n_estimators: int = 14, early_stopping_rounds: int = 20,
                  validation_fraction: float = 0.15, n_jobs: int = -1, memory_estimators: int = 30,
                  validation_split: str = "model", closed_form_tolerance: float = 1e-3,
                  **xgb_params: Any) -> None:

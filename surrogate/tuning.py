@@ -54,7 +54,7 @@ class Objective:
 
 
 def tune(df: pd.DataFrame, hardware: Any, trials: int, seed: int = 0,
-         n_estimators: int = 16) -> tuple[dict[str, Any], float]:
+         n_estimators: int = 14) -> tuple[dict[str, Any], float]:
     """(best XGBoost parameters, their validation MAPE) after `trials` Optuna trials."""
     import optuna
 

@@ -44,7 +44,7 @@ def _add_train(sub: Any) -> None:
     t.add_argument("--out", required=True, help="model folder (e.g. runs/surrogates/NAME)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--tune-trials", type=int, default=0, help="Optuna trials for XGBoost hyperparameters")
-    t.add_argument("--n-estimators", type=int, default=16,
+    t.add_argument("--n-estimators", type=int, default=14,
                    help="maximum boosting rounds (more, with a lower --learning-rate: more accurate, slower)")
     t.add_argument("--learning-rate", type=float, help="XGBoost learning rate (default 0.4)")
     t.add_argument("--max-depth", type=int, help="XGBoost tree depth (default 8)")
