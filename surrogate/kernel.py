@@ -36,7 +36,7 @@ from surrogate.physics import (
 )
 from surrogate.timing import gemm_efficiency, iteration
 
-# Parts of the iteration estimate that become a seconds and a share-of-total feature each.
+# Parts of the iteration estimate that become a seconds feature and a share-of-total feature each.
 _PARTS = ("pipeline", "stage_mb", "layer", "layer_compute", "tp_comm", "recompute", "host_excess",
           "attention", "p2p", "pp_comm", "dp_comm", "dp_exposed", "embedding_sync", "optimizer")
 _HW_FEATURES = ("peak_bf16", "hbm_Bps", "num_sms", "host_s", "coll_s", "mb_s")
