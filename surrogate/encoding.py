@@ -125,12 +125,8 @@ def merge_out_of_space(chunks: list[OutOfSpaceParts]) -> OutOfSpaceParts:
     return merged
 
 
-def out_of_space(columns: Mapping[str, Any], bounds: Mapping[str, Any]) -> dict[str, str]:
-    """Column -> description of the rows outside the trained space (empty when all inside)."""
-    return describe_out_of_space(out_of_space_parts(columns, bounds), bounds)
-
-
 def describe_out_of_space(parts: OutOfSpaceParts, bounds: Mapping[str, Any]) -> dict[str, str]:
+    """Column -> description of the rows outside the trained space (empty when all inside)."""
     problems: dict[str, str] = {}
     for c in (c for c in bounds if c in parts):  # in the bounds' column order
         part = parts[c]
@@ -143,10 +139,6 @@ def describe_out_of_space(parts: OutOfSpaceParts, bounds: Mapping[str, Any]) -> 
     return problems
 
 
-def warn_out_of_space(columns: Mapping[str, Any], bounds: Mapping[str, Any]) -> None:
-    warn_out_of_space_parts(out_of_space_parts(columns, bounds), bounds, stacklevel=4)
-
-
 def warn_out_of_space_parts(parts: OutOfSpaceParts, bounds: Mapping[str, Any], stacklevel: int = 3) -> None:
     problems = describe_out_of_space(parts, bounds)
     if problems:
@@ -156,7 +148,7 @@ def warn_out_of_space_parts(parts: OutOfSpaceParts, bounds: Mapping[str, Any], s
 
 
 def warn_out_of_space_record(record: Mapping[str, Any], bounds: Mapping[str, Any]) -> None:
-    """`warn_out_of_space` for one record, on Python scalars."""
+    """`out_of_space_parts` and its warning for one record, on Python scalars (`predict_one`)."""
     problems = []
     for c, bound in bounds.items():
         value = record[c]

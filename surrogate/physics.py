@@ -228,14 +228,8 @@ def row_field_matrix(c: Mapping[str, Any],
     return out
 
 
-def row_field_arrays(c: Mapping[str, Any],
-                     code: Callable[[Any, str], np.ndarray] | None = None) -> list[np.ndarray]:
-    """`row_field_matrix` as one float64 array per field."""
-    return list(row_field_matrix(c, code))
-
-
 def rows_from_columns(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None) -> Rows:
-    return rows_of_fields(row_field_arrays(c), hardware_arrays(c["gpu"], hardware))
+    return rows_of_fields(list(row_field_matrix(c)), hardware_arrays(c["gpu"], hardware))
 
 
 def row_field_values(record: Mapping[str, Any]) -> list[float]:
