@@ -22,6 +22,7 @@ example: $(BIN)/activate
 lint: $(BIN)/activate
 	$(BIN)/ruff check simulator vtrain_ml profiler surrogate tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/python -m pytest

@@ -28,7 +28,7 @@ from joblib import Parallel, delayed
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from simulator.catalog import resolve_hardware  # noqa: E402
+from simulator.job.catalog import resolve_hardware  # noqa: E402
 from vtrain_ml.accuracy.calibration import cross_validate, holdout  # noqa: E402
 from vtrain_ml.accuracy.plots import measured_vs_predicted  # noqa: E402
 from vtrain_ml.accuracy.predict import Score, predict, predict_ms, score  # noqa: E402

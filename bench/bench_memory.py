@@ -7,7 +7,7 @@ peak); optional `reserved_GiB` (max_memory_reserved) and `oom` (true: the run ra
 so it must not be predicted to fit). Prints each row, the MAPE of the allocated peak (and of the
 reserved peak where measured), and every out-of-memory row with the prediction. Nothing is
 fitted to these rows: the memory model's only measured constants come from probe jobs
-(simulator.memory).
+(simulator.memory.stages).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from simulator import load_job, simulate  # noqa: E402
-from simulator.specs import GiB  # noqa: E402
+from simulator.job.specs import GiB  # noqa: E402
 
 DEFAULT = ROOT / "data" / "measured" / "h100" / "runs.csv"
 

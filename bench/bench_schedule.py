@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from vtrain_ml.schedule.cache import CurveCache
-from vtrain_ml.schedule.generate import GeneratorConfig, generate_rows
-from vtrain_ml.schedule.report import render_comparison
-from vtrain_ml.schedule.run import Scheduler, make_cluster, make_oracle
-from vtrain_ml.schedule.trace import load_trace, trace_from_rows
+from vtrain_ml.scheduler.cache import CurveCache
+from vtrain_ml.scheduler.generate import GeneratorConfig, generate_rows
+from vtrain_ml.scheduler.report import render_comparison
+from vtrain_ml.scheduler.run import Scheduler, make_cluster, make_oracle
+from vtrain_ml.scheduler.trace import load_trace, trace_from_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "examples" / "cluster_trace.yaml"

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from simulator.specs import Job
+from simulator.job.specs import Job
 from vtrain_ml.planner.config import Objective, SearchConfig, load_config
 from vtrain_ml.planner.evaluation import Evaluation, evaluate_exact, evaluate_exact_many
 from vtrain_ml.planner.exhaustive import plan_order, run_exhaustive

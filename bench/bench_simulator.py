@@ -10,7 +10,7 @@ of one model. Warm = everything memoized, as in a loop that simulates a job agai
 at each GPU count it tries, a calibration with new efficiencies). Job files are parsed once,
 outside the timing.
 
-The engine's compiled loop (numba, simulator.engine_kernel) is loaded before timing, as a long
+The engine's compiled loop (numba, simulator.timeline.engine_kernel) is loaded before timing, as a long
 loop over jobs would; the headline is then measured again in a subprocess with VTRAIN_NO_JIT=1
 (numpy engine, everything else the same) and printed beside it (`--skip-no-jit` to skip).
 
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator import Job, job_from_dict, load_job, simulate
-from simulator.engine import round_plan
+from simulator.timeline.engine import round_plan
 
 try:
     from simulator.simulate import clear_caches
@@ -54,7 +54,7 @@ try:
 except ImportError:  # before the per-job memo tables: a new layout needs a new round plan
     clear_layout_caches = round_plan.cache_clear
 try:
-    from simulator.engine_kernel import RUNS
+    from simulator.timeline.engine_kernel import RUNS
 except ImportError:  # before the compiled engine loop
     RUNS = None
 

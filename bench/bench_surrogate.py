@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator.catalog import resolve_hardware
 from simulator.jit import HAVE_NUMBA
+from simulator.job.catalog import resolve_hardware
 from surrogate.dataset import read_samples
 from surrogate.encoding import OutOfSpaceWarning, feature_matrix
 from surrogate.features import JOB_COLUMNS, record_to_job

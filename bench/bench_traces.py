@@ -48,11 +48,11 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from profiler.trace.importer import ImportedTrace, TraceSource, analyze, write_imported  # noqa: E402
-from simulator.loaders import load_job  # noqa: E402
-from simulator.profile_format import read_profile  # noqa: E402
-from simulator.simulate import simulate  # noqa: E402
-from simulator.specs import GiB, Job  # noqa: E402
-from simulator.traced import TracedOptions, simulate_traced, traced_costs  # noqa: E402
+from simulator.costs.profile_format import read_profile  # noqa: E402
+from simulator.costs.traced import TracedOptions, traced_costs  # noqa: E402
+from simulator.job.loaders import load_job  # noqa: E402
+from simulator.job.specs import GiB, Job  # noqa: E402
+from simulator.simulate import simulate, simulate_traced  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "data" / "traces" / "h100"
 JOBS = ROOT / "data" / "measured" / "h100" / "jobs"
@@ -192,7 +192,7 @@ def deep_cpu(rounds: int, layers: tuple[int, ...], repeats: int = 7, stack: str 
     the two deep models, predicted and measured (CPU seconds), shows whether a layer's cost
     carries from 2 to 24 layers."""
     from profiler.stacks.runner import TraceRequest, plan, prepare, run_traces, timed_cpu
-    from simulator.validation import validate_job
+    from simulator.job.validation import validate_job
 
     job = load_job(DEEP_JOBS[stack])
     print(f"\ndeeper model from a 2-layer CPU trace ({stack} stack, {job.model.name}, "

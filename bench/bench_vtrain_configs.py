@@ -5,7 +5,7 @@ prints, never asserts).
 
 vTrain's repository (github.com/VIA-Research/vTrain, folder `config/`, 1,844 JSON files) is the
 intended input: `git clone https://github.com/VIA-Research/vTrain` and give `vTrain/config`. Each
-file is loaded with vTrain's semantics (`simulator.vtrain_config`) and, when it loads, simulated;
+file is loaded with vTrain's semantics (`simulator.job.vtrain_config`) and, when it loads, simulated;
 the counts are: loaded (and simulated), rejected where vTrain's own `validate_config` rejects it
 too, and failed (any other error: a file vTrain accepts that vtrain-ml does not, or a crash).
 Each outcome is also checked against the line-by-line transcription of vTrain's validate_config
@@ -25,9 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not an installed copy
 
 from simulator.errors import VTrainError
-from simulator.loaders import read_job
+from simulator.job.loaders import read_job
+from simulator.job.vtrain_config import VTrainRejects
 from simulator.simulate import simulate
-from simulator.vtrain_config import VTrainRejects
 from tests.compat_tests.test_vtrain_configs import vtrain_validate_config
 
 

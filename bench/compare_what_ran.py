@@ -23,9 +23,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from simulator.enums import Recompute  # noqa: E402
-from simulator.loaders import load_job  # noqa: E402
-from simulator.specs import Job  # noqa: E402
+from simulator.job.enums import Recompute  # noqa: E402
+from simulator.job.loaders import load_job  # noqa: E402
+from simulator.job.specs import Job  # noqa: E402
 
 WHAT_RAN = ROOT / "tests" / "data" / "traces" / "what_ran_models.py"
 STACK = {"mgpt": "reference", "llama": "huggingface", "gpt2": "huggingface"}

@@ -27,9 +27,9 @@ from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from profiler.vidur import read_vidur_gpu
-from simulator.catalog import resolve_hardware
-from simulator.costs import AnalyticKernelModel
-from simulator.enums import Precision
+from simulator.costs.analytic import AnalyticKernelModel
+from simulator.job.catalog import resolve_hardware
+from simulator.job.enums import Precision
 
 GEMM_PARAMS = (("gemm_max_efficiency", 0.3, 1.0), ("gemm_k_half", 1.0, 2048.0),
                ("kernel_launch_s", 1e-7, 3e-5))

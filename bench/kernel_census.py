@@ -6,7 +6,7 @@ A launch is a kernel, memset or memcpy event of the torch.profiler (Kineto) trac
 the host a dispatch and the GPU a launch gap, which is what bounds small models. The model's
 count is the graph's launches per micro-batch (embedding, layers, head, fractional for
 accumulation that runs from the second micro-batch) times the micro-batches, plus the fused
-AdamW launches. The per-layer launch counts of simulator/graph_eager.py were read off these
+AdamW launches. The per-layer launch counts of simulator/graph/eager.py were read off these
 traces (one layer's forward kernels in order; backward by autograd node), not fitted.
 Reads every trace whole (a few seconds each).
 """
@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from simulator import load_job  # noqa: E402
-from simulator.graph import build_graph  # noqa: E402
-from simulator.memory import stage_param_counts  # noqa: E402
-from simulator.tail import optimizer_op  # noqa: E402
+from simulator.graph.blocks import build_graph  # noqa: E402
+from simulator.memory.states import stage_param_counts  # noqa: E402
+from simulator.timeline.tail import optimizer_op  # noqa: E402
 
 LAUNCHES = ("kernel", "gpu_memset", "gpu_memcpy")
 

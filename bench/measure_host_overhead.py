@@ -2,8 +2,9 @@
 
 Why: on small layers training is bound by the host dispatching kernels, not by the GPU. The
 simulator charges `Efficiency.host_overhead_s` per launch of its graph, weighted per direction by
-the stack's `FrameworkSemantics.host_launch_cost` (simulator/lowering.py, simulator/framework.py);
-both come from the two measurements below, never from the iteration times we validate against.
+the stack's `FrameworkSemantics.host_launch_cost` (simulator/timeline/lowering.py,
+simulator/job/framework.py); both come from the two measurements below, never from the iteration
+times we validate against.
 A cost per launch is only meaningful together with the graph that counts the launches, so both
 divide measured host time by the CURRENT graph's launches of the same work.
 
@@ -52,8 +53,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from simulator import Job, job_from_dict
-from simulator.graph import build_layer
-from simulator.profile_format import read_profile
+from simulator.costs.profile_format import read_profile
+from simulator.graph.dense import build_layer
 
 LOSS_LAUNCHES = 2  # the script's `.sum()` and the seed gradient of `.backward()`
 H, HEADS, SEQ = 64, 4, 16

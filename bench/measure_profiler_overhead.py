@@ -1,7 +1,7 @@
 """How much torch.profiler inflates the host time of an eager Megatron-structured training step.
 
 Why: a Kineto trace's GPU kernel durations are real, its host timings are not -- every recorded
-CPU op costs the profiler host time (record_shapes included). simulator.traced takes that
+CPU op costs the profiler host time (record_shapes included). simulator.costs.traced takes that
 inflation out of imported traces; without a measurement on the traced stack's own host (which
 `python -m vtrain_ml.profile trace` records per trace) it uses this script's ratio of host time
 without / with the profiler, measured on the reference stack (profiler/stacks/reference.py:
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from profiler.stacks.runner import TraceRequest, plan, record  # noqa: E402
 from profiler.trace.importer import analyze  # noqa: E402
-from simulator.loaders import load_job  # noqa: E402
+from simulator.job.loaders import load_job  # noqa: E402
 
 
 def main() -> None:

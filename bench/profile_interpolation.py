@@ -25,13 +25,13 @@ import numpy as np
 
 from profiler.vidur import read_vidur_gpu
 from simulator import job_from_dict, simulate
-from simulator.catalog import resolve_hardware
-from simulator.costs import AnalyticKernelModel
-from simulator.enums import Precision
-from simulator.interpolation import RatioInterpolator, size_features
-from simulator.ops import Op
-from simulator.profile_format import read_profile
-from simulator.profiled import ProfiledKernelModel, ops_from_table
+from simulator.costs.analytic import AnalyticKernelModel
+from simulator.costs.interpolation import RatioInterpolator, size_features
+from simulator.costs.profile_format import read_profile
+from simulator.costs.profiled import ProfiledKernelModel, ops_from_table
+from simulator.graph.ops import Op
+from simulator.job.catalog import resolve_hardware
+from simulator.job.enums import Precision
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_HELD_OUT = 400  # held-out points per group (seeded sample) to keep the bench to seconds

@@ -27,12 +27,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from profiler.trace.importer import TraceSource, analyze, write_imported  # noqa: E402
-from simulator.enums import Framework  # noqa: E402
-from simulator.loaders import load_job  # noqa: E402
-from simulator.params import padded_vocab  # noqa: E402
-from simulator.profile_format import TRACES_TABLE, read_profile  # noqa: E402
-from simulator.specs import Job  # noqa: E402
-from simulator.traced import traced_job  # noqa: E402
+from simulator.costs.profile_format import TRACES_TABLE, read_profile  # noqa: E402
+from simulator.costs.traced_shapes import traced_job  # noqa: E402
+from simulator.graph.params import padded_vocab  # noqa: E402
+from simulator.job.enums import Framework  # noqa: E402
+from simulator.job.loaders import load_job  # noqa: E402
+from simulator.job.specs import Job  # noqa: E402
 
 JOBS = ROOT / "data" / "measured" / "h100" / "jobs"
 TRACES_DIR_NAME = "traces"  # where `trace` keeps the raw traces (profiler.stacks.runner)

@@ -28,7 +28,7 @@ SHARED = ROOT.parent / "shared" / "data"
 def _with_profile() -> Callable[..., Any]:
     """`simulate_with_profile` wherever this checkout keeps it (it moved in issue 21)."""
     try:
-        from simulator.simulate import simulate_with_profile  # type: ignore[attr-defined]
+        from simulator.simulate import simulate_with_profile
     except ImportError:
         from simulator.traced import simulate_with_profile  # type: ignore[no-redef]
     return simulate_with_profile

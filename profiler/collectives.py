@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 
 from profiler.timing import Stats, TimingConfig, time_cpu, time_cuda
-from simulator.enums import CollectiveKind
 from simulator.errors import ConfigError
+from simulator.job.enums import CollectiveKind
 
 log = logging.getLogger(__name__)
 

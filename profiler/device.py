@@ -8,8 +8,8 @@ import socket
 import subprocess
 from typing import Any
 
+from simulator.costs.profile_format import DeviceInfo
 from simulator.errors import ConfigError
-from simulator.profile_format import DeviceInfo
 
 DEVICES = ("cuda", "cpu")
 

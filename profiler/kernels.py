@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from simulator.ops import Op, OpKind, Phase
+from simulator.graph.ops import Op, OpKind, Phase
 
 Kernel = Callable[[], Any]
 DROPOUT_P = 0.1

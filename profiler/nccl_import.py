@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.enums import CollectiveKind
 from simulator.errors import DataError
+from simulator.job.enums import CollectiveKind
 
 SOURCE = "nccl-tests"
 _KIND_PATTERNS = (

@@ -9,9 +9,7 @@ from typing import Any
 from profiler.device import catalog_hardware, now_iso
 from profiler.nccl_import import import_files
 from profiler.store import Journal, check_fresh_or_resume, existing_rows, write_profile
-from simulator.enums import Precision
-from simulator.errors import ProfileError
-from simulator.profile_format import (
+from simulator.costs.profile_format import (
     COLLECTIVE_KEY,
     COLLECTIVES_TABLE,
     META_FILE,
@@ -19,6 +17,8 @@ from simulator.profile_format import (
     ProfileMeta,
     read_meta,
 )
+from simulator.errors import ProfileError
+from simulator.job.enums import Precision
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,9 @@ from profiler.kernels import Inputs, make_kernel
 from profiler.selection import Selection, SelectionRequest, select_ops
 from profiler.store import Journal, check_fresh_or_resume, existing_rows, write_profile
 from profiler.timing import Stats, TimingConfig, time_cpu, time_cuda
-from simulator.enums import Precision
-from simulator.ops import Op
-from simulator.profile_format import OPS_KEY, OPS_TABLE, ProfileMeta, shape_to_str
+from simulator.costs.profile_format import OPS_KEY, OPS_TABLE, ProfileMeta, shape_to_str
+from simulator.graph.ops import Op
+from simulator.job.enums import Precision
 
 log = logging.getLogger(__name__)
 

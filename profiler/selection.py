@@ -14,17 +14,17 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.catalog import load_model
-from simulator.enums import Precision
 from simulator.errors import ConfigError
-from simulator.graph import Block, build_graph
-from simulator.loaders import load_job
-from simulator.memory import stage_param_counts
-from simulator.ops import Op, OpKind
-from simulator.params import padded_vocab
-from simulator.specs import ClusterSpec, Job, ModelSpec, ParallelPlan, TrainingSpec
-from simulator.tail import optimizer_op
-from simulator.validation import job_problems
+from simulator.graph.blocks import build_graph
+from simulator.graph.ops import Block, Op, OpKind
+from simulator.graph.params import padded_vocab
+from simulator.job.catalog import load_model
+from simulator.job.enums import Precision
+from simulator.job.loaders import load_job
+from simulator.job.specs import ClusterSpec, Job, ModelSpec, ParallelPlan, TrainingSpec
+from simulator.job.validation import job_problems
+from simulator.memory.states import stage_param_counts
+from simulator.timeline.tail import optimizer_op
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def resolve_model(name: str) -> ModelSpec:
 def probe_job(model: ModelSpec, tp: int, mb: int, precision: Precision, flash: bool,
               sp: bool) -> Job:
     """A one-stage, one-replica job on `tp` GPUs: the per-GPU shapes of any layout with this tp."""
-    from simulator.catalog import resolve_hardware
+    from simulator.job.catalog import resolve_hardware
 
     hardware = resolve_hardware("h100-sxm-80gb")  # shapes do not depend on the GPU type
     return Job(model=model,

@@ -4,7 +4,7 @@ While a run measures, each finished row is appended (flushed and fsynced) to ``<
 in the profile directory; a killed run loses at most the op it was measuring, and ``--resume``
 reads the journal (and any finished table) and skips what is done. At the end every table is
 written atomically, then ``metadata.json`` last (also atomically): a directory with metadata is
-always complete and consistent with its hashes. See `simulator.profile_format` for the schema.
+always complete and consistent with its hashes. See `simulator.costs.profile_format` for the schema.
 """
 
 from __future__ import annotations
@@ -18,10 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from simulator.enums import Precision
-from simulator.errors import ProfileError
-from simulator.fileio import write_json_atomic, write_text_atomic
-from simulator.profile_format import (
+from simulator.costs.profile_format import (
     META_FILE,
     SCHEMA_VERSION,
     STRING_COLUMNS,
@@ -34,6 +31,9 @@ from simulator.profile_format import (
     read_meta,
     read_profile,
 )
+from simulator.errors import ProfileError
+from simulator.fileio import write_json_atomic, write_text_atomic
+from simulator.job.enums import Precision
 
 STR_COLUMNS = STRING_COLUMNS
 

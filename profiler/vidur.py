@@ -3,7 +3,7 @@
 Vidur's ``compute/<gpu>/<model>/mlp.csv`` holds forward (inference) times, CUDA events, in
 milliseconds, of a Llama/GPT layer's operators for many token counts and tensor-parallel
 shardings, measured on one GPU. Mapped onto the simulator's ops (same shapes, FLOPs and bytes as
-`simulator.graph` counts them) they are real GPU measurements to check the analytic model against
+`simulator.graph.blocks` counts them) they are real GPU measurements to check the analytic model against
 and to test the interpolation on, without a GPU at hand. Residual adds are left out (the simulator
 fuses them into bias-dropout-add).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from simulator.ops import Op, OpKind, Phase
+from simulator.graph.ops import Op, OpKind, Phase
 
 DT = 2  # fp16 activations
 

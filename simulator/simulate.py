@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simulator.catalog import data_dir
-from simulator.costs import AnalyticKernelModel, CostSource, KernelModel
-from simulator.engine import Timeline, round_plan, run_pipeline
-from simulator.enums import CollectiveKind
-from simulator.graph import BLOCKS, JobGraph, blocks_key
-from simulator.job_static import JOBS, JobStatic, job_static, job_summary
-from simulator.lowering import (
+from simulator.costs.analytic import AnalyticKernelModel, CostSource, KernelModel
+from simulator.graph.blocks import BLOCKS, JobGraph, blocks_key
+from simulator.job.catalog import data_dir
+from simulator.job.enums import CollectiveKind
+from simulator.job.specs import Job
+from simulator.memo import Memo, Pinned, read_only
+from simulator.memory.stages import ORDER_SIGNS
+from simulator.network.collectives import NetworkModel
+from simulator.network.nccl import load_nccl_table
+from simulator.network.topology import Placement, boundaries_crossing_nodes, p2p_placement, tp_placement
+from simulator.prepare import JOBS, JobStatic, job_static, job_summary
+from simulator.report.metrics import cost_usd, utilization
+from simulator.report.result import SimulationResult, StageReport
+from simulator.timeline.engine import Timeline, round_plan, run_pipeline
+from simulator.timeline.lowering import (
     COMM_TIMES,
     OP_COSTS,
     BlockCost,
@@ -22,15 +32,11 @@ from simulator.lowering import (
     block_table,
     stage_costs,
 )
-from simulator.memo import Memo, Pinned, read_only
-from simulator.memory import ORDER_SIGNS
-from simulator.metrics import cost_usd, utilization
-from simulator.nccl import load_nccl_table
-from simulator.network import NetworkModel
-from simulator.result import SimulationResult, StageReport
-from simulator.specs import Job
-from simulator.tail import FixedTail, Tail, compute_tail, fixed_tail
-from simulator.topology import Placement, boundaries_crossing_nodes, p2p_placement, tp_placement
+from simulator.timeline.tail import FixedTail, Tail, compute_tail, fixed_tail
+
+if TYPE_CHECKING:
+    from simulator.costs.profile_format import Profile
+    from simulator.costs.traced import TracedCosts, TracedOptions
 
 # Costed blocks (and their table for the chunk grids) of every (blocks, hardware, tp placement,
 # kernel and network model) seen recently: see `_costed_blocks`.
@@ -60,7 +66,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
              network: NetworkModel | None = None, blocks: BlockReplacer | None = None
              ) -> SimulationResult:
     """Simulate one training iteration of `job` (validated) and return its frozen result.
-    `blocks` replaces the op-level block costs (e.g. phases of a traced stack, simulator.traced)."""
+    `blocks` replaces the op-level block costs (e.g. phases of a traced stack, simulator.costs.traced)."""
     static = job_static(job)
     graph, plan, memory = static.graph, static.plan, static.memory
     # the per-model terms below are functions of the job and the two models (a caller's by
@@ -230,5 +236,54 @@ def _coverage(costs: StageCosts, job: Job, graph: JobGraph) -> dict[str, float]:
     return {s.value: totals.get(s.value, 0.0) / grand for s in CostSource}
 
 
+# Simulations from a profile directory (operator measurements or traces of the real stack).
+
+def simulate_traced(job: Job, profile: str | Profile, options: TracedOptions | None = None,
+                    fallback: KernelModel | None = None,
+                    network: NetworkModel | None = None) -> SimulationResult:
+    """`simulate` with a traced profile's phase costs; `profile_coverage` reports the share of
+    GPU time that was traced, scaled or analytic."""
+    from simulator.costs.traced import traced_costs
+
+    return _simulate(traced_costs(profile, job, options, fallback), network)
+
+
+def _simulate(costs: TracedCosts, network: NetworkModel | None) -> SimulationResult:
+    from simulator.costs.traced import TracedKernelModel
+
+    kernels = TracedKernelModel(costs, costs.fallback)
+    result = simulate(costs.job, kernels=kernels, network=network, blocks=costs)
+    return replace(result, profile_coverage=costs.coverage())
+
+
+def simulate_with_profile(job: Job, path: str, strict: bool = False
+                          ) -> tuple[SimulationResult, dict[str, str] | None]:
+    """`simulate` from any profile directory: traced phases when it has traces (op
+    measurements, if also present, cost what no trace covers), else its op measurements.
+    Returns the result and, for a traced profile, each phase's source."""
+    from simulator.costs.profile_format import read_profile
+    from simulator.costs.profiled import (
+        ProfiledKernelModel,
+        check_device,
+        kernel_model_from_profile,
+        network_from_profile,
+        ops_from_table,
+    )
+    profile = read_profile(path)
+    network = network_from_profile(path, job) if profile.collectives is not None else None
+    if not profile.traced:
+        kernels = kernel_model_from_profile(path, job, strict)
+        return simulate(job, kernels=kernels, network=network), None
+    check_device(profile, job, strict)
+    analytic = AnalyticKernelModel(job.hardware, job.training.precision)
+    fallback: KernelModel = analytic
+    if profile.ops is not None:
+        fallback = ProfiledKernelModel.from_measurements(ops_from_table(profile.ops), analytic)
+    from simulator.costs.traced import TracedCosts
+
+    costs = TracedCosts(profile, job, None, fallback)
+    return _simulate(costs, network), costs.sources()
+
+
 __all__ = ["Timeline", "clear_caches", "clear_layout_caches", "default_kernels", "default_network",
-           "job_summary", "simulate"]
+           "job_summary", "simulate", "simulate_traced", "simulate_with_profile"]

@@ -17,22 +17,20 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
-from simulator.catalog import data_dir, hardware_fingerprint, read_yaml, resolve_hardware
 from simulator.errors import ConfigError, DataError, ProfileError
 from simulator.fileio import read_json_file, write_json_atomic
-from simulator.specs import HardwareSpec, parse
-
-if TYPE_CHECKING:
-    from surrogate.model import Surrogate
+from simulator.job.catalog import data_dir, hardware_fingerprint, read_yaml, resolve_hardware
+from simulator.job.specs import HardwareSpec, parse
 
 log = logging.getLogger(__name__)
 
-# 2: the GEMM-efficiency features come from simulator.costs (its depth factor rounds differently
+# 2: the GEMM-efficiency features come from simulator.costs.analytic (its depth factor rounds differently
 # in the last bit), so the trees of a version-1 model split on slightly other numbers.
 # 3: features other than the two baselines are no longer logarithms, shares multiply by one
 # reciprocal, and a target the closed form already predicts has no booster file.
@@ -53,38 +51,29 @@ def _save_booster(booster: Any, path: Path) -> None:
         raise
 
 
-def save_surrogate(model: Surrogate, folder: Path, extra: Mapping[str, Any]) -> Path:
-    """Boosters first, metadata last: a folder with metadata.json is complete."""
+def save_artifact(folder: Path, boosters: Mapping[str, Any], closed_form: list[str],
+                  fields: Mapping[str, Any]) -> Path:
+    """Write `boosters` (target -> XGBoost booster) and metadata.json holding `fields` (the
+    model's own entries: feature names, hyperparameters, hardware, bounds, ...). Boosters first,
+    metadata last: a folder with metadata.json is complete. A `closed_form` target's file from an
+    earlier model is removed."""
     from surrogate.dataset import simulator_version
 
     folder.mkdir(parents=True, exist_ok=True)
-    for key, booster in model.boosters_.items():
+    for key, booster in boosters.items():
         _save_booster(booster, folder / BOOSTER_FILES[key])
-    for key in model.closed_form_targets():
+    for key in closed_form:
         (folder / BOOSTER_FILES[key]).unlink(missing_ok=True)  # a previous model's trees
-    sources = getattr(model, "hardware_sources_", {})
     metadata = {
         "schema_version": SCHEMA_VERSION,
         "kind": "vtrain-ml surrogate",
-        "feature_names": model.feature_names_,
         "outputs": ["iteration_time_s", "peak_memory_bytes", "fits_in_memory"],
         "targets": {"time": "log(iteration_time_s) - est_log_time_s",
                     "memory": "log(peak_memory_bytes) - est_log_memory_bytes"},
-        "boosters": {key: BOOSTER_FILES[key] for key in model.boosters_},
-        "closed_form": model.closed_form_targets(),
-        "hyperparameters": {"seed": model.seed, "n_estimators": model.n_estimators,
-                            "memory_estimators": model.memory_estimators,
-                            "closed_form_tolerance": model.closed_form_tolerance,
-                            "early_stopping_rounds": model.early_stopping_rounds,
-                            "validation_fraction": model.validation_fraction,
-                            "validation_split": model.validation_split, **model.xgb_params},
-        "best_iterations": model.best_iterations_,
-        "hardware": {n: {"hash": model.hardware_hashes_[n], "source": sources.get(n, n),
-                         "spec": spec.model_dump(mode="json")} for n, spec in model.hardware_.items()},
-        "bounds": model.bounds_,
-        "n_train": model.n_train_,
+        "boosters": {key: BOOSTER_FILES[key] for key in boosters},
+        "closed_form": list(closed_form),
         "simulator_version": simulator_version(),
-        **dict(extra),
+        **dict(fields),
     }
     write_json_atomic(folder / METADATA, metadata)
     return folder
@@ -188,7 +177,18 @@ def stale_hardware(metadata: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def load_surrogate(cls: type[Surrogate], folder: Path, allow_stale: bool) -> Surrogate:
+@dataclass(frozen=True)
+class Artifact:
+    """A saved model as read back: its metadata, its boosters and its hardware specs."""
+
+    metadata: dict[str, Any]
+    boosters: dict[str, Any]  # target -> XGBoost booster
+    hardware: dict[str, HardwareSpec]
+
+
+def load_artifact(folder: Path, allow_stale: bool) -> Artifact:
+    """Read a saved model's folder; refuses one whose hardware sources hash differently now
+    (a recalibrated profile) unless `allow_stale`, which only warns."""
     meta = read_metadata(folder)
     stale = stale_hardware(meta)
     if stale and not allow_stale:
@@ -197,17 +197,9 @@ def load_surrogate(cls: type[Surrogate], folder: Path, allow_stale: bool) -> Sur
                            "or pass --allow-stale / allow_stale=True")
     for problem in stale:
         log.warning("using a stale surrogate: %s", problem)
-    model = cls(**dict(meta["hyperparameters"]))
-    model.allow_stale = allow_stale
-    model.feature_names_ = [str(f) for f in meta["feature_names"]]
-    model.boosters_ = {key: load_booster(folder / str(name), len(model.feature_names_))
-                       for key, name in meta["boosters"].items()}
-    model.best_iterations_ = dict(meta["best_iterations"])
+    n_features = len(meta["feature_names"])
+    boosters = {key: load_booster(folder / str(name), n_features)
+                for key, name in meta["boosters"].items()}
     path = folder / METADATA
-    model.hardware_ = {n: _stored_spec(path, n, e["spec"]) for n, e in meta["hardware"].items()}
-    model.hardware_hashes_ = {n: e["hash"] for n, e in meta["hardware"].items()}
-    model.hardware_sources_ = {n: e["source"] for n, e in meta["hardware"].items()}
-    model.bounds_ = dict(meta["bounds"])
-    model.n_train_ = int(meta["n_train"])
-    model.metadata_ = meta
-    return model
+    hardware = {n: _stored_spec(path, n, e["spec"]) for n, e in meta["hardware"].items()}
+    return Artifact(meta, boosters, hardware)

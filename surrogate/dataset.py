@@ -19,8 +19,8 @@ import pandas as pd
 
 from simulator.errors import DataError
 from simulator.fileio import read_json_file
+from simulator.job.specs import HardwareSpec
 from simulator.simulate import simulate
-from simulator.specs import HardwareSpec
 from surrogate.features import JOB_COLUMNS, record_to_job
 
 TARGETS = ("iteration_time_s", "peak_memory_bytes", "fits_in_memory", "cost_per_iteration_usd", "mfu")

@@ -15,7 +15,7 @@ import numpy as np
 
 from simulator.errors import DataError
 from simulator.jit import HAVE_NUMBA
-from simulator.specs import HardwareSpec
+from simulator.job.specs import HardwareSpec
 from surrogate.columns import distinct, factorize
 from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS
 from surrogate.kernel import PHYSICS_FEATURES, fill_features

@@ -18,7 +18,7 @@ import pandas as pd
 from scipy import stats
 
 from simulator.errors import DataError
-from simulator.specs import HardwareSpec
+from simulator.job.specs import HardwareSpec
 from surrogate.features import JOB_COLUMNS
 
 

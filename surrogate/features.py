@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
 import pandas as pd
 
-from simulator.catalog import resolve_hardware
-from simulator.enums import Norm, PositionEmbedding
-from simulator.specs import ClusterSpec, HardwareSpec, Job, ModelSpec, ParallelPlan, TrainingSpec, parse
-from simulator.validation import validate_job
+from simulator.job.enums import Norm, PositionEmbedding
+from simulator.job.specs import ClusterSpec, HardwareSpec, Job, ModelSpec, ParallelPlan, TrainingSpec, parse
+from simulator.job.validation import validate_job
+from surrogate.hardware import catalog_hardware
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +77,6 @@ def job_to_record(job: Job) -> dict[str, object]:
     }
 
 
-@lru_cache(maxsize=32)
-def catalog_hardware(name: str) -> HardwareSpec:
-    """`resolve_hardware`, memoized: it re-reads the alias file on every call (~5 ms)."""
-    return resolve_hardware(name)
-
-
 def _scalar(value: object) -> object:
     """numpy / pandas scalars -> Python scalars (pydantic's strict ints reject numpy.int64)."""
     item = getattr(value, "item", None)
@@ -120,7 +113,7 @@ def record_to_job(record: Mapping[str, object],
 def physics_features(df: pd.DataFrame,
                      hardware: Mapping[str, HardwareSpec] | None = None) -> pd.DataFrame:
     """Closed-form features of each row of a `JOB_COLUMNS` table (see `surrogate.physics`)."""
-    from surrogate.physics import physics_columns  # not at import: the sample generator's
+    from surrogate.kernel import physics_columns  # not at import: the sample generator's
     # workers import this module and need neither the physics nor numba (~0.4 s per process)
 
     columns = {c: df[c].to_numpy() for c in JOB_COLUMNS}

@@ -23,10 +23,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from simulator.catalog import hardware_fingerprint
 from simulator.errors import ConfigError
 from simulator.fileio import write_json_atomic
-from simulator.specs import HardwareSpec
+from simulator.job.catalog import hardware_fingerprint
+from simulator.job.specs import HardwareSpec
 from surrogate.dataset import (
     MANIFEST,
     SCHEMA_VERSION,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from simulator.jit import HAVE_NUMBA, njit
-from simulator.specs import HardwareSpec
+from simulator.job.specs import HardwareSpec
 from surrogate.physics import (
     Hardware,
     Rows,
@@ -158,3 +158,20 @@ def features_of_values(values: list[float], hw: np.ndarray, out: np.ndarray) -> 
 
 
 _ZERO = np.zeros(1, dtype=np.intp)
+
+
+
+def physics_columns(columns: Mapping[str, Any],
+                    hardware: Mapping[str, HardwareSpec] | None = None) -> dict[str, np.ndarray]:
+    """Physics features of n rows (arrays of `JOB_COLUMNS` values), as name -> array.
+
+    ``est_log_time_s`` and ``est_log_memory_bytes`` are the closed-form baselines the model's
+    residual targets are taken against (see surrogate.model).
+    """
+    values = physics_matrix(columns, hardware)
+    return {name: values[:, j] for j, name in enumerate(PHYSICS_FEATURES)}
+
+
+def physics_of_rows(r: Rows) -> dict[str, Any]:
+    """`physics_columns` of prepared rows (numpy arrays, or one job's floats), name -> value."""
+    return dict(zip(PHYSICS_FEATURES, physics_values(r), strict=True))

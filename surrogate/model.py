@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.catalog import hardware_fingerprint
 from simulator.errors import DataError, ProfileError
-from simulator.specs import HardwareSpec, Job
+from simulator.job.catalog import hardware_fingerprint
+from simulator.job.specs import HardwareSpec, Job
 from surrogate.columns import distinct, frame_columns
 from surrogate.encoding import (
     OutOfSpaceParts,
@@ -150,7 +150,7 @@ class Surrogate:
     @staticmethod
     def _hardware_for(columns: Mapping[str, Any],
                       hardware: Mapping[str, HardwareSpec] | None) -> dict[str, HardwareSpec]:
-        from surrogate.features import catalog_hardware
+        from surrogate.hardware import catalog_hardware
 
         names = sorted({str(g) for g in distinct(columns["gpu"])})
         return {n: hardware[n] if hardware and n in hardware else catalog_hardware(n) for n in names}
@@ -332,14 +332,43 @@ class Surrogate:
     # -- persistence -----------------------------------------------------------------------
     def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
         """Write XGBoost UBJ files and metadata.json into the folder `path`."""
-        from surrogate.artifact import save_surrogate
+        from surrogate.artifact import save_artifact
 
         self._check_fitted()
-        return save_surrogate(self, Path(path), extra or {})
+        sources = getattr(self, "hardware_sources_", {})
+        fields = {
+            "feature_names": self.feature_names_,
+            "hyperparameters": {"seed": self.seed, "n_estimators": self.n_estimators,
+                                "memory_estimators": self.memory_estimators,
+                                "closed_form_tolerance": self.closed_form_tolerance,
+                                "early_stopping_rounds": self.early_stopping_rounds,
+                                "validation_fraction": self.validation_fraction,
+                                "validation_split": self.validation_split, **self.xgb_params},
+            "best_iterations": self.best_iterations_,
+            "hardware": {n: {"hash": self.hardware_hashes_[n], "source": sources.get(n, n),
+                             "spec": spec.model_dump(mode="json")} for n, spec in self.hardware_.items()},
+            "bounds": self.bounds_,
+            "n_train": self.n_train_,
+            **dict(extra or {}),
+        }
+        return save_artifact(Path(path), self.boosters_, self.closed_form_targets(), fields)
 
     @classmethod
     def load(cls, path: str | Path, allow_stale: bool = False) -> Surrogate:
         """Load a saved model; refuses a changed hardware profile unless `allow_stale`."""
-        from surrogate.artifact import load_surrogate
+        from surrogate.artifact import load_artifact
 
-        return load_surrogate(cls, Path(path), allow_stale)
+        saved = load_artifact(Path(path), allow_stale)
+        meta = saved.metadata
+        model = cls(**dict(meta["hyperparameters"]))
+        model.allow_stale = allow_stale
+        model.feature_names_ = [str(f) for f in meta["feature_names"]]
+        model.boosters_ = saved.boosters
+        model.best_iterations_ = dict(meta["best_iterations"])
+        model.hardware_ = saved.hardware
+        model.hardware_hashes_ = {n: e["hash"] for n, e in meta["hardware"].items()}
+        model.hardware_sources_ = {n: e["source"] for n, e in meta["hardware"].items()}
+        model.bounds_ = dict(meta["bounds"])
+        model.n_train_ = int(meta["n_train"])
+        model.metadata_ = meta
+        return model

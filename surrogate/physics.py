@@ -1,10 +1,10 @@
 """Closed-form physics of jobs: one set of formulas for a table (numpy), one job, and compiled.
 
 The same formulas as the exact simulator, collapsed to what a row's fields determine without
-building a graph: parameter counts (simulator.params), FLOPs (Narayanan et al. 2021, as in
-simulator.metrics), per-stage memory with saved activations per micro-batch from Korthikanti et al.
-2022 (as simulator.graph) times the micro-batches a schedule keeps in flight, and a roofline
-estimate of the iteration (simulator.costs / network / tail, see `surrogate.timing`). The model
+building a graph: parameter counts (simulator.graph.params), FLOPs (Narayanan et al. 2021, as in
+simulator.report.metrics), per-stage memory with saved activations per micro-batch from Korthikanti et al.
+2022 (as simulator.graph.blocks) times the micro-batches a schedule keeps in flight, and a roofline
+estimate of the iteration (simulator.costs.analytic / network / tail, see `surrogate.timing`). The model
 learns only the residual log(simulated / estimated), which is why it generalizes to model
 shapes it never saw.
 
@@ -26,13 +26,13 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from simulator import costs
+from simulator.costs import analytic as costs
 from simulator.jit import njit
-from simulator.memory import WORKSPACE_BYTES
-from simulator.specs import GiB, HardwareSpec
+from simulator.job.specs import GiB, HardwareSpec
+from simulator.memory.stages import WORKSPACE_BYTES
 from surrogate.columns import factorize
 
-# simulator.framework, megatron-lm (the records' framework): fp32 master weights and Adam
+# simulator.job.framework, megatron-lm (the records' framework): fp32 master weights and Adam
 # moments sharded by the distributed optimizer, plus fp32 main-gradient copies with fp16
 OPTIMIZER_BYTES_PER_PARAM = 12.0
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
@@ -58,7 +58,7 @@ def where(condition: Any, a: Vec, b: Vec) -> Vec:
 
 def compiled(fn: F, **helpers: Any) -> F:
     """`simulator.jit.njit` of `fn`'s code with the globals `helpers` (compiled functions)
-    replacing those of its module: the simulator's own plain-Python functions (`simulator.costs`,
+    replacing those of its module: the simulator's own plain-Python functions (`simulator.costs.analytic`,
     which never loads numba) compiled for the surrogate's kernel, one copy of the code."""
     plain = types.FunctionType(fn.__code__, {**fn.__globals__, **helpers}, fn.__name__,
                                fn.__defaults__, fn.__closure__)
@@ -75,7 +75,7 @@ gemm_efficiency = compiled(costs.gemm_efficiency, maximum=maximum, ceil=ceil)
 
 @njit
 def floor(a: Any) -> Any:
-    """`np.floor`; for one number `math.floor` as a float (see `simulator.costs.maximum`)."""
+    """`np.floor`; for one number `math.floor` as a float (see `simulator.costs.analytic.maximum`)."""
     if isinstance(a, (int, float)):
         return float(math.floor(a))
     return np.floor(a)
@@ -83,7 +83,7 @@ def floor(a: Any) -> Any:
 
 @njit
 def log(a: Any) -> Any:
-    """`np.log`; for one number `math.log` (see `simulator.costs.maximum`)."""
+    """`np.log`; for one number `math.log` (see `simulator.costs.analytic.maximum`)."""
     if isinstance(a, (int, float)):
         return math.log(a)
     return np.log(a)
@@ -200,7 +200,7 @@ def hardware_vector(spec: HardwareSpec) -> dict[str, float]:
 
 def hardware_table(gpu: Any, hardware: Mapping[str, HardwareSpec] | None) -> tuple[np.ndarray, np.ndarray]:
     """(float64 matrix of `HW_FIELDS`, one row per distinct GPU; each row's index into it)."""
-    from surrogate.features import catalog_hardware
+    from surrogate.hardware import catalog_hardware
 
     names = factorize(gpu)
     vectors = [hardware_vector(hardware[str(n)] if hardware and str(n) in hardware
@@ -287,7 +287,7 @@ class Flops(NamedTuple):
 
 @njit(inline=True)
 def flops(r: Rows) -> Flops:
-    """Model and hardware FLOPs per iteration (simulator.metrics, vectorized)."""
+    """Model and hardware FLOPs per iteration (simulator.report.metrics, vectorized)."""
     lf = layer_flops_per_token(r)
     tokens = r.B * r.s
     model = 3.0 * tokens * (r.L * lf + 2.0 * r.h * r.V)
@@ -298,7 +298,7 @@ def flops(r: Rows) -> Flops:
 
 @njit(inline=True)
 def fused_softmax(r: Rows) -> Vec:
-    """1 where Megatron's fused softmax kernel runs (simulator.graph.fused_softmax_available)."""
+    """1 where Megatron's fused softmax kernel runs (simulator.graph.blocks.fused_softmax_available)."""
     heads = r.a / r.t
     shape_ok = (r.s > 16) & (r.s <= 4096) & (r.s % 4 == 0)
     per_block = where(r.s > 128, 4.0, 8.0)
@@ -315,7 +315,7 @@ class Activations(NamedTuple):
 @njit(inline=True)
 def layer_activations(r: Rows) -> Activations:
     """Saved and transient bytes of one layer for one micro-batch (Korthikanti et al. 2022, as
-    simulator.graph): dropout only in the GPT family (Llama trains without), K and V expanded to
+    simulator.graph.blocks): dropout only in the GPT family (Llama trains without), K and V expanded to
     every head before the unfused attention's bmms (GQA), selective recompute keeping the core
     attention's Q, K, V inputs, flash attention included."""
     T, hd = r.b * r.s, r.h / r.a
@@ -375,7 +375,7 @@ class Memory(NamedTuple):
 @njit(inline=True)
 def _peak_moment(r: Rows, per_param: Vec, main_grad_copy: Vec, shard: Vec, working: Vec, n: Vec,
                  acts: Vec, head: Vec) -> Vec:
-    """simulator.memory: the largest of the forward, backward and optimizer moments, plus the
+    """simulator.memory.stages: the largest of the forward, backward and optimizer moments, plus the
     workspaces and the context."""
     static = per_param * n
     moments = maximum(maximum(acts + head, acts + maximum(working, head)),
@@ -385,7 +385,7 @@ def _peak_moment(r: Rows, per_param: Vec, main_grad_copy: Vec, shard: Vec, worki
 
 @njit(inline=True)
 def memory(r: Rows, params: StageParams) -> Memory:
-    """Peak bytes per GPU of the first and last stage (simulator.memory, in closed form)."""
+    """Peak bytes per GPU of the first and last stage (simulator.memory.stages, in closed form)."""
     act = layer_activations(r)
     flight = in_flight(r)
     lpc = r.L / (r.p * r.v)
@@ -411,21 +411,5 @@ def memory(r: Rows, params: StageParams) -> Memory:
                   per_param * maximum(params.first, params.last), act.saved, act.working)
 
 
-def physics_columns(columns: Mapping[str, Any],
-                    hardware: Mapping[str, HardwareSpec] | None = None) -> dict[str, np.ndarray]:
-    """Physics features of n rows (arrays of `JOB_COLUMNS` values), as name -> array.
-
-    ``est_log_time_s`` and ``est_log_memory_bytes`` are the closed-form baselines the model's
-    residual targets are taken against (see surrogate.model).
-    """
-    from surrogate.kernel import PHYSICS_FEATURES, physics_matrix
-
-    values = physics_matrix(columns, hardware)
-    return {name: values[:, j] for j, name in enumerate(PHYSICS_FEATURES)}
 
 
-def physics_of_rows(r: Rows) -> dict[str, Any]:
-    """`physics_columns` of prepared rows (numpy arrays, or one job's floats), name -> value."""
-    from surrogate.kernel import PHYSICS_FEATURES, physics_values
-
-    return dict(zip(PHYSICS_FEATURES, physics_values(r), strict=True))

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 from scipy.stats import qmc
 
-from simulator.catalog import load_model
-from simulator.enums import Schedule
 from simulator.errors import ConfigError
-from simulator.specs import HardwareSpec
+from simulator.job.catalog import load_model
+from simulator.job.enums import Schedule
+from simulator.job.specs import HardwareSpec
 from surrogate.features import record_to_job
 from surrogate.space import Family, Method, Space
 

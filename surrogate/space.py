@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import Field, PositiveInt, model_validator
 
-from simulator.catalog import data_dir, read_yaml
-from simulator.enums import Precision, Recompute, Schedule
 from simulator.errors import ConfigError
-from simulator.specs import Frozen, parse
+from simulator.job.catalog import data_dir, read_yaml
+from simulator.job.enums import Precision, Recompute, Schedule
+from simulator.job.specs import Frozen, parse
 
 
 class Method(StrEnum):

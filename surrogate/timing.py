@@ -2,11 +2,12 @@
 
 Mirrors the exact simulator's analytic path in closed form: each kernel costs
 max(max(FLOPs / (peak x GEMM efficiency), bytes / HBM bandwidth) + launch gap, host floor)
-(simulator.costs, with its tile/wave/depth GEMM efficiency); tensor-parallel collectives are ring
-all-reduces on NVLink (simulator.network); the pipeline runs (m + (p - 1) / v) micro-batch slots of
-the slowest stage (Narayanan et al. 2021, Sec. 2.2: bubble (p - 1) / (v m)); then data-parallel
+(simulator.costs.analytic, with its tile/wave/depth GEMM efficiency); tensor-parallel
+collectives are ring all-reduces on NVLink (simulator.network.collectives); the pipeline runs
+(m + (p - 1) / v) micro-batch slots of the slowest stage (Narayanan et al. 2021, Sec. 2.2: bubble
+(p - 1) / (v m)); then data-parallel
 gradient reduction (partly hidden when overlapped), tied-embedding sync and the Adam step
-(simulator.tail). It is deliberately simple: the gradient-boosted model learns its residual.
+(simulator.timeline.tail). It is deliberately simple: the gradient-boosted model learns its residual.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from surrogate.physics import Rows, Vec, ceil, floor, fused_softmax, maximum, mi
 from surrogate.physics import gemm_efficiency as _simulator_gemm_efficiency
 
 DT = 2.0  # fp16/bf16 bytes
-ADAM_BYTES_PER_PARAM = 36.0  # simulator.tail
+ADAM_BYTES_PER_PARAM = 36.0  # simulator.timeline.tail
 BUCKET_BYTES = 25e6  # ParallelPlan.bucket_size_mb default
 
 
 @njit
 def gemm_efficiency(r: Rows, batch: Any, m: Any, n: Any, k: Any) -> Any:
     """Tensor-core efficiency of batch x Y[m,n] = X[m,k] W[k,n]: the simulator's own tile / wave /
-    depth model (`simulator.costs.gemm_efficiency`, one function for rows and tables; one model
+    depth model (`simulator.costs.analytic.gemm_efficiency`, one function for rows and tables; one model
     of the physics, not a copy)."""
     return _simulator_gemm_efficiency(batch, m, n, k, r.hw.num_sms, r.hw.gemm_max, r.hw.k_half)
 
@@ -34,7 +35,7 @@ def gemm_efficiency(r: Rows, batch: Any, m: Any, n: Any, k: Any) -> Any:
 def kernel_s(r: Rows, flops: Vec, nbytes: Vec, eff: Vec = 1.0 / 16) -> Vec:
     """GPU time of one kernel: roofline plus launch gap (eff 1/16: CUDA cores, not tensor cores).
 
-    Host dispatch is charged per window of kernels (`_window`), as in simulator.lowering."""
+    Host dispatch is charged per window of kernels (`_window`), as in simulator.timeline.lowering."""
     compute, memory = flops / (r.peak * eff), nbytes / r.hw.hbm_Bps
     return maximum(compute, memory) + r.hw.launch_s
 
@@ -63,7 +64,7 @@ def gemm_s_of_shape(r: Rows, batch: Any, m: Vec, n: Vec, k: Vec) -> tuple[Vec, V
 
 @njit(inline=True)
 def _window(r: Rows, gpu: Vec, comm: Vec, kernels: Vec, collectives: Vec) -> Vec:
-    """A window of kernels takes max(GPU + blocking comm, host dispatch) (simulator.lowering)."""
+    """A window of kernels takes max(GPU + blocking comm, host dispatch) (simulator.timeline.lowering)."""
     host = kernels * r.hw.host_s + collectives * r.hw.coll_s
     return maximum(gpu + comm, host)
 
@@ -86,7 +87,7 @@ def _core(r: Rows, T: Vec, heads: Vec, hd: Vec) -> Core:
     s_hd_s = gemm_efficiency(r, bh, r.s, hd, r.s)
     qk_f, qk_b = gemm_s(r, bh, r.s, r.s, hd, gemm_efficiency(r, bh, r.s, r.s, hd), s_hd_s)
     av_f, av_b = gemm_s(r, bh, r.s, hd, r.s, s_hd_s, gemm_efficiency(r, bh, hd, r.s, r.s))
-    # fused softmax, or Megatron's five-kernel fp32 fallback (simulator.graph._softmax)
+    # fused softmax, or Megatron's five-kernel fp32 fallback (simulator.graph.blocks._softmax)
     fused = fused_softmax(r) > 0
     unfused_launches = 4 * r.hw.launch_s
     soft_f = where(fused, kernel_s(r, 5 * scores, 2 * scores * DT),
@@ -158,7 +159,7 @@ def layer_times(r: Rows) -> Layer:
 @njit(inline=True)
 def _ring_s(r: Rows, nbytes: Vec, n: Vec, per_node: Vec, sharing: Vec, calls: Vec = 1.0) -> Vec:
     """All-reduce of `nbytes` over `n` ranks with `per_node` on each node, split into `calls`
-    collectives (simulator.network: a flat ring inside a node; hierarchical across k nodes, the
+    collectives (simulator.network.collectives: a flat ring inside a node; hierarchical across k nodes, the
     node's links carrying 2(k-1)/k of the buffer for each of `sharing / per_node` groups)."""
     k = ceil(n / maximum(per_node, 1))
     g = minimum(per_node, n)
@@ -181,7 +182,7 @@ def tp_comm_s(r: Rows, nbytes: Vec) -> Vec:
 
 @njit(inline=True)
 def dp_placement(r: Rows) -> Vec:
-    """Data-parallel ranks per node (simulator.topology.dp_placement)."""
+    """Data-parallel ranks per node (simulator.network.topology.dp_placement)."""
     return where(r.t < r.gpn, maximum(1, minimum(r.d, floor(r.gpn / r.t))), 1.0)
 
 
@@ -212,7 +213,7 @@ def iteration(r: Rows, stage_params: Vec, vocab_p: Vec) -> Iteration:
     m, p, v = r.m, r.p, r.v
     logits_f, logits_b = gemm_s_of_shape(r, 1.0, T, vocab_p / r.t, r.h)
     logits = logits_f + logits_b
-    # cross-entropy on fp32 logits: 38 bytes per logit forward, 14 backward (simulator.graph)
+    # cross-entropy on fp32 logits: 38 bytes per logit forward, 14 backward (simulator.graph.blocks)
     n = T * vocab_p / r.t
     ce = kernel_s(r, 5 * n, 38 * n) + kernel_s(r, 2 * n, 14 * n) + 24 * r.hw.launch_s
     # the word-embedding gradient table: zeroed, (tied) summed, accumulated

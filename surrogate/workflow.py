@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from simulator.catalog import resolve_hardware
-from simulator.loaders import load_job
+from simulator.job.catalog import resolve_hardware
+from simulator.job.loaders import load_job
 from surrogate.dataset import data_hash, manifest_hardware, read_manifest, read_samples
 from surrogate.encoding import OutOfSpaceWarning
 from surrogate.evaluate import baseline_metrics, evaluate

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import VTrainError
-from simulator.loaders import read_job
-from simulator.render import duration, usd
-from simulator.result import SimulationResult
-from simulator.specs import GiB, Job
-from simulator.vtrain_config import VTrainRejects
+from simulator.job.loaders import read_job
+from simulator.job.specs import GiB, Job
+from simulator.job.vtrain_config import VTrainRejects
+from simulator.report.render import duration, usd
+from simulator.report.result import SimulationResult
 from vtrain_ml.jobs import Overrides, apply
 
 log = logging.getLogger(__name__)

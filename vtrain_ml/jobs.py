@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from simulator.catalog import resolve_hardware
 from simulator.errors import ConfigError
-from simulator.loaders import load_job
-from simulator.specs import ClusterSpec, Job, ParallelPlan, TrainingSpec, parse
-from simulator.validation import validate_job
+from simulator.job.catalog import resolve_hardware
+from simulator.job.loaders import load_job
+from simulator.job.specs import ClusterSpec, Job, ParallelPlan, TrainingSpec, parse
+from simulator.job.validation import validate_job
 
 # override field -> (job section, field of that section)
 LAYOUT_FIELDS: dict[str, tuple[str, str]] = {

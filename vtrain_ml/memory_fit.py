@@ -16,12 +16,12 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from simulator.enums import Recompute
 from simulator.errors import ConfigError
-from simulator.render import duration
-from simulator.result import SimulationResult
+from simulator.job.enums import Recompute
+from simulator.job.specs import GiB, Job
+from simulator.report.render import duration
+from simulator.report.result import SimulationResult
 from simulator.simulate import simulate
-from simulator.specs import GiB, Job
 from vtrain_ml.jobs import Overrides, apply
 
 

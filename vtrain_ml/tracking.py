@@ -155,11 +155,11 @@ def bundled_paths() -> list[str]:
 
     MLflow copies each into the artefact's code/ folder and puts that folder first on sys.path
     when loading, so code/simulator sits next to code/data exactly as in a source checkout
-    (`simulator.catalog.data_dir`). An installed wheel keeps data inside simulator/ already.
+    (`simulator.job.catalog.data_dir`). An installed wheel keeps data inside simulator/ already.
     """
     import importlib
 
-    from simulator.catalog import data_dir
+    from simulator.job.catalog import data_dir
 
     folders = [Path(str(importlib.import_module(p).__file__)).parent for p in PACKAGES]
     data = data_dir().resolve()

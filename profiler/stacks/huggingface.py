@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from profiler.stacks.shard import Shard
-from simulator.enums import Norm, PositionEmbedding, Recompute
 from simulator.errors import ConfigError
+from simulator.job.enums import Norm, PositionEmbedding, Recompute
 
 
 def _transformers() -> Any:

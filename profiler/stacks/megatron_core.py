@@ -50,8 +50,8 @@ from collections.abc import Callable
 from typing import Any
 
 from profiler.stacks.shard import Shard
-from simulator.enums import Norm, PositionEmbedding, Recompute
 from simulator.errors import ConfigError
+from simulator.job.enums import Norm, PositionEmbedding, Recompute
 
 
 def available() -> bool:

@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from profiler.stacks.shard import Shard
-from simulator.enums import Norm, PositionEmbedding, Recompute
+from simulator.job.enums import Norm, PositionEmbedding, Recompute
 
 
 class _Gather(torch.autograd.Function):

@@ -33,10 +33,10 @@ from profiler.trace.importer import (
     shape_columns,
     write_imported,
 )
-from simulator.enums import Precision, Recompute
+from simulator.costs.profile_format import META_FILE, TRACE_SHAPE_COLUMNS, read_profile
 from simulator.errors import ConfigError
-from simulator.profile_format import META_FILE, TRACE_SHAPE_COLUMNS, read_profile
-from simulator.specs import Job
+from simulator.job.enums import Precision, Recompute
+from simulator.job.specs import Job
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Megatron-LM's tensor parallelism (Shoeybi et al. 2019; megatron/core/tensor_para
 of `tp` ranks heads / tp attention heads and query groups / tp key-value groups (column-parallel
 QKV, row-parallel output projection), ffn / tp of the MLP and vocab / tp of the embedding and
 output layer (padded to a multiple of 128 * tp by Megatron, kept as it is by plain PyTorch
-and Hugging Face: `simulator.traced.rank_vocab`); with sequence parallelism (Korthikanti et al.
+and Hugging Face: `simulator.costs.traced_shapes.rank_vocab`); with sequence parallelism (Korthikanti et al.
 2022) the norms, dropouts and residuals of a rank hold seq / tp of the tokens. A stack traced on
 one device runs exactly these shapes; its communication is left to the simulator's network model.
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.enums import Norm, PositionEmbedding, Recompute
+from simulator.costs.traced_shapes import rank_vocab
 from simulator.errors import ConfigError
-from simulator.specs import Job
-from simulator.traced import rank_vocab
+from simulator.job.enums import Norm, PositionEmbedding, Recompute
+from simulator.job.specs import Job
 
 
 @dataclass(frozen=True)

@@ -5,5 +5,5 @@ Data flows one way: `reader` streams the Chrome-trace JSON (never the whole file
 kernel to the CPU op that launched it (correlation ids), `phases` cuts the iteration into
 embedding / layer forward, recompute, backward / head / optimizer from the trace's own structure,
 `summary` aggregates kernel time, kernel classes and host time per phase, and `importer` writes
-them into a profile (`simulator.profile_format`, schema 2). The simulator never reads a trace.
+them into a profile (`simulator.costs.profile_format`, schema 2). The simulator never reads a trace.
 """

@@ -18,9 +18,9 @@ import re
 from enum import StrEnum
 from functools import lru_cache
 
-from simulator.enums import PositionEmbedding
-from simulator.specs import Job
-from simulator.traced import rank_vocab
+from simulator.costs.traced_shapes import rank_vocab
+from simulator.job.enums import PositionEmbedding
+from simulator.job.specs import Job
 
 
 class KernelClass(StrEnum):

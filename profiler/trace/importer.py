@@ -2,7 +2,7 @@
 
 One code path for `import-trace` (a trace the user brings) and `trace` (a trace we record):
 read (streaming), link, cut, summarize, then write ``traces.csv``, ``phases.csv`` and
-``phase_kernels.csv`` (`simulator.profile_format`). A trace is identified by its file's sha256,
+``phase_kernels.csv`` (`simulator.costs.profile_format`). A trace is identified by its file's sha256,
 so importing the same file again replaces its rows with identical ones: nothing changes.
 """
 
@@ -23,7 +23,7 @@ from profiler.trace.events import RawTrace, read_trace
 from profiler.trace.links import link
 from profiler.trace.phases import cut
 from profiler.trace.summary import TraceSummary, summarize
-from simulator.profile_format import (
+from simulator.costs.profile_format import (
     META_FILE,
     PHASE_KERNEL_KEY,
     PHASE_KERNELS_TABLE,
@@ -35,7 +35,7 @@ from simulator.profile_format import (
     TracePhase,
     read_profile,
 )
-from simulator.specs import Job
+from simulator.job.specs import Job
 
 TRACE_ID_HEX = 16
 
@@ -111,7 +111,7 @@ def _nan(value: float | None) -> float:
 
 
 def shape_columns(job: Job, layers: int, micro_batches: int) -> dict[str, Any]:
-    """The traced shape as `simulator.profile_format.TRACE_SHAPE_COLUMNS` (booleans as 0/1)."""
+    """The traced shape as `simulator.costs.profile_format.TRACE_SHAPE_COLUMNS` (booleans as 0/1)."""
     m, t, p = job.model, job.training, job.parallel
     return {
         "hidden": m.hidden_size, "heads": m.num_attention_heads, "query_groups": m.query_groups,

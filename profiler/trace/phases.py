@@ -35,8 +35,8 @@ import numpy as np
 
 from profiler.trace.events import RawTrace
 from profiler.trace.links import NONE, Links
+from simulator.costs.profile_format import TracePhase
 from simulator.errors import DataError
-from simulator.profile_format import TracePhase
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 STEP_ANNOTATION = re.compile(r"^ProfilerStep#\d+$")

@@ -30,7 +30,7 @@ from profiler.trace.events import RawTrace
 from profiler.trace.launch_queue import pressure_excess, queue_waits
 from profiler.trace.links import NONE, Links
 from profiler.trace.phases import Cut
-from simulator.profile_format import TracePhase
+from simulator.costs.profile_format import TracePhase
 
 US = 1e-6
 SYNC_CALL = re.compile(r"Synchronize|^cudaMemcpy$|^cuMemcpyDtoH")

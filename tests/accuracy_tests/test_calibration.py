@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.catalog import resolve_hardware
+from simulator.job.catalog import resolve_hardware
 from vtrain_ml.accuracy.calibration import (
     PARAMS,
     affected_rows,

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from simulator import ConfigError
-from simulator.loaders import read_job
-from simulator.vtrain_config import VTrainRejects
+from simulator.job.loaders import read_job
+from simulator.job.vtrain_config import VTrainRejects
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "vtrain_configs"
 FILES = sorted(CONFIGS.rglob("*.json"))
@@ -172,7 +172,7 @@ def test_a_file_with_only_gpus_tp_and_pp_above_one_fails_as_in_vtrain(tmp_path):
      {"tensor_parallel_size": 4}),
 ])
 def test_the_one_missing_size_is_derived_as_vtrain_derives_it(data, expected):
-    from simulator.loaders import job_file_from_dict
+    from simulator.job.loaders import job_file_from_dict
 
     job = job_file_from_dict(data).job
     got = {"num_gpus": job.cluster.num_gpus, "tensor_parallel_size": job.parallel.tp,
@@ -197,7 +197,7 @@ def test_the_one_missing_size_is_derived_as_vtrain_derives_it(data, expected):
      "num_attention_heads=128 is not divisible by tensor_parallel_size=3"),
 ])
 def test_vtrains_assertions_are_one_line_errors_that_say_vtrain_rejects_them_too(data, expected):
-    from simulator.loaders import job_file_from_dict
+    from simulator.job.loaders import job_file_from_dict
 
     with pytest.raises(AssertionError):
         vtrain_validate_config(data)
@@ -208,7 +208,7 @@ def test_vtrains_assertions_are_one_line_errors_that_say_vtrain_rejects_them_too
 
 
 def test_vtrain_keys_map_to_the_job_with_vtrains_units():
-    from simulator.loaders import job_file_from_dict
+    from simulator.job.loaders import job_file_from_dict
 
     data = {"num_gpus": 8, "tensor_parallel_size": 2, "data_parallel_size": 2,
             "pipeline_parallel_size": 2, "micro_batch_size": 2, "global_batch_size": 32,
@@ -227,7 +227,7 @@ def test_vtrain_keys_map_to_the_job_with_vtrains_units():
 
 
 def test_another_model_arch_is_a_clear_error():
-    from simulator.loaders import job_file_from_dict
+    from simulator.job.loaders import job_file_from_dict
 
     with pytest.raises(ConfigError, match=r"model_arch='BertModel' is not supported.*ShardedGptModel"):
         job_file_from_dict({"num_gpus": 1, "tensor_parallel_size": 1, "data_parallel_size": 1,
@@ -235,7 +235,7 @@ def test_another_model_arch_is_a_clear_error():
 
 
 def test_a_gpu_count_that_is_not_a_multiple_runs_on_what_vtrain_derives():
-    from simulator.loaders import job_file_from_dict
+    from simulator.job.loaders import job_file_from_dict
 
     loaded = job_file_from_dict({"num_gpus": 12, "tensor_parallel_size": 8, "pipeline_parallel_size": 1,
                                  "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16})

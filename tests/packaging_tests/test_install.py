@@ -85,7 +85,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
 
 def test_the_installed_package_imports_its_own_code_and_data(installed: tuple[Path, dict[str, str]]) -> None:
     elsewhere, env = installed
-    out = _run(["python", "-c", "import json, simulator, vtrain_ml; from simulator.catalog import data_dir; "
+    out = _run(["python", "-c", "import json, simulator, vtrain_ml; "
+                "from simulator.job.catalog import data_dir; "
                 "print(json.dumps([simulator.__file__, str(data_dir()), vtrain_ml.__version__]))"],
                elsewhere, env)
     module, data, version = json.loads(out)

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from simulator.profile_format import read_profile
-from simulator.profiled import nccl_table_from_profile
+from simulator.costs.profile_format import read_profile
+from simulator.costs.profiled import nccl_table_from_profile
 
 
 def test_collectives_are_measured_for_every_kind_and_group(tmp_path):

@@ -6,7 +6,7 @@ import torch
 from profiler.device import catalog_hardware, device_info
 from profiler.kernels import Inputs, make_kernel
 from profiler.timing import TimingConfig, time_cuda
-from simulator.ops import Op, OpKind, Phase
+from simulator.graph.ops import Op, OpKind, Phase
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

@@ -3,12 +3,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.catalog import resolve_hardware
-from simulator.costs import AnalyticKernelModel, CostSource
-from simulator.enums import Precision
-from simulator.interpolation import RatioInterpolator, size_features
-from simulator.ops import Op, OpKind, Phase
-from simulator.profiled import ProfiledKernelModel
+from simulator.costs.analytic import AnalyticKernelModel, CostSource
+from simulator.costs.interpolation import RatioInterpolator, size_features
+from simulator.costs.profiled import ProfiledKernelModel
+from simulator.graph.ops import Op, OpKind, Phase
+from simulator.job.catalog import resolve_hardware
+from simulator.job.enums import Precision
 
 ANALYTIC = AnalyticKernelModel(resolve_hardware("h100-sxm-80gb"), Precision.BF16)
 

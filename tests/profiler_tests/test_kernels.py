@@ -3,8 +3,8 @@ import torch
 from profiler.kernels import BUILDERS, Inputs, make_kernel
 from profiler.selection import SelectionRequest, select_ops
 from profiler.timing import Stats, TimingConfig, time_cpu
-from simulator.enums import Precision
-from simulator.ops import OpKind
+from simulator.graph.ops import OpKind
+from simulator.job.enums import Precision
 from tests.profiler_tests.conftest import TINY_GPT, TINY_LLAMA
 
 
@@ -44,7 +44,8 @@ def test_stats_percentiles():
 def test_megatron_fallback_and_small_kernels_run_forward_and_backward():
     """Ops only some layouts emit: the unfused softmax (2 local heads at micro-batch 1), the
     vocab-shard masks, the embedding transpose."""
-    from simulator.graph import build_embedding, build_layer
+    from simulator.graph.dense import build_layer
+    from simulator.graph.embedding import build_embedding
     from tests.conftest import make_job
 
     job = make_job(model={"hidden_size": 256, "seq_length": 256},

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from profiler.nccl_import import import_files, parse_nccl_tests_text
+from simulator.costs.profile_format import read_profile
+from simulator.costs.profiled import nccl_table_from_profile
 from simulator.errors import DataError
-from simulator.profile_format import read_profile
-from simulator.profiled import nccl_table_from_profile
 from vtrain_ml.cli.profile import main as profile_main
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "nccl" / "a100"
@@ -79,9 +79,9 @@ def test_non_nccl_file_is_a_data_error(tmp_path, capsys):
 
 def test_profile_all_reduce_replaces_the_network_table(tmp_path, capsys):
     from simulator import load_job, simulate
-    from simulator.enums import CollectiveKind
-    from simulator.profiled import network_from_profile
-    from simulator.topology import tp_placement
+    from simulator.costs.profiled import network_from_profile
+    from simulator.job.enums import CollectiveKind
+    from simulator.network.topology import tp_placement
     from tests.profiler_tests.conftest import TINY_LLAMA
 
     out = tmp_path / "net"

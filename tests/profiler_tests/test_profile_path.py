@@ -6,10 +6,10 @@ import logging
 import pytest
 
 from simulator import load_job, simulate
-from simulator.costs import CostSource
-from simulator.graph import build_graph
-from simulator.profile_format import read_profile
-from simulator.profiled import kernel_model_from_profile
+from simulator.costs.analytic import CostSource
+from simulator.costs.profile_format import read_profile
+from simulator.costs.profiled import kernel_model_from_profile
+from simulator.graph.blocks import build_graph
 from tests.profiler_tests.conftest import TINY_LLAMA
 
 
@@ -58,7 +58,7 @@ def test_each_measured_op_costs_its_median(tiny_profile):
     job = load_job(TINY_LLAMA)
     model = kernel_model_from_profile(tiny_profile, job)
     profile = read_profile(tiny_profile)
-    from simulator.profiled import ops_from_table
+    from simulator.costs.profiled import ops_from_table
 
     for op, seconds in ops_from_table(profile.ops)[:20]:
         cost = model.cost(op)

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from simulator.profile_format import META_FILE, read_profile
+from simulator.costs.profile_format import META_FILE, read_profile
 from tests.profiler_tests.conftest import TINY_LLAMA, profile_args
 from vtrain_ml.cli.profile import main as profile_main
 from vtrain_ml.cli.simulate import main as simulate_main

@@ -1,9 +1,9 @@
 import pytest
 
 from profiler.selection import SelectionRequest, probe_job, resolve_model, select_ops
-from simulator.enums import Precision
 from simulator.errors import ConfigError
-from simulator.graph import build_graph
+from simulator.graph.blocks import build_graph
+from simulator.job.enums import Precision
 from tests.profiler_tests.conftest import TINY_GPT, TINY_LLAMA
 
 

@@ -20,8 +20,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from profiler.stacks.runner import TraceRequest, plan, prepare  # noqa: E402
-from simulator.enums import Framework, Recompute  # noqa: E402
-from simulator.loaders import load_job  # noqa: E402
+from simulator.job.enums import Framework, Recompute  # noqa: E402
+from simulator.job.loaders import load_job  # noqa: E402
 
 DATA = Path(__file__).parents[1] / "data" / "traces"
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None

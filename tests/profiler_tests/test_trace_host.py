@@ -18,9 +18,9 @@ from profiler.trace.launch_queue import pressure_excess, queue_waits
 from profiler.trace.links import link
 from profiler.trace.phases import cut
 from profiler.trace.summary import summarize
-from simulator.loaders import load_job
-from simulator.profile_format import TracePhase
-from simulator.traced_host import host_scale, implied_op_s, own_iteration_s
+from simulator.costs.profile_format import TracePhase
+from simulator.costs.traced_host import host_scale, implied_op_s, own_iteration_s
+from simulator.job.loaders import load_job
 from tests.profiler_tests.trace_builder import Builder, write
 
 P = TracePhase
@@ -180,7 +180,7 @@ def test_a_real_gpu_bound_h100_trace_fills_the_queue_and_its_waits_are_found():
 def test_a_cpu_trace_splits_its_host_time_by_each_phases_median_instance():
     """On a CPU the host is the device: an instance the machine's other jobs slowed must not
     move the split between phases; the trace's total host time stays as it was."""
-    from simulator.traced_host import host_device_rows
+    from simulator.costs.traced_host import host_device_rows
 
     phases = {P.LAYER_FORWARD: {"host_s": 3.0, "host_p50_s": 1.0, "instances": 2,
                                 "first_host_s": 4.5},

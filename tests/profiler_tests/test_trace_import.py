@@ -12,9 +12,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simulator.loaders import load_job
-from simulator.profile_format import read_profile
-from simulator.traced import TracedOptions, simulate_traced
+from simulator.costs.profile_format import read_profile
+from simulator.costs.traced import TracedOptions
+from simulator.job.loaders import load_job
+from simulator.simulate import simulate_traced
 from tests.profiler_tests.trace_builder import Builder, write
 from vtrain_ml.cli.profile import main
 

@@ -13,10 +13,11 @@ import pytest
 pytest.importorskip("megatron.core")
 
 from profiler.stacks.runner import ACTIVE_STEPS, TraceRequest, plan
-from simulator.loaders import load_job
-from simulator.profile_format import read_profile
-from simulator.traced import simulate_traced, traced_costs
-from simulator.validation import validate_job
+from simulator.costs.profile_format import read_profile
+from simulator.costs.traced import traced_costs
+from simulator.job.loaders import load_job
+from simulator.job.validation import validate_job
+from simulator.simulate import simulate_traced
 from vtrain_ml.cli.profile import main
 
 TINY = Path(__file__).parent / "tiny_megatron_core.yaml"
@@ -95,7 +96,7 @@ def test_the_iteration_is_the_traced_phases_composed_over_layers_and_micro_batch
 
 def test_the_traced_job_reproduces_its_unprofiled_iteration(megatron):
     """The profiler's cost taken out, the traced 2-layer job comes back to its unprofiled
-    iteration (`simulator.traced_host.host_scale`): on a quiet machine the profiler makes this
+    iteration (`simulator.costs.traced_host.host_scale`): on a quiet machine the profiler makes this
     CPU trace ~30% longer than the unprofiled median. The design's one exception: the profiler
     only ever adds host time, so an unprofiled median that is not shorter than the profiled
     iteration (another process took the core while it was timed, as in a loaded parallel test

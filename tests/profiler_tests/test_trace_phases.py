@@ -10,7 +10,7 @@ from profiler.trace.events import read_trace
 from profiler.trace.links import link
 from profiler.trace.phases import PhaseCutError, cut, find_layers
 from profiler.trace.summary import summarize
-from simulator.profile_format import TracePhase
+from simulator.costs.profile_format import TracePhase
 from tests.profiler_tests.trace_builder import Builder, write
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from profiler.stacks import megatron_core
-from simulator.loaders import load_job
-from simulator.profile_format import read_profile
-from simulator.traced import simulate_traced
+from simulator.costs.profile_format import read_profile
+from simulator.job.loaders import load_job
+from simulator.simulate import simulate_traced
 from vtrain_ml.cli.profile import main
 
 DATA = Path(__file__).parents[1] / "data" / "traces"
@@ -102,7 +102,7 @@ def test_a_2_layer_cpu_trace_predicts_24_layers(tmp_path):
     parameter tensors it steps (-10%) is within it and has its own test
     (test_traced_simulation)."""
     from profiler.stacks.runner import TraceRequest, plan, prepare, run_traces, timed_cpu
-    from simulator.validation import validate_job
+    from simulator.job.validation import validate_job
 
     job = load_job(TINY)
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from simulator.loaders import load_job
-from simulator.profile_format import TracePhase
-from simulator.simulate import simulate
-from simulator.traced import TracedOptions, simulate_traced, traced_costs
-from simulator.traced_host import DEFAULT_PROFILER_OP_S
+from simulator.costs.profile_format import TracePhase
+from simulator.costs.traced import TracedOptions, traced_costs
+from simulator.costs.traced_host import DEFAULT_PROFILER_OP_S
+from simulator.job.loaders import load_job
+from simulator.simulate import simulate, simulate_traced
 from tests.profiler_tests.trace_builder import Builder, write
 from vtrain_ml.cli.profile import main
 from vtrain_ml.cli.simulate import main as simulate_main
@@ -100,7 +100,7 @@ def test_simulate_cli_reports_the_traced_profile(tmp_path, capsys):
 
 
 def test_the_host_gpu_timeline_is_max_of_the_two_over_long_windows():
-    from simulator.host_timeline import Step, cycle_time
+    from simulator.costs.host_timeline import Step, cycle_time
 
     gpu_bound = cycle_time([Step(host_s=1.0, gpu_s=2.0, kernels=4, count=500)], 3)
     assert gpu_bound == pytest.approx(3 * 500 * 2.0 + 0.25)  # the GPU waits for the first kernel
@@ -109,7 +109,7 @@ def test_the_host_gpu_timeline_is_max_of_the_two_over_long_windows():
 
 
 def test_a_gpu_heavy_phase_at_the_end_of_host_work_is_not_hidden():
-    from simulator.host_timeline import Step, cycle_time
+    from simulator.costs.host_timeline import Step, cycle_time
 
     seq = [Step(host_s=10.0, gpu_s=1.0, kernels=10), Step(host_s=1.0, gpu_s=10.0, kernels=1)]
     assert cycle_time(seq, 1) == pytest.approx(10 + 1 + 10)  # not max(11, 11)
@@ -132,7 +132,7 @@ def test_a_flash_trace_predicts_the_unfused_job_with_its_attention_kernels_added
 
 
 def test_the_first_micro_batch_runs_its_own_sequence_first():
-    from simulator.host_timeline import Step, cycle_time
+    from simulator.costs.host_timeline import Step, cycle_time
 
     later = [Step(host_s=1.0, gpu_s=2.0, kernels=1)]
     first = [Step(host_s=1.0, gpu_s=1.0, kernels=1)]
@@ -143,7 +143,7 @@ def test_the_first_micro_batch_runs_its_own_sequence_first():
 
 
 def test_a_phase_is_split_into_its_first_and_later_micro_batches():
-    from simulator.traced import Instance, split_cost
+    from simulator.costs.traced_shapes import Instance, split_cost
 
     # traced over 2 micro-batches: mean 3 s, first 2 s -> each later one 4 s
     cost = split_cost(Instance(3.0, 1.0, 10.0), Instance(2.0, 1.5, 8.0), traced_mbs=2,
@@ -161,7 +161,7 @@ def test_a_phase_is_split_into_its_first_and_later_micro_batches():
 
 
 def test_the_optimizer_steps_host_time_grows_with_the_parameter_tensors(tmp_path):
-    from simulator.traced import param_tensors
+    from simulator.costs.traced_shapes import param_tensors
 
     job = load_job(_job(tmp_path))  # LayerNorm (the default), no bias, learned positions, tied
     # per layer 2 LayerNorms x (weight, bias) + 4 weights; word and position embeddings, final

@@ -5,8 +5,8 @@ import pytest
 
 from profiler.vidur import read_vidur_mlp
 from simulator import job_from_dict
-from simulator.graph import build_graph
-from simulator.ops import OpKind
+from simulator.graph.blocks import build_graph
+from simulator.graph.ops import OpKind
 
 
 def _row(tmp_path: Path, tokens: int, tp: int) -> Path:

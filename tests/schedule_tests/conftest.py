@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from simulator.enums import Recompute
-from vtrain_ml.schedule.cache import CurveCache
-from vtrain_ml.schedule.curve import LevelPlan, Levels, ScalingCurve
-from vtrain_ml.schedule.layouts import Layout
-from vtrain_ml.schedule.policies import JobView
-from vtrain_ml.schedule.trace import trace_from_rows
+from simulator.job.enums import Recompute
+from vtrain_ml.scheduler.cache import CurveCache
+from vtrain_ml.scheduler.curve import LevelPlan, Levels, ScalingCurve
+from vtrain_ml.scheduler.layouts import Layout
+from vtrain_ml.scheduler.policies import JobView
+from vtrain_ml.scheduler.trace import trace_from_rows
 
 HERE = Path(__file__).parent
 SMALL_GPU = str(HERE / "small-gpu.yaml")

@@ -11,7 +11,7 @@ import yaml
 
 from tests.schedule_tests.conftest import MID, SMALL_GPU, TINY, row
 from vtrain_ml.cli.schedule import main
-from vtrain_ml.schedule.trace import load_trace
+from vtrain_ml.scheduler.trace import load_trace
 
 ROWS = [row("a", 0, TINY, train_tokens=1e9, deadline_factor=4), row("b", 30, MID, train_tokens=5e8),
         row("c", 60, TINY, deadline_factor=0.5)]

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from simulator.catalog import read_yaml, resolve_hardware
-from simulator.enums import Recompute
-from simulator.specs import ModelSpec
+from simulator.job.catalog import read_yaml, resolve_hardware
+from simulator.job.enums import Recompute
+from simulator.job.specs import ModelSpec
 from tests.schedule_tests.conftest import TINY
-from vtrain_ml.schedule.curve import LevelPlan, ScalingCurve
-from vtrain_ml.schedule.layouts import Cluster, Layout, Shape
-from vtrain_ml.schedule.result import Outcome
-from vtrain_ml.schedule.run import simulate_schedule
-from vtrain_ml.schedule.workload import Workload
+from vtrain_ml.scheduler.curve import LevelPlan, ScalingCurve
+from vtrain_ml.scheduler.layouts import Cluster, Layout, Shape
+from vtrain_ml.scheduler.result import Outcome
+from vtrain_ml.scheduler.run import simulate_schedule
+from vtrain_ml.scheduler.workload import Workload
 
 CLUSTER = Cluster(resolve_hardware("a100-80gb"), 8, 8)
 SHAPE = Shape(ModelSpec(**read_yaml(Path(TINY))), 32)

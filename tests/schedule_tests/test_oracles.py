@@ -9,15 +9,15 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from simulator.catalog import read_yaml, resolve_hardware
+from simulator.job.catalog import read_yaml, resolve_hardware
+from simulator.job.specs import ModelSpec
 from simulator.simulate import simulate
-from simulator.specs import ModelSpec
 from surrogate.features import record_to_job
 from tests.schedule_tests.conftest import MID, SMALL_GPU, TINY
-from vtrain_ml.schedule.cache import CurveCache
-from vtrain_ml.schedule.layouts import Cluster, LayoutBuilder, Shape
-from vtrain_ml.schedule.oracle import ExactOracle, LinearOracle
-from vtrain_ml.schedule.surrogate_oracle import SurrogateOracle
+from vtrain_ml.scheduler.cache import CurveCache
+from vtrain_ml.scheduler.layouts import Cluster, LayoutBuilder, Shape
+from vtrain_ml.scheduler.oracle import ExactOracle, LinearOracle
+from vtrain_ml.scheduler.surrogate_oracle import SurrogateOracle
 
 CLUSTER = Cluster(resolve_hardware(SMALL_GPU), 8, 4)
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.schedule_tests.conftest import levels, view
-from vtrain_ml.schedule.policies import ElasticPolicy, FixedRequestPolicy, PolicyName, fill_spare
+from vtrain_ml.scheduler.policies import ElasticPolicy, FixedRequestPolicy, PolicyName, fill_spare
 
 LINEAR = levels([1, 2, 4, 8], [8.0, 4.0, 2.0, 1.0])
 FLAT = levels([1, 2, 4, 8], [8.0, 7.5, 7.2, 7.0])  # scales badly: extra GPUs buy little

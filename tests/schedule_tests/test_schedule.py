@@ -9,14 +9,14 @@ import pytest
 
 from simulator.simulate import simulate
 from tests.schedule_tests.conftest import MID, SMALL_GPU, TINY, row, trace
-from vtrain_ml.schedule.cache import CurveCache
-from vtrain_ml.schedule.generate import GeneratorConfig, generate_rows
-from vtrain_ml.schedule.layouts import LayoutBuilder
-from vtrain_ml.schedule.oracle import ExactOracle, LinearOracle
-from vtrain_ml.schedule.plots import allocation_grid
-from vtrain_ml.schedule.result import Outcome, ScheduleResult
-from vtrain_ml.schedule.run import Scheduler, make_cluster
-from vtrain_ml.schedule.trace import trace_from_rows
+from vtrain_ml.scheduler.cache import CurveCache
+from vtrain_ml.scheduler.generate import GeneratorConfig, generate_rows
+from vtrain_ml.scheduler.layouts import LayoutBuilder
+from vtrain_ml.scheduler.oracle import ExactOracle, LinearOracle
+from vtrain_ml.scheduler.plots import allocation_grid
+from vtrain_ml.scheduler.result import Outcome, ScheduleResult
+from vtrain_ml.scheduler.run import Scheduler, make_cluster
+from vtrain_ml.scheduler.trace import trace_from_rows
 
 CLUSTER = make_cluster(8, SMALL_GPU)
 MIXED = trace(row("a", 0, TINY, train_tokens=3e9, deadline_factor=6),

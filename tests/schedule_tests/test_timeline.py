@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.schedule_tests.conftest import levels
-from vtrain_ml.schedule.timeline import FreeTimeline, minimum_share
+from vtrain_ml.scheduler.timeline import FreeTimeline, minimum_share
 
 # 1, 2, 4 or 8 GPUs at 8, 4, 2, 1 seconds per iteration (linear, to make the arithmetic plain)
 LINEAR = levels([1, 2, 4, 8], [8.0, 4.0, 2.0, 1.0])

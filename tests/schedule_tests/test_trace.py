@@ -11,8 +11,8 @@ import yaml
 from simulator.errors import ConfigError
 from tests.schedule_tests.conftest import MID, SMALL_GPU, TINY, row
 from vtrain_ml.cli.schedule import main
-from vtrain_ml.schedule.generate import GeneratorConfig, generate_rows, trace_yaml
-from vtrain_ml.schedule.trace import load_trace
+from vtrain_ml.scheduler.generate import GeneratorConfig, generate_rows, trace_yaml
+from vtrain_ml.scheduler.trace import load_trace
 
 
 def write_yaml(path: Path, rows: list[dict[str, Any]], **top: Any) -> Path:

@@ -58,7 +58,7 @@ def test_simulator_rules_are_reasons_too() -> None:
 
 
 def test_interleaved_schedule_and_virtual_stages_are_one_knob() -> None:
-    from simulator.enums import Schedule
+    from simulator.job.enums import Schedule
 
     choices = pipeline_choices((Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B), (1, 2, 4))
     assert choices == ["1f1b", "interleaved_1f1b x2", "interleaved_1f1b x4"]

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from simulator.costs import CostSource, KernelModel, OpCost
-from simulator.enums import CollectiveKind
-from simulator.network import NetworkModel
-from simulator.ops import Op, OpKind
+from simulator.costs.analytic import CostSource, KernelModel, OpCost
+from simulator.graph.ops import Op, OpKind
+from simulator.job.enums import CollectiveKind
+from simulator.job.specs import Job
+from simulator.network.collectives import NetworkModel
+from simulator.network.topology import Placement
 from simulator.simulate import default_kernels, default_network
-from simulator.specs import Job
-from simulator.topology import Placement
 
 
 @pytest.fixture

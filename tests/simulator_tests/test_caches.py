@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator import job_from_dict, load_job, simulate
-from simulator.enums import Framework
-from simulator.graph import BLOCKS, blocks_key, build_blocks, build_graph
-from simulator.job_static import JOBS
+from simulator.graph.blocks import BLOCKS, blocks_key, build_blocks, build_graph
+from simulator.job.enums import Framework
+from simulator.prepare import JOBS
 from simulator.simulate import clear_caches, clear_layout_caches
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -155,7 +155,7 @@ def test_duplicate_yaml_key_names_the_key_not_a_missing_one(tmp_path, capsys):
 
 
 def test_directory_as_job_file_says_it_is_a_directory(tmp_path, capsys):
-    from simulator.loaders import load_job
+    from simulator.job.loaders import load_job
 
     with pytest.raises(ConfigError, match="is a directory"):
         load_job(tmp_path)

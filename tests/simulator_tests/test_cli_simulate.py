@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from simulator import job_from_dict, simulate
-from simulator.render import usd
+from simulator.report.render import usd
 from tests.conftest import job_dict
 from vtrain_ml.cli.simulate import main
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from simulator import simulate
-from simulator.costs import CostSource, KernelModel, OpCost
-from simulator.ops import Op
+from simulator.costs.analytic import CostSource, KernelModel, OpCost
+from simulator.graph.ops import Op
 from simulator.simulate import default_kernels
 from tests.conftest import make_job
 from tests.simulator_tests.conftest import free_network

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from simulator import load_job, simulate
-from simulator.costs import AnalyticKernelModel
-from simulator.graph import build_graph
-from simulator.memory import stage_param_counts
-from simulator.ops import Op, OpKind, Phase
-from simulator.tail import optimizer_op
+from simulator.costs.analytic import AnalyticKernelModel
+from simulator.graph.blocks import build_graph
+from simulator.graph.ops import Op, OpKind, Phase
+from simulator.memory.states import stage_param_counts
+from simulator.timeline.tail import optimizer_op
 from tests.conftest import make_job
 
 JOBS = Path(__file__).resolve().parents[2] / "data" / "measured" / "h100" / "jobs"

@@ -8,11 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator import engine, engine_kernel, job_from_dict, simulate
-from simulator.engine import build_round_plan, round_plan, run_loop, run_numpy
-from simulator.engine_kernel import compiled_loop, timeline_loop
-from simulator.enums import Schedule
+from simulator import job_from_dict, simulate
 from simulator.jit import HAVE_NUMBA, python_version
+from simulator.job.enums import Schedule
+from simulator.timeline import engine, engine_kernel
+from simulator.timeline.engine import build_round_plan, round_plan, run_loop, run_numpy
+from simulator.timeline.engine_kernel import compiled_loop, timeline_loop
 
 # (schedule, p, m, v, all_warmup): 1F1B, interleaved (also Megatron-DeepSpeed's all-warm-up
 # order at m == p), GPipe, one stage, and pipelines big enough for the per-round numpy path
@@ -132,7 +133,7 @@ def _rounds_by_definition(orders: np.ndarray, dep: np.ndarray, n: int) -> np.nda
 @pytest.mark.parametrize(("p", "m", "v", "all_warmup"), [(2, 4, 2, False), (4, 8, 2, False),
                                                          (4, 4, 3, True), (8, 16, 4, False)])
 def test_generic_rounds_follow_their_definition(p, m, v, all_warmup):
-    from simulator.schedule import OpIndex, dependencies, stage_orders
+    from simulator.timeline.schedule import OpIndex, dependencies, stage_orders
 
     n = OpIndex(p, v, m).count
     dep, _ = dependencies(p, m, v)
@@ -146,7 +147,7 @@ def test_interleaved_order_of_the_first_stage_is_megatrons():
     """p = 2, v = 2, m = 4 (Megatron's get_pp_rank_microbatches: 2 (p - 1) + (v - 1) p = 4
     warm-up forwards on stage 0; micro-batches run in groups of p per chunk, backwards from the
     last chunk)."""
-    from simulator.schedule import OpIndex, stage_orders
+    from simulator.timeline.schedule import OpIndex, stage_orders
 
     idx = OpIndex(2, 2, 4)
     backward, chunk, _, mb = idx.decode()
@@ -158,8 +159,8 @@ def test_interleaved_order_of_the_first_stage_is_megatrons():
 
 
 def test_compiled_rounds_equal_interpreted_ones():
-    from simulator.engine_kernel import compiled_levels, levels_loop
-    from simulator.schedule import OpIndex, dependencies, stage_orders
+    from simulator.timeline.engine_kernel import compiled_levels, levels_loop
+    from simulator.timeline.schedule import OpIndex, dependencies, stage_orders
 
     compiled = compiled_levels()
     if compiled is None:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from simulator.costs import CostSource, OpCost
-from simulator.graph import build_graph
-from simulator.lowering import cost_block
-from simulator.ops import Op
+from simulator.costs.analytic import CostSource, OpCost
+from simulator.costs.blocks import cost_block
+from simulator.graph.blocks import build_graph
+from simulator.graph.ops import Op
 from tests.conftest import make_job
 
 S, B, H = 1024, 2, 1024
@@ -76,7 +76,7 @@ class Free:
 
 def _host(block, host_s: float) -> tuple[float, float]:
     """(forward, recompute + backward) host seconds of a block whose GPU work is free."""
-    from simulator.specs import Efficiency
+    from simulator.job.specs import Efficiency
 
     eff = Efficiency(host_overhead_s=host_s, collective_overhead_s=0.0)
     c = cost_block(block, Free(), lambda op: 0.0, eff)

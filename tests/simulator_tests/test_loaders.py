@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from simulator import ConfigError, job_from_dict, load_job, simulate
-from simulator.loaders import VTRAIN_KEYS
+from simulator.job.loaders import VTRAIN_KEYS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

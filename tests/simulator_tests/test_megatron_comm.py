@@ -17,15 +17,18 @@ import numpy as np
 import pytest
 
 from simulator import simulate
-from simulator.costs import CostSource, OpCost
-from simulator.enums import CollectiveKind
-from simulator.graph import build_embedding, build_graph, build_head, build_layer
-from simulator.lowering import cost_block
-from simulator.network import NetworkModel
-from simulator.ops import CommGroup, CommOp, Op
+from simulator.costs.analytic import CostSource, OpCost
+from simulator.costs.blocks import cost_block
+from simulator.graph.blocks import build_graph
+from simulator.graph.dense import build_layer
+from simulator.graph.embedding import build_embedding
+from simulator.graph.head import build_head
+from simulator.graph.ops import CommGroup, CommOp, Op
+from simulator.job.enums import CollectiveKind
+from simulator.job.specs import Job
+from simulator.network.collectives import NetworkModel
+from simulator.network.topology import Placement
 from simulator.simulate import default_network
-from simulator.specs import Job
-from simulator.topology import Placement
 from tests.conftest import make_job
 
 AR, AG, RS = "all_reduce", "all_gather", "reduce_scatter"
@@ -189,7 +192,7 @@ def gpt_stage_params(L: int, h: int, s: int, vocab_padded: int, t: int, p: int) 
 
 def test_replicated_parameters_are_not_divided_by_tp():
     job = _job(2, False, pp=2, precision="fp16")
-    from simulator.memory import stage_param_counts
+    from simulator.memory.states import stage_param_counts
 
     vocab = 50432  # 50,257 padded to a multiple of 128 * tp = 256
     expected = gpt_stage_params(8, H, S, vocab, 2, 2)

@@ -8,14 +8,16 @@ import numpy as np
 import pytest
 
 from simulator import simulate
-from simulator.engine import round_plan
-from simulator.enums import CollectiveKind, Framework, Precision, Schedule
-from simulator.framework import semantics
-from simulator.graph import build_graph, build_layer
-from simulator.memory import in_flight_peak, static_bytes_per_param
-from simulator.metrics import hardware_flops_per_iteration, model_flops_per_iteration
-from simulator.network import NetworkModel
-from simulator.topology import Placement
+from simulator.graph.blocks import build_graph
+from simulator.graph.dense import build_layer
+from simulator.graph.flops import hardware_flops_per_iteration, model_flops_per_iteration
+from simulator.job.enums import CollectiveKind, Framework, Precision, Schedule
+from simulator.job.framework import semantics
+from simulator.memory.stages import in_flight_peak
+from simulator.memory.states import static_bytes_per_param
+from simulator.network.collectives import NetworkModel
+from simulator.network.topology import Placement
+from simulator.timeline.engine import round_plan
 from tests.conftest import make_job
 
 # ---------------------------------------------------------------- ring / hierarchical collectives

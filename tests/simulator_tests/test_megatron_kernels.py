@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.graph import build_embedding, build_head, build_layer, fused_softmax_available
-from simulator.lowering import cost_block
-from simulator.ops import Op
-from simulator.params import padded_vocab
+from simulator.costs.blocks import cost_block
+from simulator.graph.attention import fused_softmax_available
+from simulator.graph.dense import build_layer
+from simulator.graph.embedding import build_embedding
+from simulator.graph.head import build_head
+from simulator.graph.ops import Op
+from simulator.graph.params import padded_vocab
 from simulator.simulate import default_kernels
 from tests.conftest import make_job
 

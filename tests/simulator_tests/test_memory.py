@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from simulator import simulate
-from simulator.engine import round_plan
-from simulator.enums import Schedule
-from simulator.graph import build_layer
-from simulator.memory import in_flight_peak, stage_param_counts
-from simulator.params import total_params
+from simulator.graph.dense import build_layer
+from simulator.graph.params import total_params
+from simulator.job.enums import Schedule
+from simulator.memory.stages import in_flight_peak
+from simulator.memory.states import stage_param_counts
+from simulator.timeline.engine import round_plan
 from tests.conftest import make_job
 
 S, B, H, A = 1024, 2, 1024, 16  # sequence, micro-batch, hidden, heads of the checked layer

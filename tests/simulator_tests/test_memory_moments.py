@@ -23,10 +23,10 @@ from __future__ import annotations
 import pytest
 
 from simulator import job_from_dict, simulate
-from simulator.graph import build_graph
-from simulator.memory import ALLOCATOR_OVERHEAD, WORKSPACE_BYTES
-from simulator.params import total_params
-from simulator.specs import GiB
+from simulator.graph.blocks import build_graph
+from simulator.graph.params import total_params
+from simulator.job.specs import GiB
+from simulator.memory.stages import ALLOCATOR_OVERHEAD, WORKSPACE_BYTES
 from tests.conftest import make_job
 
 S, B, H, A = 512, 2, 1024, 8
@@ -150,7 +150,7 @@ def test_megatron_lm_fp16_optimizer_step_holds_fp32_main_gradients():
                    training={"global_batch_size": 16, "precision": "fp16"},
                    parallel={"tp": 1, "pp": 1, "dp": 8}, cluster={"num_gpus": 8})
     memory = simulate(job).stages[0].memory
-    from simulator.memory import stage_param_counts
+    from simulator.memory.states import stage_param_counts
 
     n = float(stage_param_counts(job)[0])
     assert memory.moment == "optimizer"

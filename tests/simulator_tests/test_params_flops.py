@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from simulator import job_from_dict, simulate
-from simulator.catalog import load_model, model_names
-from simulator.metrics import hardware_flops_per_iteration, model_flops_per_iteration
-from simulator.params import total_params
+from simulator.graph.flops import hardware_flops_per_iteration, model_flops_per_iteration
+from simulator.graph.params import total_params
+from simulator.job.catalog import load_model, model_names
 from tests.conftest import job_dict, make_job
 
 # Published parameter counts (papers and released model cards).

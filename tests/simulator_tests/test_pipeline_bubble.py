@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from simulator import job_from_dict, simulate
-from simulator.engine import round_plan, run_pipeline
-from simulator.enums import Schedule
+from simulator.job.enums import Schedule
+from simulator.timeline.engine import round_plan, run_pipeline
 from tests.simulator_tests.conftest import pipeline_only, without_framework_overheads
 
 LAYOUTS = [(2, 4), (4, 8), (4, 16), (8, 8), (3, 6), (8, 32)]  # (p, m)
@@ -114,7 +114,7 @@ def test_single_stage_has_no_bubble():
 def test_closed_form_rounds_time_exactly_like_the_generic_construction(schedule, p, m):
     """The closed-form round of every 1F1B/GPipe op is a valid layering (inputs and the stage's
     previous op in earlier rounds) and gives the same timeline as the generic rounds."""
-    from simulator import engine
+    from simulator.timeline import engine
 
     fast = engine.build_round_plan(schedule, p, m, 1)
     slow = engine.build_round_plan(schedule, p, m, 1, closed_form=False)

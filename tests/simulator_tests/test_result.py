@@ -13,10 +13,10 @@ import pytest
 from pydantic import ValidationError
 
 from simulator import simulate
-from simulator.engine import round_plan
 from simulator.fileio import write_json_atomic
-from simulator.render import chrome_trace, table
-from simulator.result import BREAKDOWN_KEYS
+from simulator.report.render import chrome_trace, table
+from simulator.report.result import BREAKDOWN_KEYS
+from simulator.timeline.engine import round_plan
 from tests.conftest import make_job
 from vtrain_ml.cli.simulate import main
 

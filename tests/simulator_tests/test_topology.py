@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from simulator import load_job
-from simulator.topology import (
+from simulator.network.topology import (
     boundaries_crossing_nodes,
     dp_placement,
     embedding_placement,

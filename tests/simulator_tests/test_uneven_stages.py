@@ -9,10 +9,10 @@ import pytest
 
 from simulator import job_from_dict, simulate
 from simulator.errors import ConfigError
-from simulator.memory import stage_param_counts
-from simulator.params import layer_params
-from simulator.partition import chunk_layers, stage_layers
-from simulator.validation import validate_job
+from simulator.graph.params import layer_params
+from simulator.job.partition import chunk_layers, stage_layers
+from simulator.job.validation import validate_job
+from simulator.memory.states import stage_param_counts
 from tests.conftest import job_dict, make_job
 from tests.simulator_tests.conftest import pipeline_only, without_framework_overheads
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from simulator.catalog import resolve_hardware
+from simulator.job.catalog import resolve_hardware
 from surrogate.generate import GenerateConfig, generate
 from surrogate.space import Space, space_from_dict
 

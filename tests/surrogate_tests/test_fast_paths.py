@@ -11,7 +11,8 @@ from surrogate.dataset import read_samples
 from surrogate.encoding import OutOfSpaceWarning, feature_matrix
 from surrogate.features import JOB_COLUMNS, record_to_job
 from surrogate.forest import forest_of
-from surrogate.physics import hardware_vector, physics_columns, physics_of_rows, rows_from_record
+from surrogate.kernel import physics_columns, physics_of_rows
+from surrogate.physics import hardware_vector, rows_from_record
 
 
 @pytest.fixture(scope="module")

@@ -61,7 +61,7 @@ def test_physics_features_are_finite(tiny_samples) -> None:
 def test_gemm_efficiency_of_a_square_gemm_is_its_best_tiles_wave_and_depth_efficiency() -> None:
     """4096^3 on 108 SMs: 256x128 tiles make 512 tiles in 5 waves (512/540 busy), no partial
     tiles, depth 4096 / (4096 + k_half); the smaller tiles lose more to their rel factor."""
-    from simulator.costs import gemm_efficiency
+    from simulator.costs.analytic import gemm_efficiency
 
     expected = 0.87 * (512 / 540) * (4096 / (4096 + 150.0))
     assert gemm_efficiency(1, 4096, 4096, 4096, 108, 0.87, 150.0) == pytest.approx(expected, rel=1e-15)
@@ -73,7 +73,7 @@ def test_the_gemm_efficiency_of_arrays_and_compiled_is_the_simulators_to_the_bit
     waves too."""
     import itertools
 
-    from simulator.costs import gemm_efficiency
+    from simulator.costs.analytic import gemm_efficiency
     from surrogate.physics import gemm_efficiency as compiled_gemm_efficiency
 
     shapes = list(itertools.product([1, 3, 96, 1024], [1, 63, 64, 257, 4096], [1, 129, 12288],

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.catalog import data_dir
+from simulator.job.catalog import data_dir
 from vtrain_ml.cli import calibrate as calibrate_cli
 from vtrain_ml.cli import search as search_cli
 from vtrain_ml.cli import surrogate as surrogate_cli

@@ -76,7 +76,7 @@ def test_hash_guard_refuses_a_changed_hardware_profile(tiny_model) -> None:
 def test_loading_refuses_a_model_whose_hardware_file_changed(tiny_samples, tmp_path) -> None:
     import yaml
 
-    from simulator.catalog import data_dir
+    from simulator.job.catalog import data_dir
     from surrogate.workflow import TrainConfig, train
 
     hw_file = tmp_path / "a100-calibrated.yaml"

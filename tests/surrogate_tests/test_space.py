@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.catalog import resolve_hardware
 from simulator.errors import ConfigError
+from simulator.job.catalog import resolve_hardware
 from surrogate.features import record_to_job
 from surrogate.sampling import draw
 from surrogate.space import load_space, space_from_dict

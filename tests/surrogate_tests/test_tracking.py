@@ -23,8 +23,8 @@ import mlflow, pandas as pd
 model = mlflow.pyfunc.load_model(sys.argv[1])
 rows = pd.read_parquet(sys.argv[2])
 out = model.predict(rows)
-import simulator.catalog, surrogate
-print(json.dumps({"surrogate": surrogate.__file__, "data": str(simulator.catalog.data_dir()),
+import simulator.job.catalog, surrogate
+print(json.dumps({"surrogate": surrogate.__file__, "data": str(simulator.job.catalog.data_dir()),
                   "time": out["iteration_time_s"].tolist()}))
 """
 

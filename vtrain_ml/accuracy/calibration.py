@@ -19,7 +19,7 @@ import numpy as np
 from joblib import Parallel, delayed
 from scipy.optimize import least_squares
 
-from simulator.specs import Efficiency, HardwareSpec, Job
+from simulator.job.specs import Efficiency, HardwareSpec, Job
 from vtrain_ml.accuracy.predict import predict_ms
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pandas as pd
 
 from simulator.errors import DataError
-from simulator.loaders import job_from_dict
-from simulator.specs import Job
+from simulator.job.loaders import job_from_dict
+from simulator.job.specs import Job
 
 COLUMNS = {
     "# GPUs": "num_gpus",

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.catalog import hardware_fingerprint
-from simulator.costs import KernelModel
-from simulator.network import NetworkModel
-from simulator.result import SimulationResult
+from simulator.costs.analytic import KernelModel
+from simulator.job.catalog import hardware_fingerprint
+from simulator.job.specs import HardwareSpec, Job
+from simulator.network.collectives import NetworkModel
+from simulator.report.result import SimulationResult
 from simulator.simulate import simulate
-from simulator.specs import HardwareSpec, Job
 from vtrain_ml.accuracy.measurements import row_to_job
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def memory_terms(result: SimulationResult) -> tuple[float, float]:
 
     Allocated is what `torch.cuda.max_memory_allocated` measures (`peak_allocated_bytes`);
     reserved is what `torch.cuda.max_memory_reserved` shows: the caching allocator's reservation
-    of the fullest GPU at its peak (`StageMemory.allocator_reserved_bytes`, simulator.memory).
+    of the fullest GPU at its peak (`StageMemory.allocator_reserved_bytes`, simulator.memory.stages).
     """
     peak = max(result.stages, key=lambda s: s.memory.allocated_bytes).memory
     return float(result.peak_allocated_bytes), float(peak.allocator_reserved_bytes)
@@ -65,7 +65,7 @@ class ProfileModels:
     cache: dict[tuple[str, str], tuple[KernelModel, NetworkModel | None]] = field(default_factory=dict)
 
     def for_job(self, job: Job) -> tuple[KernelModel, NetworkModel | None]:
-        from simulator.profiled import kernel_model_from_profile, network_from_profile
+        from simulator.costs.profiled import kernel_model_from_profile, network_from_profile
 
         key = (hardware_fingerprint(job.hardware), job.training.precision.value)
         if key not in self.cache:

@@ -37,8 +37,8 @@ import pandas as pd
 import yaml
 
 from simulator.errors import ConfigError, DataError
-from simulator.loaders import load_job
-from simulator.specs import GiB, Job
+from simulator.job.loaders import load_job
+from simulator.job.specs import GiB, Job
 from vtrain_ml.accuracy.measurements import is_vtrain_header, read_measurements, row_to_job
 from vtrain_ml.jobs import with_overrides
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.specs import GiB
+from simulator.job.specs import GiB
 from vtrain_ml.accuracy.predict import Prediction, Score, by_group, score
 from vtrain_ml.accuracy.runs import Runs
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from simulator.catalog import resolve_hardware
 from simulator.errors import ConfigError
 from simulator.fileio import write_text_atomic
-from simulator.specs import HardwareSpec
+from simulator.job.catalog import resolve_hardware
+from simulator.job.specs import HardwareSpec
 from vtrain_ml.accuracy.calibration import (
     PARAMS,
     BoundNote,

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.catalog import resolve_hardware
-from simulator.enums import CollectiveKind, Precision
 from simulator.errors import ConfigError
-from simulator.ops import Op
+from simulator.graph.ops import Op
+from simulator.job.catalog import resolve_hardware
+from simulator.job.enums import CollectiveKind, Precision
 from vtrain_ml.cli.common import add_common, run
 
 ATTENTION = {"unfused": (False,), "flash": (True,), "both": (False, True)}
@@ -203,7 +203,7 @@ def _trace_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
 
 def _import_trace(args: argparse.Namespace) -> int:
     from profiler.trace.importer import TraceSource, analyze, write_imported
-    from simulator.loaders import load_job
+    from simulator.job.loaders import load_job
 
     job = load_job(args.job)
     peak = args.peak_memory_gib * 1024**3 if args.peak_memory_gib is not None else None
@@ -254,8 +254,8 @@ def _host_line(s: Any) -> str:
 
 def _trace(args: argparse.Namespace) -> int:
     from profiler.stacks.runner import TraceRequest, run_traces
-    from simulator.enums import Recompute
-    from simulator.loaders import load_job
+    from simulator.job.enums import Recompute
+    from simulator.job.loaders import load_job
 
     try:
         recompute = tuple(Recompute(r.strip()) for r in args.recompute.split(",") if r.strip())

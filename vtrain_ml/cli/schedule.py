@@ -21,13 +21,13 @@ from typing import Any
 from simulator.errors import ConfigError
 from simulator.fileio import write_json_atomic, write_text_atomic
 from vtrain_ml.cli.common import add_common, run
-from vtrain_ml.schedule.cache import DEFAULT_CACHE, CurveCache
-from vtrain_ml.schedule.generate import GeneratorConfig, generate_rows, trace_yaml
-from vtrain_ml.schedule.policies import PolicyName
-from vtrain_ml.schedule.report import render_comparison, render_jobs, render_summary
-from vtrain_ml.schedule.result import ScheduleResult
-from vtrain_ml.schedule.run import ORACLES, Scheduler, make_cluster, make_oracle
-from vtrain_ml.schedule.trace import Trace, load_trace, trace_from_rows
+from vtrain_ml.scheduler.cache import DEFAULT_CACHE, CurveCache
+from vtrain_ml.scheduler.generate import GeneratorConfig, generate_rows, trace_yaml
+from vtrain_ml.scheduler.policies import PolicyName
+from vtrain_ml.scheduler.report import render_comparison, render_jobs, render_summary
+from vtrain_ml.scheduler.result import ScheduleResult
+from vtrain_ml.scheduler.run import ORACLES, Scheduler, make_cluster, make_oracle
+from vtrain_ml.scheduler.trace import Trace, load_trace, trace_from_rows
 
 DEFAULT_GPUS = 1024
 DEFAULT_GPU = "a100-80gb"
@@ -164,13 +164,13 @@ def _main(args: argparse.Namespace) -> int:
     compared = [result] + [scheduler.run(args.policy, build(name)) for name in oracles if name != args.oracle]
     figure = None
     if args.plot:
-        from vtrain_ml.schedule.plots import schedule_figure
+        from vtrain_ml.scheduler.plots import schedule_figure
 
         figure = schedule_figure(result, compared)
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(args.plot, dpi=120)
     if args.trace_out:
-        from vtrain_ml.schedule.perfetto import schedule_trace
+        from vtrain_ml.scheduler.perfetto import schedule_trace
 
         write_json_atomic(args.trace_out, schedule_trace(result))
     if os.environ.get("MLFLOW_TRACKING_URI"):

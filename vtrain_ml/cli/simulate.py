@@ -17,11 +17,11 @@ from typing import Any
 
 from simulator.errors import ConfigError
 from simulator.fileio import write_json_atomic, write_text_atomic
-from simulator.loaders import read_job
-from simulator.render import chrome_trace, table
-from simulator.result import SimulationResult
+from simulator.job.loaders import read_job
+from simulator.job.specs import Job
+from simulator.report.render import chrome_trace, table
+from simulator.report.result import SimulationResult
 from simulator.simulate import simulate
-from simulator.specs import Job
 from vtrain_ml import batch
 from vtrain_ml.cli.common import add_common, run
 from vtrain_ml.jobs import Overrides, Sweep, apply
@@ -124,10 +124,10 @@ def _number(flag: str, text: str, allow_zero: bool) -> float:
 def _simulator(args: argparse.Namespace,
                sources: dict[str, str] | None = None) -> Callable[[Job], SimulationResult]:
     """simulate(), or with --profile: op measurements or the phases of a traced real stack
-    (simulator.traced); `sources` receives where each traced phase's cost came from."""
+    (simulator.costs.traced); `sources` receives where each traced phase's cost came from."""
     if not args.profile:
         return simulate
-    from simulator.traced import simulate_with_profile
+    from simulator.simulate import simulate_with_profile
 
     def with_profile(job: Job) -> SimulationResult:
         result, found = simulate_with_profile(job, args.profile, strict=args.strict)

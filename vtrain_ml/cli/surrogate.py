@@ -98,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _hardware(names: Sequence[str]) -> dict[str, Any]:
-    from simulator.catalog import resolve_hardware
+    from simulator.job.catalog import resolve_hardware
 
     specs = [resolve_hardware(n) for n in names]
     by_name = {s.name: s for s in specs}

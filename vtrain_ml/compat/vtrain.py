@@ -36,18 +36,18 @@ from typing import Any
 
 import numpy as np
 
-from simulator.catalog import read_json
 from simulator.errors import ConfigError
 from simulator.fileio import write_json_atomic
-from simulator.loaders import job_file_from_dict
-from simulator.result import SimulationResult
-from simulator.simulate import simulate
-from simulator.vtrain_config import (
+from simulator.job.catalog import read_json
+from simulator.job.loaders import job_file_from_dict
+from simulator.job.vtrain_config import (
     VTRAIN_KEYS,
     parse_vtrain,
     validate_vtrain,
     vtrain_to_native,
 )
+from simulator.report.result import SimulationResult
+from simulator.simulate import simulate
 from vtrain_ml.cli.common import add_common, run
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class vTrainConfig:
         return {key: getattr(self, key) for key in VTRAIN_KEYS}
 
     def validate_config(self) -> None:
-        """vTrain's checks and derived values (`simulator.vtrain_config.validate_vtrain`)."""
+        """vTrain's checks and derived values (`simulator.job.vtrain_config.validate_vtrain`)."""
         frozen, notes = validate_vtrain(parse_vtrain(self.to_dict()))
         for key in ("num_gpus", "tensor_parallel_size", "data_parallel_size",
                     "pipeline_parallel_size", "micro_batch_size"):
@@ -175,7 +175,7 @@ def timeline_figure(sim: SimulationResult) -> Any:
         from matplotlib.figure import Figure  # no pyplot: no backend, no global state
     except ImportError:
         raise ConfigError("show_graph needs matplotlib: pip install matplotlib") from None
-    from simulator.render_trace import chrome_trace
+    from simulator.report.trace import chrome_trace
 
     spans = [e for e in chrome_trace(sim)["traceEvents"] if e["ph"] == "X" and e["tid"] in (0, 1, 5)]
     stages = len(sim.stages)

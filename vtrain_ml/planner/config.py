@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from simulator.catalog import read_yaml
-from simulator.enums import Precision, Recompute, Schedule
 from simulator.errors import ConfigError
-from simulator.specs import Frozen, parse
+from simulator.job.catalog import read_yaml
+from simulator.job.enums import Precision, Recompute, Schedule
+from simulator.job.specs import Frozen, parse
 
 HARDWARE_SUFFIXES = (".yaml", ".yml", ".json")
 JOURNAL = "journal:///"  # storage URL schemes (vtrain_ml.planner.storage opens them)

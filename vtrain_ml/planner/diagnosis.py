@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.specs import GiB
+from simulator.job.specs import GiB
 from vtrain_ml.planner.space import Candidate, Choice, SearchSpace, static_memory_bytes
 
 ENUMERATE_UP_TO = 100_000  # combinations; a larger space is diagnosed on a random sample

@@ -1,7 +1,7 @@
 """One evaluation of a candidate job -- exact (the simulator) or predicted (the surrogate).
 
 Both kinds carry the same fields, derived from the iteration time by the simulator's own formulas
-(`simulator.metrics`), so a predicted and an exact evaluation of one job differ only where the
+(`simulator.report.metrics`), so a predicted and an exact evaluation of one job differ only where the
 surrogate is wrong.
 """
 
@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from simulator.metrics import cost_usd, model_flops_per_iteration, utilization
-from simulator.params import total_params
+from simulator.graph.flops import model_flops_per_iteration
+from simulator.graph.params import total_params
+from simulator.job.specs import Job
+from simulator.report.metrics import cost_usd, utilization
 from simulator.simulate import simulate
-from simulator.specs import Job
 
 CHUNK_JOBS = 32  # most jobs per worker call (at least 4 calls per worker balance the load)
 JOB_PARTS = ("model", "training", "parallel", "cluster", "hardware")

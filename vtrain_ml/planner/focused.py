@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from simulator.specs import HardwareSpec
+from simulator.job.specs import HardwareSpec
 from surrogate.model import Surrogate
 from surrogate.splits import ValidationSplit
 

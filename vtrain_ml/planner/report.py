@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from simulator.params import total_params
-from simulator.specs import GiB, Job
+from simulator.graph.params import total_params
+from simulator.job.specs import GiB, Job
 from vtrain_ml.planner.config import Objective, SearchConfig
 from vtrain_ml.planner.evaluation import Evaluation
 from vtrain_ml.planner.objective import constraint_values

@@ -14,9 +14,9 @@ from typing import Any
 
 import optuna
 
-from simulator.catalog import hardware_fingerprint
 from simulator.errors import InfeasibleConfigError
-from simulator.specs import HardwareSpec
+from simulator.job.catalog import hardware_fingerprint
+from simulator.job.specs import HardwareSpec
 from vtrain_ml.planner.config import Objective, SearchConfig
 from vtrain_ml.planner.diagnosis import no_feasible_plan
 from vtrain_ml.planner.evaluation import evaluate_exact_many

@@ -5,7 +5,7 @@ Two kinds of pruning, both with reasons a user can read:
   count, a dp that does not divide the global batch) are left out of the choice lists
   (`SearchSpace.pruned_values`);
 - *per candidate*: combinations that break a cross-field rule of the simulator
-  (`simulator.validation.job_problems`), exceed the GPU budget, or whose model states alone
+  (`simulator.job.validation.job_problems`), exceed the GPU budget, or whose model states alone
   cannot fit in GPU memory (`static_memory_bytes`, an exact lower bound of the simulator's peak
   memory) are infeasible with their reasons, reported to Optuna through constraints.
 """
@@ -24,13 +24,22 @@ import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
-from simulator.catalog import load_model, resolve_hardware
-from simulator.enums import Recompute, Schedule
 from simulator.errors import InfeasibleConfigError
-from simulator.memory import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
-from simulator.params import total_params
-from simulator.specs import ClusterSpec, GiB, HardwareSpec, Job, ModelSpec, ParallelPlan, TrainingSpec, parse
-from simulator.validation import job_problems
+from simulator.graph.params import total_params
+from simulator.job.catalog import load_model, resolve_hardware
+from simulator.job.enums import Recompute, Schedule
+from simulator.job.specs import (
+    ClusterSpec,
+    GiB,
+    HardwareSpec,
+    Job,
+    ModelSpec,
+    ParallelPlan,
+    TrainingSpec,
+    parse,
+)
+from simulator.job.validation import job_problems
+from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
 from vtrain_ml.planner.config import SearchConfig
 
 Choice = bool | int | float | str
@@ -104,7 +113,7 @@ def params_key(params: dict[str, Any]) -> str:
 def static_memory_bytes(job: Job) -> float:
     """Weights, gradients and optimizer states of the fullest stage, plus the reserved memory.
 
-    The simulator's peak memory adds activations to exactly these terms (simulator.memory), so
+    The simulator's peak memory adds activations to exactly these terms (simulator.memory.stages), so
     this is a lower bound: a job above capacity here can never fit, and needs no simulation.
     """
     n = float(stage_param_counts(job).max())

@@ -1,0 +1,140 @@
+"""The building blocks every layer graph is made of: a job's per-GPU shape context and the op
+constructors (GEMM with its two backward GEMMs, memory-bound pointwise kernels, norms, the fused
+bias-dropout-residual-add, gradient accumulation, bursts of tiny kernels).
+
+Shapes are per GPU: tensor parallelism (tp) splits heads, the FFN and the vocabulary; sequence
+parallelism splits norms, dropouts and residuals along the sequence (Korthikanti et al. 2022).
+Saved-activation bytes follow Korthikanti et al. 2022, Sec. 4 (16-bit activations, 1-byte
+dropout masks). A new layer type (MoE experts, context-parallel attention) builds its ops from
+these, so that FLOPs, bytes and saved activations are counted one way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.graph.ops import Op, OpKind, Phase
+from simulator.job.enums import Norm
+from simulator.job.framework import FrameworkSemantics, semantics
+from simulator.job.specs import Job
+
+MASK_BYTES = 1  # dropout masks are stored as bytes
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class ShapeContext:
+    """Per-GPU shape context of a job, and the switches of its framework."""
+
+    b: int
+    s: int
+    h: int
+    t: int
+    sp: bool
+    dt: int  # activation dtype bytes
+    hidden_dropout: bool
+    attention_dropout: bool
+    fused_accumulation: bool  # weight gradients accumulate inside the wgrad GEMM
+    grad_bytes: int  # bytes of an accumulated gradient element
+    fw: FrameworkSemantics
+
+    @property
+    def tokens(self) -> int:
+        return self.b * self.s
+
+    @property
+    def sp_tokens(self) -> float:
+        """Tokens held by one rank in the sequence-split regions."""
+        return self.tokens / self.t if self.sp else self.tokens
+
+
+def gradient_accumulation_fused(job: Job) -> bool:
+    """`training.gradient_accumulation_fusion`, or the framework's default when unset."""
+    fused = job.training.gradient_accumulation_fusion
+    return semantics(job.training.framework).gradient_accumulation_fusion if fused is None else fused
+
+
+def grad_bytes(job: Job) -> int:
+    """Bytes of one accumulated gradient element (the framework's gradient buffer dtype)."""
+    return semantics(job.training.framework).param_bytes(job.training.precision).gradients
+
+
+def gemm(name: str, m: int, n: int, k: int, dt: int, saved: float, batch: int = 1,
+          kind: OpKind = OpKind.GEMM, accumulate_bytes: int = 0) -> tuple[Op, list[Op]]:
+    """A matmul Y[m,n] = X[m,k] W[k,n] and its backward (data- and weight-gradient GEMMs).
+    `accumulate_bytes` > 0: the weight gradient is accumulated in place into a gradient buffer of
+    that dtype (Megatron's `wgrad_gemm_accum_fp32`): the GEMM reads and writes it."""
+    flops = 2.0 * batch * m * n * k
+
+    def op(nm: str, phase: Phase, mm: int, nn: int, kk: int, save: float = 0.0,
+           out_bytes: float = dt) -> Op:
+        traffic = batch * ((mm * kk + kk * nn) * dt + mm * nn * out_bytes)
+        return Op(nm, kind, phase, (batch, mm, nn, kk), dt, flops, traffic, save)
+
+    fwd = op(name, Phase.FORWARD, m, n, k, saved)
+    dgrad = op(f"{name}.dgrad", Phase.BACKWARD_DATA, m, k, n)
+    if kind is OpKind.BMM:  # attention bmms have no weights: the second gradient is data
+        wgrad = op(f"{name}.dgrad2", Phase.BACKWARD_DATA, n, k, m)
+    else:
+        out = 2 * accumulate_bytes if accumulate_bytes else dt
+        wgrad = op(f"{name}.wgrad", Phase.BACKWARD_WEIGHT, n, k, m, out_bytes=out)
+    return fwd, [dgrad, wgrad]
+
+
+def pointwise(name: str, kind: OpKind, numel: float, dt: int, reads: float, writes: float,
+               saved: float = 0.0, variant: str = "", bwd_traffic: float = 3.0,
+               flops_per_elem: float = 1.0) -> tuple[Op, Op]:
+    """A memory-bound kernel and its backward (reads y/x and dy, writes dx by default)."""
+    n = int(numel)
+    fwd = Op(name, kind, Phase.FORWARD, (n,), dt, flops_per_elem * n, (reads + writes) * n * dt,
+             saved, variant)
+    bwd = Op(f"{name}.bwd", kind, Phase.BACKWARD, (n,), dt, 2 * flops_per_elem * n,
+             bwd_traffic * n * dt, 0.0, variant)
+    return fwd, bwd
+
+
+def norm_op(c: ShapeContext, name: str, variant: Norm, saved: bool = True) -> tuple[Op, Op]:
+    numel = c.sp_tokens * c.h
+    return pointwise(name, OpKind.NORM, numel, c.dt, 1, 1, 2 * numel if saved else 0.0,
+                      variant.value, bwd_traffic=3.0, flops_per_elem=5.0)
+
+
+def dropout_add(c: ShapeContext, name: str) -> tuple[Op, Op]:
+    """Megatron's fused bias-dropout-residual-add; saves the dropout mask. With hidden dropout 0
+    PyTorch's dropout returns its input (`at::native::dropout`, p == 0): the kernel only adds
+    the bias and the residual, and no mask is kept."""
+    numel = c.sp_tokens * c.h
+    if not c.hidden_dropout:
+        return pointwise(name, OpKind.ELEMENTWISE, numel, c.dt, 2, 1, 0.0, "bias_add",
+                          bwd_traffic=2.0)
+    return pointwise(name, OpKind.DROPOUT, numel, c.dt, 2, 1, MASK_BYTES * numel,
+                      "bias_dropout_add", bwd_traffic=2.5)
+
+
+def norm_weight_grad(job: Job, c: ShapeContext, name: str) -> tuple[Op, list[int]]:
+    """A norm's weight (and bias) gradient: a reduction over the tokens; and its tensors' sizes."""
+    norm = job.model.norm
+    numel = int(c.sp_tokens * c.h)
+    op = Op(f"{name}.wgrad", OpKind.NORM, Phase.BACKWARD_WEIGHT, (numel,), c.dt, 2 * numel,
+            2 * numel * c.dt, 0.0, f"{norm.value}_wgrad")
+    return op, [c.h] * (2 if norm is Norm.LAYERNORM else 1)
+
+
+def small_kernels(name: str, phase: Phase, kernels: int, numel: float, nbytes: float) -> Op:
+    """A burst of tiny index/mask/scalar kernels: negligible traffic, `kernels` launches."""
+    return Op(name, OpKind.ELEMENTWISE, phase, (int(numel),), 8, numel, nbytes, 0.0, "small",
+              kernels)
+
+
+def grad_accum_op(name: str, numel: float, nbytes: int) -> Op:
+    """grad += this micro-batch's gradient (one pass: read both, write one)."""
+    return Op(name, OpKind.ELEMENTWISE, Phase.BACKWARD_WEIGHT, (int(numel),), nbytes, numel,
+              3 * numel * nbytes, 0.0, "grad_accum")
+
+
+def shape_context(job: Job) -> ShapeContext:
+    m, t = job.model, job.training
+    return ShapeContext(t.micro_batch_size, m.seq_length, m.hidden_size, job.parallel.tp,
+                job.parallel.sequence_parallel and job.parallel.tp > 1, t.precision.bytes,
+                m.hidden_dropout > 0, m.attention_dropout > 0, gradient_accumulation_fused(job),
+                grad_bytes(job), semantics(t.framework))

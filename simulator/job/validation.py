@@ -1,0 +1,120 @@
+"""Cross-field rules of a job, in one place.
+
+Each rule names the fields, their values and the fix. All violations are reported together
+(joined by '; ') so a user fixes a file in one round trip.
+"""
+
+from __future__ import annotations
+
+from simulator.errors import ConfigError
+from simulator.job.enums import Recompute, Schedule
+from simulator.job.framework import semantics
+from simulator.job.partition import partition_problems
+from simulator.job.specs import Job
+
+
+def job_problems(job: Job) -> list[str]:
+    """Every cross-field problem of `job`, as user-facing sentences (empty when valid)."""
+    m, t, p, c = job.model, job.training, job.parallel, job.cluster
+    tp, pp = p.tp, p.pp
+    problems: list[str] = []
+    if m.hidden_size % m.num_attention_heads:
+        problems.append(
+            f"num_attention_heads={m.num_attention_heads} does not divide "
+            f"hidden_size={m.hidden_size}; choose a head count that divides it"
+        )
+    if m.num_attention_heads % m.query_groups:
+        problems.append(
+            f"num_query_groups={m.query_groups} does not divide num_attention_heads="
+            f"{m.num_attention_heads}; use a divisor of the head count"
+        )
+    if m.num_attention_heads % tp:
+        problems.append(
+            f"tensor_parallel_size={tp} does not divide num_attention_heads={m.num_attention_heads}; "
+            f"use a tp that divides the head count"
+        )
+    elif m.query_groups % tp:
+        problems.append(
+            f"tensor_parallel_size={tp} does not divide num_query_groups={m.query_groups}; "
+            f"use tp <= {m.query_groups} that divides it"
+        )
+    if m.ffn % tp:
+        problems.append(f"tensor_parallel_size={tp} does not divide ffn_hidden_size={m.ffn}")
+    problems += _pipeline_problems(job) + _framework_problems(job)
+    dp = job.dp
+    if p.dp is not None and tp * pp * p.dp != c.num_gpus:
+        problems.append(
+            f"tp*pp*dp = {tp}*{pp}*{p.dp} = {tp * pp * p.dp} != num_gpus={c.num_gpus}; "
+            f"make the product equal the GPU count (or omit dp)"
+        )
+    elif c.num_gpus % (tp * pp):
+        problems.append(
+            f"tp*pp = {tp * pp} does not divide num_gpus={c.num_gpus}; no integer data-parallel size"
+        )
+    elif t.global_batch_size % (dp * t.micro_batch_size):
+        problems.append(
+            f"global_batch_size={t.global_batch_size} is not divisible by "
+            f"dp*micro_batch_size = {dp}*{t.micro_batch_size}; use a multiple of "
+            f"{dp * t.micro_batch_size}"
+        )
+    elif p.schedule is Schedule.INTERLEAVED_1F1B and job.num_microbatches % pp:
+        problems.append(
+            f"interleaved_1f1b needs the number of micro-batches ({job.num_microbatches}) to be a "
+            f"multiple of pipeline_parallel_size={pp}; change global_batch_size or micro_batch_size"
+        )
+    gpn = job.gpus_per_node
+    if c.num_gpus > gpn and c.num_gpus % gpn:
+        problems.append(
+            f"num_gpus={c.num_gpus} is not a whole number of nodes of gpus_per_node={gpn}"
+        )
+    if t.flash_attention and not job.hardware.supports_flash_attention:
+        problems.append(f"flash_attention=true is not supported on {job.hardware.name}; set it false")
+    if t.precision not in job.hardware.peak_tflops:
+        problems.append(
+            f"precision={t.precision.value} is not supported on {job.hardware.name}; "
+            f"use {', '.join(x.value for x in job.hardware.peak_tflops)}"
+        )
+    return problems
+
+
+def _pipeline_problems(job: Job) -> list[str]:
+    p = job.parallel
+    pp, v = p.pp, p.virtual_stages
+    problems = []
+    if v > 1 and p.schedule is not Schedule.INTERLEAVED_1F1B:
+        problems.append(
+            f"virtual_stages={v} needs schedule=interleaved_1f1b (got {p.schedule.value})"
+        )
+    if p.schedule is Schedule.INTERLEAVED_1F1B and (v < 2 or pp < 2):
+        problems.append(
+            f"schedule=interleaved_1f1b needs virtual_stages >= 2 and pipeline_parallel_size >= 2 "
+            f"(got virtual_stages={v}, pp={pp}); use 1f1b otherwise"
+        )
+    return problems + partition_problems(job)
+
+
+def _framework_problems(job: Job) -> list[str]:
+    """The eager PyTorch stack (simulator.graph.eager) is modelled on one model replica per GPU:
+    data parallelism only, and checkpointing whole layers."""
+    t, p = job.training, job.parallel
+    if not semantics(t.framework).eager_autocast:
+        return []
+    problems = []
+    if p.tp > 1 or p.pp > 1 or p.sequence_parallel:
+        problems.append(
+            f"training.framework={t.framework.value} is modelled with data parallelism only "
+            f"(got tp={p.tp}, pp={p.pp}, sequence_parallel={p.sequence_parallel}); use tp=1, "
+            f"pp=1, or framework megatron-lm for model parallelism")
+    if t.recompute is Recompute.SELECTIVE:
+        problems.append(
+            f"training.recompute=selective is Megatron's; with framework={t.framework.value} use "
+            f"none or full (torch.utils.checkpoint of whole layers)")
+    return problems
+
+
+def validate_job(job: Job) -> Job:
+    """Return `job` unchanged if valid, else raise one `ConfigError` listing every problem."""
+    problems = job_problems(job)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return job

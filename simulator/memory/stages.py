@@ -1,0 +1,235 @@
+"""Memory per pipeline stage per GPU at the moment of its peak, term by term.
+
+Static terms follow the framework's bytes per parameter (simulator.job.framework: Megatron-LM,
+Megatron-DeepSpeed / ZeRO, PyTorch AMP), the sharded ones split over dp by the distributed
+optimizer (ZeRO-1). Activations: per-micro-batch saved bytes of each chunk from the graph
+(Korthikanti et al. 2022 for Megatron; autograd's saved tensors for eager PyTorch) times the
+micro-batches in flight, taken from the stage's actual schedule order.
+
+The peak is a moment, not a sum of maxima. Three moments are evaluated per stage and the largest
+is reported with its name:
+- `forward`: the most micro-batches in flight (end of the warm-up forwards for 1F1B), and on the
+  last stage the loss's logits temporaries (16-bit logits alive while their fp32 copy is made);
+  eager autocast also holds every bf16 weight copy (autocast's cache) at that point;
+- `backward`: the same activations plus the larger of one layer's backward working set (its
+  recomputed activations) and, on the last stage, the loss backward's temporaries (eager
+  PyTorch: two fp32 logits-sized gradients);
+- `optimizer`: after the last backward: all gradients, the fp32 copies of 16-bit main
+  gradients Megatron-LM makes for its step, and (eager) the embedding table's dense gradient
+  being added to the accumulated one.
+Eager PyTorch allocates gradients on the first backward of an iteration (`zero_grad(
+set_to_none=True)`): they are absent from the first micro-batch's moments, so a job with one
+micro-batch peaks without them. What `torch.cuda.max_memory_allocated` reports is
+`allocated_bytes`: these terms plus the cuBLAS/cuBLASLt workspaces PyTorch allocates through its
+caching allocator. The allocator reserves more than it hands out (block rounding, segments it
+cannot split or return): `allocator_reserved_bytes` = allocated x (1 + ALLOCATOR_OVERHEAD), what
+`torch.cuda.max_memory_reserved` shows when memory is plentiful. Near the capacity the allocator
+frees its cache and retries before failing, so what must fit is the allocated peak plus the
+CUDA context and communication buffers of the hardware file (`total_bytes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from simulator.graph import eager as graph_eager
+from simulator.graph.blocks import JobGraph
+from simulator.job.enums import Recompute
+from simulator.job.framework import semantics
+from simulator.job.partition import stage_layers
+from simulator.job.specs import GiB, Job
+from simulator.memo import Memo, Pinned
+from simulator.memory.states import BF16, stage_param_counts
+from simulator.timeline.engine import RoundPlan
+
+# Measured with bench/measure_memory_terms.py on an H100 (PyTorch 2.11, fresh process per job,
+# ten probe jobs that are not the validation rows): allocated at an iteration's start exceeded
+# weights + optimizer states by 63-80 MiB (the cuBLAS and cuBLASLt workspaces), and
+# max_memory_reserved exceeded max_memory_allocated by 3-18%, median 7%.
+WORKSPACE_BYTES = 64 * 2**20
+ALLOCATOR_OVERHEAD = 0.07
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes held by one GPU of a stage at its peak moment, by what holds them."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    main_gradients_bytes: float  # fp32 copies of 16-bit gradients for the optimizer step
+    optimizer_states_bytes: float  # fp32 master weights and Adam moments
+    activations_bytes: float  # saved for the backward, every micro-batch in flight
+    amp_weight_copies_bytes: float  # autocast's bf16 copies of fp32 weights
+    loss_temporaries_bytes: float  # logits copies / gradients alive in the loss
+    working_bytes: float  # one layer's recomputed activations during its backward
+    embedding_gradient_bytes: float  # a dense table gradient being accumulated (eager)
+    workspace_bytes: float  # cuBLAS workspaces
+    context_bytes: float  # CUDA context and communication buffers (outside the allocator)
+    moment: str  # forward | backward | optimizer
+
+    @property
+    def allocated_bytes(self) -> float:
+        """What `torch.cuda.max_memory_allocated` measures."""
+        return (self.weights_bytes + self.gradients_bytes + self.main_gradients_bytes
+                + self.optimizer_states_bytes + self.activations_bytes
+                + self.amp_weight_copies_bytes + self.loss_temporaries_bytes + self.working_bytes
+                + self.embedding_gradient_bytes + self.workspace_bytes)
+
+    @property
+    def allocator_reserved_bytes(self) -> float:
+        """What `torch.cuda.max_memory_reserved` measures."""
+        return self.allocated_bytes * (1 + ALLOCATOR_OVERHEAD)
+
+    @property
+    def total_bytes(self) -> float:
+        """What the device must hold at least: the allocated peak and the context. The
+        allocator's extra reservation is not added: when a request cannot be met, PyTorch's
+        caching allocator frees its cached blocks and retries before it raises out-of-memory."""
+        return self.allocated_bytes + self.context_bytes
+
+    @property
+    def parameters_bytes(self) -> float:
+        return self.weights_bytes
+
+    def to_dict(self) -> dict[str, float | str]:
+        return {**asdict(self), "allocated_bytes": self.allocated_bytes,
+                "allocator_reserved_bytes": self.allocator_reserved_bytes,
+                "total_bytes": self.total_bytes, "parameters_bytes": self.parameters_bytes}
+
+
+def chunk_activation_bytes(job: Job, graph: JobGraph) -> np.ndarray:
+    """(p, v) activation bytes one micro-batch leaves saved on each stage chunk."""
+    p, v = job.parallel.pp, job.parallel.virtual_stages
+    act = graph.chunk_layers * graph.layer.saved_bytes
+    act[0, 0] += graph.embedding.saved_bytes
+    act[p - 1, v - 1] += graph.head.saved_bytes
+    return act
+
+
+def in_flight_peak(plan: RoundPlan, act: np.ndarray, m: int) -> np.ndarray:
+    """(p,) peak of saved activations over each stage's schedule order (F adds, B frees)."""
+    p, v = act.shape
+    sign, chunk = ORDER_SIGNS.get(Pinned(plan), lambda: _order_signs(plan, p, v, m))
+    # +-1 times a byte count is exact: the same deltas as selecting act or -act per op
+    delta = sign * (act[:, :1] if v == 1 else act[np.arange(p)[:, None], chunk])
+    return np.cumsum(delta, axis=1).max(axis=1)
+
+
+# Per round plan (cached by `engine.round_plan`, so keyed by identity): see `_order_signs`.
+ORDER_SIGNS: Memo[tuple[np.ndarray, np.ndarray]] = Memo(maxsize=256)
+
+
+def _order_signs(plan: RoundPlan, p: int, v: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """+1 for a forward, -1 for a backward, and the model chunk, of each op in stage order (a
+    function of the cached plan only)."""
+    orders = plan.orders
+    backward = orders // (v * p * m)
+    return np.where(backward == 0, 1.0, -1.0), orders // (p * m) % v
+
+
+@dataclass(frozen=True)
+class _Moments:
+    """(p,) arrays of the terms that differ between the moments of each stage."""
+
+    static: dict[str, np.ndarray]
+    grads_in_flight: np.ndarray  # gradients present while micro-batches are in flight
+    grads_all: np.ndarray
+    main: np.ndarray
+    act: np.ndarray
+    amp_forward: np.ndarray
+    amp_saved: np.ndarray
+    head_forward: np.ndarray
+    head_backward: np.ndarray
+    working: np.ndarray
+    table_grad: np.ndarray
+
+
+def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
+    p = job.parallel.pp
+    fw = semantics(job.training.framework)
+    pb = fw.param_bytes(job.training.precision)
+    n = stage_param_counts(job)
+    shard = job.dp if job.parallel.distributed_optimizer else 1
+    grads = pb.gradients * n
+    # eager: allocated by the first backward of the iteration; DDP's buckets are allocated once
+    later = (job.num_microbatches > 1) + (job.dp > 1)
+    in_flight = grads if fw.persistent_grad_buffer else grads * later
+    last = np.arange(p) == p - 1
+    layers = stage_layers(job)
+    amp_forward = amp_saved = table_grad = np.zeros(p)
+    if fw.eager_autocast:
+        per_layer, head = graph_eager.amp_cast_params(job)
+        amp_forward = BF16 * (layers * per_layer + last * head)
+        full = job.training.recompute is Recompute.FULL  # checkpointed layers drop their copies
+        amp_saved = amp_forward - (BF16 * layers * per_layer if full else 0.0)
+        tied = job.model.tied_embeddings
+        table_grad = (np.arange(p) == 0) * pb.gradients * job.model.vocab_size \
+            * job.model.hidden_size * (2 if tied else 1)
+    return _Moments(
+        static={"weights_bytes": pb.weights * n,
+                "optimizer_states_bytes": (pb.master_weights + pb.optimizer_states) * n / shard},
+        grads_in_flight=in_flight, grads_all=grads * (1 + (not fw.persistent_grad_buffer
+                                                          and job.dp > 1)),
+        main=pb.main_gradients * n / shard,
+        act=in_flight_peak(plan, chunk_activation_bytes(job, graph), job.num_microbatches),
+        amp_forward=amp_forward, amp_saved=amp_saved,
+        head_forward=last * graph.head.forward_transient_bytes,
+        head_backward=last * graph.head.working_bytes,
+        working=(layers > 0) * graph.layer.working_bytes, table_grad=table_grad)
+
+
+def stage_memory(job: Job, graph: JobGraph, plan: RoundPlan) -> list[StageMemory]:
+    """Each stage's memory at its peak moment (see the module docstring)."""
+    return list(stage_memory_table(job, graph, plan).stages)
+
+
+@dataclass(frozen=True)
+class MemoryTable:
+    """Each stage's `StageMemory` and, as (p,) arrays, their `allocated_bytes` and
+    `total_bytes` (the same sums in the same order, so the same floats)."""
+
+    stages: tuple[StageMemory, ...]
+    allocated_bytes: np.ndarray
+    total_bytes: np.ndarray
+
+
+def stage_memory_table(job: Job, graph: JobGraph, plan: RoundPlan) -> MemoryTable:
+    """`stage_memory` with the per-stage sums computed for all stages at once."""
+    mo = _moments(job, graph, plan)
+    p = job.parallel.pp
+    zero = np.zeros(p)
+    candidates = {
+        "forward": dict(gradients_bytes=mo.grads_in_flight, activations_bytes=mo.act,
+                        amp_weight_copies_bytes=mo.amp_forward,
+                        loss_temporaries_bytes=mo.head_forward),
+        "backward": dict(gradients_bytes=mo.grads_in_flight, activations_bytes=mo.act,
+                         amp_weight_copies_bytes=mo.amp_saved,
+                         loss_temporaries_bytes=np.where(mo.head_backward > mo.working,
+                                                         mo.head_backward, 0.0),
+                         working_bytes=np.where(mo.head_backward > mo.working, 0.0, mo.working)),
+        "optimizer": dict(gradients_bytes=mo.grads_all, main_gradients_bytes=mo.main,
+                          embedding_gradient_bytes=mo.table_grad),
+    }
+    keys = ("gradients_bytes", "main_gradients_bytes", "activations_bytes",
+            "amp_weight_copies_bytes", "loss_temporaries_bytes", "working_bytes",
+            "embedding_gradient_bytes")
+    names = tuple(candidates)
+    # (moment, term, stage) and the moment each stage peaks at; built once, not per stage
+    terms = np.array([[c.get(k, zero) for k in keys]
+                      for c in candidates.values()])
+    peak = terms.sum(axis=1).argmax(axis=0)
+    chosen = terms[peak, :, np.arange(p)]  # (stage, term)
+    weights = mo.static["weights_bytes"]
+    states = mo.static["optimizer_states_bytes"]
+    context = job.hardware.reserved_memory_GiB * GiB
+    t = chosen.T  # gradients, main gradients, activations, amp, loss, working, embedding
+    # StageMemory.allocated_bytes / total_bytes, term by term in their order
+    allocated = weights + t[0] + t[1] + states + t[2] + t[3] + t[4] + t[5] + t[6] + WORKSPACE_BYTES
+    moments = [names[i] for i in peak.tolist()]
+    stages = tuple(
+        StageMemory(ws, g, mg, st, a, amp, loss, w, emb, WORKSPACE_BYTES, context, moment)
+        for ws, st, (g, mg, a, amp, loss, w, emb), moment
+        in zip(weights.tolist(), states.tolist(), chosen.tolist(), moments, strict=True))
+    return MemoryTable(stages, allocated, allocated + context)

@@ -1,0 +1,99 @@
+"""The parts of a simulation that depend on the job alone, built once per job (layout).
+
+A simulation combines two kinds of work: what the kernel and network models decide (the blocks'
+costs, the pipeline's timing, the collectives after it), and what the job's structure alone
+decides: its graph, the schedule's round plan, each stage's parameters and memory at its peak
+moment, the FLOPs per iteration and the job's summary. The second kind is built here and
+memoized per job, so that a loop that simulates the same layout under other kernel or network
+models, or again (the scheduler re-simulates a job at each GPU count it tries, a calibration
+re-simulates its rows with new efficiencies), builds it once; a new layout builds it anew
+("new layout" in bench/bench_simulator.py). Every value is a pure function of the key, so a hit
+returns what a fresh build would (tests/simulator_tests/test_caches.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simulator.graph.blocks import JobGraph, build_graph
+from simulator.graph.flops import hardware_flops_per_iteration, model_flops_per_iteration
+from simulator.graph.params import total_params
+from simulator.job.framework import semantics
+from simulator.job.specs import Job
+from simulator.memo import Memo, Pinned, read_only
+from simulator.memory.stages import MemoryTable, stage_memory_table
+from simulator.memory.states import stage_param_counts
+from simulator.timeline.engine import RoundPlan, round_plan
+
+
+@dataclass(frozen=True)
+class JobStatic:
+    """What `simulate` needs of a job that no kernel or network model changes."""
+
+    graph: JobGraph
+    plan: RoundPlan
+    params: np.ndarray  # (p,) parameters held by one GPU of each stage
+    memory: MemoryTable
+    model_flops: float
+    hardware_flops: float
+    summary: dict[str, Any]  # job_summary(job); callers get a copy
+    # What simulate memoizes per job and kernel / network model (p2p delays, the tail's fixed
+    # terms) and per job and costed blocks (stage costs): kept here, so that they live and go
+    # with the job's entry in JOBS.
+    per_models: Memo[Any] = field(default_factory=lambda: Memo(maxsize=8), compare=False,
+                                  repr=False)
+    per_blocks: Memo[Any] = field(default_factory=lambda: Memo(maxsize=8), compare=False,
+                                  repr=False)
+
+
+# Per job: its configs (pydantic, hashed by content) and its hardware (by identity). Bounded like
+# `engine.round_plan`'s cache: an entry holds the job's round plan (~1 MB for MT-NLG's 11,200 ops).
+JOBS: Memo[JobStatic] = Memo(maxsize=256)
+
+
+def job_key(job: Job) -> tuple[object, ...]:
+    return job.model, job.training, job.parallel, job.cluster, Pinned(job.hardware)
+
+
+def job_static(job: Job) -> JobStatic:
+    """The job's static parts, memoized under `job_key`."""
+    return JOBS.get(job_key(job), lambda: build_static(job))
+
+
+def build_static(job: Job) -> JobStatic:
+    """The job's static parts (not memoized)."""
+    graph = build_graph(job)
+    p, v, m = job.parallel.pp, job.parallel.virtual_stages, job.num_microbatches
+    all_warmup = semantics(job.training.framework).all_forwards_first_when_m_equals_p and m == p
+    plan = round_plan(job.parallel.schedule, p, m, v, all_warmup)
+    static = JobStatic(graph, plan, stage_param_counts(job), stage_memory_table(job, graph, plan),
+                       model_flops_per_iteration(job), hardware_flops_per_iteration(job),
+                       job_summary(job))
+    read_only(graph.chunk_layers, static.params, static.memory.allocated_bytes,
+              static.memory.total_bytes)
+    return static
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    t, p, c = job.training, job.parallel, job.cluster
+    return {
+        "model": job.model.name,
+        "parameters": total_params(job.model),
+        "gpu": job.hardware.name,
+        "num_gpus": c.num_gpus,
+        "gpus_per_node": job.gpus_per_node,
+        "tp": p.tp, "pp": p.pp, "dp": job.dp, "virtual_stages": p.virtual_stages,
+        "schedule": p.schedule.value,
+        "sequence_parallel": p.sequence_parallel,
+        "distributed_optimizer": p.distributed_optimizer,
+        "overlap_grad_reduce": p.overlap_grad_reduce,
+        "global_batch_size": t.global_batch_size,
+        "micro_batch_size": t.micro_batch_size,
+        "seq_length": job.model.seq_length,
+        "precision": t.precision.value,
+        "recompute": t.recompute.value,
+        "flash_attention": t.flash_attention,
+    }

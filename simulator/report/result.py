@@ -1,0 +1,94 @@
+"""The one frozen result of a simulation; renderers (table, JSON, trace) are views of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.graph.blocks import JobGraph
+from simulator.memory.stages import StageMemory
+from simulator.timeline.engine import Timeline
+from simulator.timeline.lowering import StageCosts
+from simulator.timeline.tail import Tail
+
+BREAKDOWN_KEYS = ("forward", "backward", "recompute", "tp_comm", "overhead", "pp_comm",
+                  "dp_comm_exposed", "embedding_sync", "pipeline_bubble", "optimizer")
+
+
+@dataclass(frozen=True)
+class StageReport:
+    stage: int
+    busy_s: float
+    idle_s: float
+    memory: StageMemory
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "busy_s": self.busy_s, "idle_s": self.idle_s,
+                "memory": self.memory.to_dict()}
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Iteration time, its breakdown (seconds; sums to the iteration time on the critical stage),
+    per-stage load and memory, throughput, FLOP utilization and cost. `peak_memory_bytes` is
+    what the fullest GPU must hold (the allocated peak and the CUDA context; `fits_in_memory`
+    compares it with the capacity); `peak_allocated_bytes` is the allocated peak alone,
+    comparable with `torch.cuda.max_memory_allocated`."""
+
+    job: dict[str, Any]
+    iteration_time_s: float
+    breakdown: dict[str, float]
+    critical_stage: int
+    stages: tuple[StageReport, ...]
+    num_microbatches: int
+    tokens_per_s: float
+    model_flops_per_iteration: float
+    hardware_flops_per_iteration: float
+    mfu: float
+    hfu: float
+    peak_memory_bytes: float
+    memory_capacity_bytes: float
+    fits_in_memory: bool
+    cost_per_iteration_usd: float
+    train_tokens: float | None
+    time_to_train_s: float | None
+    cost_to_train_usd: float | None
+    profile_coverage: dict[str, float]
+    timeline: Timeline | None = field(default=None, repr=False, compare=False)
+    dp_comm_s: tuple[float, ...] = field(default=(), repr=False, compare=False)
+    peak_allocated_bytes: float = 0.0  # what torch.cuda.max_memory_allocated reports
+    # what the timeline was built from, for renderers that show every task (Chrome trace)
+    graph: JobGraph | None = field(default=None, repr=False, compare=False)
+    costs: StageCosts | None = field(default=None, repr=False, compare=False)
+    tail: Tail | None = field(default=None, repr=False, compare=False)
+    p2p_s: tuple[float, ...] = field(default=(), repr=False, compare=False)  # per pp boundary
+
+    @property
+    def memory_overflow_bytes(self) -> float:
+        return max(0.0, self.peak_memory_bytes - self.memory_capacity_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "iteration_time_s": self.iteration_time_s,
+            "breakdown": dict(self.breakdown),
+            "critical_stage": self.critical_stage,
+            "num_microbatches": self.num_microbatches,
+            "tokens_per_s": self.tokens_per_s,
+            "model_flops_per_iteration": self.model_flops_per_iteration,
+            "hardware_flops_per_iteration": self.hardware_flops_per_iteration,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "memory": [s.memory.to_dict() for s in self.stages],
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "fits_in_memory": self.fits_in_memory,
+            "memory_overflow_bytes": self.memory_overflow_bytes,
+            "stages": [s.to_dict() for s in self.stages],
+            "cost_per_iteration_usd": self.cost_per_iteration_usd,
+            "train_tokens": self.train_tokens,
+            "time_to_train_s": self.time_to_train_s,
+            "cost_to_train_usd": self.cost_to_train_usd,
+            "profile_coverage": dict(self.profile_coverage),
+        }

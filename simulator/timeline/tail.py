@@ -1,0 +1,218 @@
+"""After the pipeline: data-parallel gradient reduction, embedding sync, optimizer step.
+
+Without overlap, each stage reduces its gradients once its last backward is done (all-reduce, or
+reduce-scatter with the distributed optimizer), in the framework's gradient dtype. With overlap,
+gradients are reduced in buckets as the last micro-batch's backward produces them (PyTorch DDP /
+Megatron bucketing): bucket i of a chunk is ready at fraction (i+1)/n of that chunk's last
+backward, the buckets go through one communication stream, and only what outlasts the pipeline
+is exposed. Then tied-embedding gradients are all-reduced between the first and last stage; with
+sequence parallelism the gradients of the parameters every tp rank holds whole (norms,
+row-parallel biases) are all-reduced over tp (Megatron's
+`finalize_model_grads::_allreduce_non_tensor_model_parallel_grads`, counted as tp
+communication); the optimizer all-reduces its gradient statistics (norm for clipping, fp16
+overflow flag: one fp32 scalar each) over the model-parallel ranks and runs the Adam step over
+the local (sharded, with ZeRO-1) parameters; ZeRO-1 then all-gathers the updated parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.costs.analytic import KernelModel
+from simulator.graph.eager import optimizer_launches
+from simulator.graph.ops import Op, OpKind, Phase
+from simulator.graph.params import final_norm_params, padded_vocab
+from simulator.job.enums import CollectiveKind, Norm, Precision
+from simulator.job.framework import semantics
+from simulator.job.partition import stage_layers
+from simulator.job.specs import Job
+from simulator.network.collectives import NetworkModel
+from simulator.network.topology import dp_placement, embedding_placement, grad_stats_placement, tp_placement
+from simulator.timeline.engine import Timeline
+
+ADAM_BYTES_PER_PARAM = 36  # read grad + master/m/v, write master/m/v + fp16 copy, grad-norm read
+ADAMW_FP32_BYTES_PER_PARAM = 28  # read param, grad, m, v; write param, m, v
+
+
+@dataclass(frozen=True)
+class Tail:
+    """(p,) seconds per stage after its pipeline phase."""
+
+    dp_exposed_s: np.ndarray
+    embedding_sync_s: np.ndarray
+    sp_grad_sync_s: np.ndarray  # tp all-reduce of sequence-parallel parameters' gradients
+    optimizer_s: np.ndarray  # gradient-statistics all-reduces and the Adam step
+    dp_comm_s: np.ndarray  # total dp communication (exposed or hidden), for the trace
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return self.dp_exposed_s + self.embedding_sync_s + self.sp_grad_sync_s + self.optimizer_s
+
+
+def optimizer_op(params: float, job: Job) -> Op:
+    """The Adam step over `params` local parameters. With fp32 parameters (PyTorch AMP) the
+    fused AdamW reads parameter, gradient and moments and writes parameter and moments (28 bytes
+    per parameter) in multi-tensor launches (graph_eager.optimizer_launches)."""
+    n = int(params)
+    if semantics(job.training.framework).fp32_parameters:
+        launches = optimizer_launches(n, 12 * job.model.num_layers + 6)
+        return Op("adamw_fused", OpKind.OPTIMIZER, Phase.STEP, (n,), 4, 10.0 * n,
+                  ADAMW_FP32_BYTES_PER_PARAM * n, kernels=launches)
+    return Op("adam", OpKind.OPTIMIZER, Phase.STEP, (n,), 4, 10.0 * n, ADAM_BYTES_PER_PARAM * n)
+
+
+def per_value(values: np.ndarray, fn: Callable[[float], float]) -> np.ndarray:
+    """`fn` of each value, evaluated once per distinct value (the middle stages of a pipeline
+    hold the same parameters, so their collectives and optimizer steps take the same time)."""
+    seen: dict[float, float] = {}
+    out = []
+    for x in values.tolist():
+        y = seen.get(x)
+        if y is None:
+            y = seen[x] = fn(x)
+        out.append(y)
+    return np.array(out, dtype=float)
+
+
+@dataclass(frozen=True)
+class FixedTail:
+    """The tail's terms that do not depend on the pipeline's timeline (all of it, unless the
+    gradient reduction overlaps the last backwards)."""
+
+    dp_exposed_s: np.ndarray
+    dp_comm_s: np.ndarray
+    gather_s: np.ndarray | None  # ZeRO-1's parameter all-gather (distributed optimizer)
+    embedding_sync_s: np.ndarray
+    sp_grad_sync_s: np.ndarray
+    optimizer_s: np.ndarray
+
+
+def compute_tail(job: Job, timeline: Timeline, params_per_stage: np.ndarray,
+                 kernels: KernelModel, network: NetworkModel,
+                 fixed: FixedTail | None = None) -> Tail:
+    """The tail of every stage. `fixed`: `fixed_tail` of the same job and models, when the
+    caller has it (simulate memoizes it per job and models)."""
+    if fixed is None:
+        fixed = fixed_tail(job, params_per_stage, kernels, network)
+    exposed, dp_total = fixed.dp_exposed_s, fixed.dp_comm_s
+    if job.dp > 1 and job.parallel.overlap_grad_reduce:
+        kind = (CollectiveKind.REDUCE_SCATTER if job.parallel.distributed_optimizer
+                else CollectiveKind.ALL_REDUCE)
+        pb = semantics(job.training.framework).param_bytes(job.training.precision)
+        exposed, dp_total = _overlapped(job, timeline, params_per_stage * pb.gradients, kind,
+                                        network)
+        if fixed.gather_s is not None:
+            exposed = exposed + fixed.gather_s
+            dp_total = dp_total + fixed.gather_s
+    return Tail(exposed, fixed.embedding_sync_s, fixed.sp_grad_sync_s, fixed.optimizer_s,
+                dp_total)
+
+
+def fixed_tail(job: Job, params_per_stage: np.ndarray, kernels: KernelModel,
+               network: NetworkModel) -> FixedTail:
+    p = job.parallel.pp
+    pb = semantics(job.training.framework).param_bytes(job.training.precision)
+    grad_bytes = params_per_stage * pb.gradients
+    dp_total = np.zeros(p)
+    exposed = np.zeros(p)
+    gather = None
+    if job.dp > 1:
+        where = dp_placement(job)
+        kind = (CollectiveKind.REDUCE_SCATTER if job.parallel.distributed_optimizer
+                else CollectiveKind.ALL_REDUCE)
+        if not job.parallel.overlap_grad_reduce:  # else: compute_tail, from the timeline
+            dp_total = per_value(grad_bytes, lambda b: network.time(kind, b, where))
+            exposed = dp_total.copy()
+        if job.parallel.distributed_optimizer:
+            gather = per_value(params_per_stage, lambda n: network.time(
+                CollectiveKind.ALL_GATHER, pb.weights * n, where))
+            if not job.parallel.overlap_grad_reduce:
+                exposed = exposed + gather
+                dp_total = dp_total + gather
+    shard = job.dp if job.parallel.distributed_optimizer else 1
+    optimizer = per_value(params_per_stage,
+                          lambda n: kernels.cost(optimizer_op(n / shard, job)).seconds)
+    return FixedTail(exposed, dp_total, gather, _embedding_sync(job, network),
+                     _sp_grad_sync(job, network), optimizer + _grad_stats_s(job, network))
+
+
+def sp_parameters(job: Job) -> np.ndarray:
+    """(pp,) parameters per stage whose gradients sequence parallelism leaves partial on each tp
+    rank: norm weights (and biases) and the row-parallel linears' biases of every layer, and the
+    final norm (Megatron sets `sequence_parallel` on exactly these)."""
+    m = job.model
+    norm = m.hidden_size * (2 if m.norm is Norm.LAYERNORM else 1)
+    per_layer = 2 * norm + (2 * m.hidden_size if m.use_bias else 0)
+    counts = stage_layers(job) * float(per_layer)
+    counts[-1] += final_norm_params(m)
+    return counts
+
+
+def _sp_grad_sync(job: Job, network: NetworkModel) -> np.ndarray:
+    if not (job.parallel.sequence_parallel and job.parallel.tp > 1):
+        return np.zeros(job.parallel.pp)
+    gb = semantics(job.training.framework).param_bytes(job.training.precision).gradients
+    where = tp_placement(job)
+    return per_value(sp_parameters(job),
+                     lambda n: network.time(CollectiveKind.ALL_REDUCE, n * gb, where))
+
+
+def grad_stats_all_reduces(job: Job) -> int:
+    """fp32 scalar all-reduces of the optimizer step: the gradient norm, and the overflow flag of
+    fp16 loss scaling (none when the framework needs none)."""
+    if not semantics(job.training.framework).grad_stats_all_reduce:
+        return 0
+    return 2 if job.training.precision is Precision.FP16 else 1
+
+
+def _grad_stats_s(job: Job, network: NetworkModel) -> float:
+    where = grad_stats_placement(job)
+    return sum(network.time(CollectiveKind.ALL_REDUCE, 4.0, where)
+               for _ in range(grad_stats_all_reduces(job)))
+
+
+def _embedding_sync(job: Job, network: NetworkModel) -> np.ndarray:
+    p, m, tp = job.parallel.pp, job.model, job.parallel.tp
+    sync = np.zeros(p)
+    if p > 1 and m.tied_embeddings:
+        fw = semantics(job.training.framework)
+        gb = fw.param_bytes(job.training.precision).gradients
+        nbytes = padded_vocab(m, tp, fw.pads_vocab) * m.hidden_size / tp * gb
+        t = network.time(CollectiveKind.ALL_REDUCE, nbytes, embedding_placement(job))
+        sync[0] = sync[-1] = t
+    return sync
+
+
+def _overlapped(job: Job, timeline: Timeline, grad_bytes: np.ndarray, kind: CollectiveKind,
+                network: NetworkModel) -> tuple[np.ndarray, np.ndarray]:
+    plan = timeline.plan
+    p, v = job.parallel.pp, job.parallel.virtual_stages
+    bwd = plan.backward == 1
+    last_end = np.zeros((p, v))
+    np.maximum.at(last_end, (plan.stage[bwd], plan.chunk[bwd]), timeline.end[bwd])
+    last_dur = np.zeros((p, v))
+    key = plan.stage[bwd] * v + plan.chunk[bwd]
+    ends = timeline.end[bwd]
+    order = np.lexsort((ends, key))  # last op of each (stage, chunk) is the last of its key group
+    last = order[np.r_[np.flatnonzero(np.diff(key[order])), key.size - 1]]
+    last_dur.flat[key[last]] = timeline.duration[bwd][last]
+    chunk_bytes = np.repeat(grad_bytes[:, None] / v, v, axis=1)
+    bucket = job.parallel.bucket_size_mb * 1e6
+    nb = max(1, math.ceil(float(chunk_bytes.max()) / bucket))
+    where = dp_placement(job)
+    unique = {float(b): network.time(kind, float(b) / nb, where) for b in np.unique(chunk_bytes)}
+    bucket_time = np.vectorize(unique.__getitem__)(chunk_bytes)  # (p, v)
+    frac = (np.arange(nb) + 1) / nb
+    ready = (last_end - last_dur)[:, :, None] + last_dur[:, :, None] * frac  # (p, v, nb)
+    times = np.broadcast_to(bucket_time[:, :, None], ready.shape).reshape(p, -1)
+    ready = ready.reshape(p, -1)
+    idx = np.argsort(ready, axis=1)
+    ready = np.take_along_axis(ready, idx, axis=1)
+    times = np.take_along_axis(times, idx, axis=1)
+    suffix = np.cumsum(times[:, ::-1], axis=1)[:, ::-1]
+    finish = (ready + suffix).max(axis=1)
+    return np.clip(finish - timeline.stage_end, 0.0, None), times.sum(axis=1)

@@ -1,6 +1,0 @@
-"""`python -m vtrain_ml.schedule`: see vtrain_ml.cli.schedule."""
-
-from vtrain_ml.cli.schedule import main
-
-if __name__ == "__main__":
-    raise SystemExit(main())
