@@ -27,6 +27,7 @@ class OpKind(StrEnum):
     EMBEDDING = "embedding"
     CROSS_ENTROPY = "cross_entropy"
     OPTIMIZER = "optimizer"  # Adam step over the local parameter shard
+    HOST_SYNC = "host_sync"  # a device-to-host copy the host waits for (it loses its lead)
 
 
 class Phase(StrEnum):
@@ -67,6 +68,21 @@ class CommGroup(StrEnum):
     DP = "dp"
     PP = "pp"
     EMBEDDING = "embedding"  # first and last pipeline stage
+    EP = "ep"  # expert-parallel ranks (token dispatch and combine)
+    EXPERT_TP = "etp"  # expert tensor-parallel ranks
+    EXPERT_TP_EP = "etp_ep"  # expert_tp x ep ranks (the allgather dispatcher)
+    CP = "cp"  # context-parallel ranks (a2a, all-gather of K/V)
+    CP_RING = "cp_ring"  # neighbours on the context-parallel ring (p2p K/V exchange)
+    CP_INNER = "cp_inner"  # the a2a group of hierarchical (a2a+p2p) context parallelism
+
+
+# The collectives of these groups are reported apart from tensor parallelism's.
+EP_GROUPS = frozenset({CommGroup.EP, CommGroup.EXPERT_TP, CommGroup.EXPERT_TP_EP})
+CP_GROUPS = frozenset({CommGroup.CP, CommGroup.CP_RING, CommGroup.CP_INNER})
+# `CommOp.overlap` naming no op of the block but the other direction's compute of the same
+# layer: Megatron's combined 1F1B schedule runs one micro-batch's forward beside another's
+# backward, so a forward all-to-all hides behind backward compute and vice versa.
+OTHER_DIRECTION = "<other direction>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +113,7 @@ class Block:
     working_bytes: float  # transient during its backward (e.g. the recomputed activations)
     forward_transient_bytes: float = 0.0  # alive only at the end of its forward (loss temps)
     host_cost: HostCost = MEGATRON_HOST  # the stack's host time per launch of each direction
+    # transient communication buffers alive while the block runs (simulator.memory.stages)
+    dispatch_buffer_bytes: float = 0.0  # MoE: permuted and received tokens of one layer
+    kv_buffer_bytes: float = 0.0  # context parallelism: K/V received from other cp ranks
+    moe_saved_bytes: float = 0.0  # the part of saved_bytes the MoE (router, experts) keeps
