@@ -111,7 +111,8 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
         return total
 
     def host(ops: tuple[Op, ...], comms: tuple[CommOp, ...], weight: float) -> float:
-        launches = sum(op.kernels for op in ops)
+        launches = sum(op.kernels if op.host_launches is None else op.host_launches
+                       for op in ops)
         return (launches * weight * efficiency.host_overhead_s
                 + len(comms) * efficiency.collective_overhead_s)
 

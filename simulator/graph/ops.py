@@ -57,6 +57,8 @@ class Op:
     saved_bytes: float = 0.0  # activations kept for backward (forward ops only)
     variant: str = ""
     kernels: float = 1  # launches per micro-batch (fractional: runs in some micro-batches only)
+    host_launches: float | None = None  # the host's dispatches when fewer than `kernels` (one
+    # call launching several kernels from C++, e.g. a grouped GEMM's per-expert GEMMs)
 
     @property
     def profile_key(self) -> tuple[str, str, str, tuple[int, ...], int]:

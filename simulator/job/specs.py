@@ -195,6 +195,9 @@ class Efficiency(Frozen):
     # from kernel durations in the H100 traces (../shared/data/traces/h100, mgpt_h2048 logits
     # GEMMs, `cutlass_75_..._align1`: 0.10 forward, 0.14-0.15 backward).
     unaligned_gemm_efficiency: float = Field(0.12, gt=0, le=1)
+    # Fused attention's best fraction of peak where it was measured apart from GEMMs (B200:
+    # bench/fit_b200_kernels.py); None: the GEMM's (gemm_max_efficiency).
+    attention_max_efficiency: float | None = Field(None, gt=0, le=1)
 
 
 class HardwareSpec(Frozen):

@@ -77,7 +77,7 @@ def routed_tokens(job: Job, c: ShapeContext) -> RoutedTokens:
         cap = capacity * ep * etp
         if t.moe_pad_expert_input_to_capacity:
             sync = False
-            return RoutedTokens(tokens, capacity * e, 1.0, local, _aligned(cap), sync)
+            return RoutedTokens(tokens, capacity * e, 1.0, local, aligned_tokens(cap), sync)
         scale = min(imbalance, cap / mean)
     else:
         scale = imbalance
@@ -85,10 +85,11 @@ def routed_tokens(job: Job, c: ShapeContext) -> RoutedTokens:
         sync = True
     sent = tokens * (distinct_ranks(e, k, ep) if t.moe_token_dispatcher is TokenDispatcher.FLEX
                      else k)
-    return RoutedTokens(tokens, sent, scale, local, _aligned(mean * scale), sync)
+    return RoutedTokens(tokens, sent, scale, local, aligned_tokens(mean * scale), sync)
 
 
-def _aligned(n: float) -> int:
+def aligned_tokens(n: float) -> int:
+    """A per-expert token count rounded up to whole 16-byte rows (see `routed_tokens`)."""
     return max(ALIGN, math.ceil(n / ALIGN) * ALIGN)
 
 

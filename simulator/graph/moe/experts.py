@@ -1,10 +1,12 @@
 """The routed experts of one rank (Megatron-Core `moe/experts.py::TEGroupedMLP`): fc1 (gate and
 up with SwiGLU) of every local expert in one grouped GEMM, the activation, fc2 in one grouped
 GEMM; each expert's FFN split over expert_tp. A grouped GEMM is costed as `local_experts`
-independent (tokens_per_expert x N x K) problems sharing the GPU: its tile and wave
-quantization (simulator.costs.analytic.gemm_efficiency) is what makes it slower per FLOP as the
-tokens per expert shrink. Without `moe_grouped_gemm` (SequentialMLP) every expert is its own
-pair of GEMM launches. And the permutations around them (`moe_utils.py::permute`, `unpermute`,
+independent (tokens_per_expert x N x K) problems sharing the GPU, each its own kernel (TE's
+`general_grouped_gemm` issues one cuBLAS GEMM per expert over several streams from one host
+call): what makes it slower per FLOP as the tokens per expert shrink is its tile and wave
+quantization (simulator.costs.analytic.gemm_efficiency), the expert weights it must read whatever
+the tokens (the roofline's memory side) and a launch gap per expert. Without
+`moe_grouped_gemm` (SequentialMLP) every expert is its own pair of GEMM launches from Python. And the permutations around them (`moe_utils.py::permute`, `unpermute`,
 `sort_chunks_by_idxs`, fused kernels with `--moe-permute-fusion`)."""
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ def _grouped(name: str, r: RoutedTokens, n: int, k: int, dt: int, saved: float, 
              grouped: bool) -> tuple[Op, list[Op]]:
     """fc1 or fc2 of the local experts: one grouped GEMM, or one GEMM launch per expert."""
     e, m = r.local_experts, r.per_expert
-    if grouped:
-        return gemm(name, m, n, k, dt, saved, batch=e, accumulate_bytes=acc)
+    if grouped:  # TE's grouped GEMM: one call, one GEMM kernel per expert
+        fwd, bwd = gemm(name, m, n, k, dt, saved, batch=e, accumulate_bytes=acc)
+        return (replace(fwd, kernels=e, host_launches=1),
+                [replace(op, kernels=e, host_launches=1) for op in bwd])
     fwd, bwd = gemm(name, m, n, k, dt, saved, accumulate_bytes=acc)
 
     def each(op: Op) -> Op:
