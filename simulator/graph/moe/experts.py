@@ -6,8 +6,10 @@ independent (tokens_per_expert x N x K) problems sharing the GPU, each its own k
 call): what makes it slower per FLOP as the tokens per expert shrink is its tile and wave
 quantization (simulator.costs.analytic.gemm_efficiency), the expert weights it must read whatever
 the tokens (the roofline's memory side) and a launch gap per expert. Without
-`moe_grouped_gemm` (SequentialMLP) every expert is its own pair of GEMM launches from Python. And the permutations around them (`moe_utils.py::permute`, `unpermute`,
-`sort_chunks_by_idxs`, fused kernels with `--moe-permute-fusion`)."""
+`moe_grouped_gemm` (SequentialMLP) every expert is its own pair of GEMM launches from Python.
+Also the permutations around them (`moe_utils.py::permute`, `unpermute`, `sort_chunks_by_idxs`,
+fused kernels with `--moe-permute-fusion`).
+Check: bench/fit_b200_kernels.py compares these grouped GEMMs with 108 measured on a B200."""
 
 from __future__ import annotations
 
