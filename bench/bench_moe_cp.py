@@ -196,17 +196,18 @@ def torchtitan_section() -> None:
           f"absolute tokens/s/GPU not comparable: float8, torch.compile, FSDP, 500 W)")
 
 
-PRESETS = {"deepseekv3": "deepseek-v3", "qwen3_30b_a3b": "qwen3-30b-a3b",
-           "qwen3_235b_a22b": "qwen3-235b-a22b", "gpt oss 120b": "gpt-oss-120b",
-           "gpt oss 20b": "gpt-oss-20b", "kimi_k2": "kimi-k2", "mixtral 8x7b": "mixtral-8x7b",
-           "mixtral 8x22b": "mixtral-8x22b"}
+# a published model name (letters and digits only, lower case) contains these -> our preset
+PRESETS = (("deepseekv3", "deepseek-v3"), ("qwen3moe30b", "qwen3-30b-a3b"),
+           ("qwen330ba3b", "qwen3-30b-a3b"), ("qwen3235ba22b", "qwen3-235b-a22b"),
+           ("gptoss120b", "gpt-oss-120b"), ("gptoss20b", "gpt-oss-20b"), ("kimik2", "kimi-k2"),
+           ("mixtral8x7b", "mixtral-8x7b"), ("mixtral8x22b", "mixtral-8x22b"))
 GPUS = {"h100": "h100-sxm-80gb", "h200": "h200-141gb", "gb200": "gb200", "gb300": "gb300",
         "b200": "b200", "b300": "b300", "a100": "a100-80gb"}
 
 
 def _preset(model: str) -> str | None:
-    key = model.lower().split(" (")[0].strip()
-    return PRESETS.get(key)
+    key = "".join(ch for ch in model.lower().split(" (")[0] if ch.isalnum())
+    return next((preset for name, preset in PRESETS if name in key), None)
 
 
 def _gpu(text: str) -> str | None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.costs.analytic import CostSource, KernelModel
-from simulator.graph.ops import CP_GROUPS, EP_GROUPS, OTHER_DIRECTION, Block, CommOp, Op, OpKind
+from simulator.graph.ops import CP_GROUPS, EP_GROUPS, HOST_SYNC, OTHER_DIRECTION, Block, CommOp, Op
 from simulator.job.specs import Efficiency
 
 CommTime = Callable[[CommOp], float]  # seconds of one tensor-parallel collective on the job's group
@@ -118,7 +118,7 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
 
     def sync_idle(ops: tuple[Op, ...], weight: float) -> float:
         """After each host synchronization the GPU waits for the host's next launch."""
-        syncs = sum(1 for op in ops if op.kind is OpKind.HOST_SYNC)
+        syncs = sum(1 for op in ops if op.variant == HOST_SYNC)
         return syncs * weight * efficiency.host_overhead_s
 
     fwd, bwd, rec = compute(block.forward), compute(block.backward), compute(block.recompute)

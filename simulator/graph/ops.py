@@ -27,7 +27,11 @@ class OpKind(StrEnum):
     EMBEDDING = "embedding"
     CROSS_ENTROPY = "cross_entropy"
     OPTIMIZER = "optimizer"  # Adam step over the local parameter shard
-    HOST_SYNC = "host_sync"  # a device-to-host copy the host waits for (it loses its lead)
+
+
+# The variant of a small copy the host waits for (MoE's tokens-per-expert counts): after it the
+# host has lost its lead over the GPU (simulator.costs.blocks).
+HOST_SYNC = "host_sync"
 
 
 class Phase(StrEnum):

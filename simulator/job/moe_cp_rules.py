@@ -154,6 +154,10 @@ def _training_problems(job: Job) -> list[str]:
     if t.moe_pad_expert_input_to_capacity and t.moe_expert_capacity_factor is None:
         problems.append("training.moe_pad_expert_input_to_capacity needs "
                         "training.moe_expert_capacity_factor (the capacity to pad to)")
+    if t.moe_token_dispatcher is TokenDispatcher.FLEX and job.expert_tp > 1:
+        problems.append(f"training.moe_token_dispatcher=flex with expert_tp={job.expert_tp} is not "
+                        f"modelled (DeepEP dispatches over the expert-parallel ranks); set "
+                        f"parallel.expert_tp: 1 or use the alltoall dispatcher")
     if t.moe_token_dispatcher is TokenDispatcher.FLEX and t.moe_expert_capacity_factor is not None:
         problems.append("training.moe_token_dispatcher=flex (DeepEP) is dropless: remove "
                         "moe_expert_capacity_factor")

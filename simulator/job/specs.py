@@ -282,6 +282,41 @@ class Job(Frozen):
         return self.hardware.price_per_gpu_hour_usd if price is None else price
 
 
+# Fields added after content hashes of jobs were first recorded (a calibrated hardware file
+# keeps the fingerprints of the rows it was fitted on): `without_unused_fields` leaves them out
+# of a dumped job while they hold their defaults, so a job that does not use them hashes as before.
+LATER_FIELDS: dict[str, type[Frozen]] = {"model": ModelSpec, "training": TrainingSpec,
+                                         "parallel": ParallelPlan}
+_FIRST_FIELDS = {
+    "model": {"name", "num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
+              "ffn_hidden_size", "gated_mlp", "activation_function", "vocab_size", "seq_length",
+              "norm", "use_bias", "tied_embeddings", "position_embedding", "hidden_dropout",
+              "attention_dropout", "published_params"},
+    "training": {"global_batch_size", "micro_batch_size", "precision", "recompute",
+                 "flash_attention", "optimizer", "framework", "fused_softmax",
+                 "gradient_accumulation_fusion", "train_tokens"},
+    "parallel": {"tp", "pp", "dp", "virtual_stages", "schedule", "sequence_parallel",
+                 "distributed_optimizer", "overlap_grad_reduce", "bucket_size_mb",
+                 "first_stage_layers", "last_stage_layers"},
+}
+
+
+def without_unused_fields(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A job's `model_dump(mode="json")` without the later fields that hold their defaults."""
+    out = dict(dumped)
+    for section, cls in LATER_FIELDS.items():
+        if not isinstance(out.get(section), dict):
+            continue
+        defaults = {name: field.default for name, field in cls.model_fields.items()}
+        out[section] = {k: v for k, v in out[section].items()
+                        if k in _FIRST_FIELDS[section] or v != _json(defaults.get(k))}
+    return out
+
+
+def _json(value: Any) -> Any:
+    return value.value if hasattr(value, "value") else value
+
+
 M = TypeVar("M", bound=BaseModel)
 
 

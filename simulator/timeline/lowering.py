@@ -98,12 +98,13 @@ def block_totals(block: Block) -> dict[str, float]:
         out[f"{name}_flops"] = float(sum(op.flops for op in ops))
         out[f"{name}_hbm_bytes"] = float(sum(op.bytes for op in ops))
         out[f"{name}_kernels"] = float(sum(op.kernels for op in ops))
-        out[f"{name}_tp_comm_bytes"] = float(sum(c.bytes for c in comms))
-        out[f"{name}_tp_comm_calls"] = float(len(comms))
-        for group, label in ((EP_GROUPS, "ep"), (CP_GROUPS, "cp")):
-            mine = [c for c in comms if c.group in group]
-            if mine:
-                out[f"{name}_{label}_comm_bytes"] = float(sum(c.bytes for c in mine))
+        ep = [c for c in comms if c.group in EP_GROUPS]
+        cp = [c for c in comms if c.group in CP_GROUPS]
+        tp = [c for c in comms if c.group not in EP_GROUPS and c.group not in CP_GROUPS]
+        out[f"{name}_tp_comm_bytes"] = float(sum(c.bytes for c in tp))
+        out[f"{name}_tp_comm_calls"] = float(len(tp))
+        out[f"{name}_ep_comm_bytes"] = float(sum(c.bytes for c in ep))
+        out[f"{name}_cp_comm_bytes"] = float(sum(c.bytes for c in cp))
     return out
 
 
@@ -216,13 +217,18 @@ def _parts(g: Grids, per_microbatch: np.ndarray) -> tuple[Grids, Grids, Grids]:
         if not (f.any() or b.any() or r.any()):
             continue
         key = f"{group}_comm"
-        parts["tp_comm"] = parts["tp_comm"] - f - b - r
+        parts["tp_comm"] = _rest(parts["tp_comm"], f + b + r)
         parts[key] = f + b + r
-        forward_parts["tp_comm"] = forward_parts["tp_comm"] - f
+        forward_parts["tp_comm"] = _rest(forward_parts["tp_comm"], f)
         forward_parts = {**forward_parts, key: f}
-        backward_parts["recompute_tp_comm"] = backward_parts["recompute_tp_comm"] - r
-        backward_parts["tp_comm"] = backward_parts["tp_comm"] - b
+        backward_parts["recompute_tp_comm"] = _rest(backward_parts["recompute_tp_comm"], r)
+        backward_parts["tp_comm"] = _rest(backward_parts["tp_comm"], b)
         backward_parts = {**backward_parts, key: b + r}
     for pieces in (forward_parts, backward_parts):  # overhead last, as the tasks run it
         pieces["overhead"] = pieces.pop("overhead")
     return parts, forward_parts, backward_parts
+
+
+def _rest(total: np.ndarray, part: np.ndarray) -> np.ndarray:
+    """What remains of `total` after `part` of it (rounding never makes it negative)."""
+    return np.maximum(total - part, 0.0)

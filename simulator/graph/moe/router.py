@@ -6,7 +6,7 @@ With sequence parallelism it runs on the rank's share of the tokens."""
 from __future__ import annotations
 
 from simulator.graph.layer_parts import LayerParts
-from simulator.graph.ops import Op, OpKind, Phase
+from simulator.graph.ops import HOST_SYNC, Op, OpKind, Phase
 from simulator.graph.primitives import FP32, ShapeContext, gemm, pointwise, small_kernels
 from simulator.job.specs import Job
 
@@ -42,6 +42,6 @@ def host_sync(name: str, nbytes: float) -> tuple[Op, list[Op]]:
     can size the all-to-all (dropless routing: `MoEAlltoAllTokenDispatcher.preprocess` sets
     `cuda_sync_point`; `MoEAllGatherTokenDispatcher` calls `.cpu()`; DeepEP's dispatch waits for
     the received counts). The host loses its lead over the GPU (simulator.costs.blocks)."""
-    op = Op(name, OpKind.HOST_SYNC, Phase.FORWARD, (int(nbytes),), 8, 0.0, nbytes, 0.0,
-            "tokens_per_expert", 1)
+    op = Op(name, OpKind.ELEMENTWISE, Phase.FORWARD, (int(nbytes),), 8, 0.0, nbytes, 0.0,
+            HOST_SYNC, 1)
     return op, []
