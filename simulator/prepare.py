@@ -20,7 +20,7 @@ import numpy as np
 
 from simulator.graph.blocks import JobGraph, build_graph
 from simulator.graph.flops import hardware_flops_per_iteration, model_flops_per_iteration
-from simulator.graph.params import total_params
+from simulator.graph.params import active_params, total_params
 from simulator.job.framework import semantics
 from simulator.job.specs import Job
 from simulator.memo import Memo, Pinned, read_only
@@ -96,4 +96,18 @@ def job_summary(job: Job) -> dict[str, Any]:
         "precision": t.precision.value,
         "recompute": t.recompute.value,
         "flash_attention": t.flash_attention,
+        **_parallel_summary(job),
     }
+
+
+def _parallel_summary(job: Job) -> dict[str, Any]:
+    """Context and expert parallelism, for jobs that use them (others' summaries are unchanged)."""
+    p = job.parallel
+    out: dict[str, Any] = {}
+    if p.cp > 1:
+        out.update(cp=p.cp, cp_comm_type=p.cp_comm_type.value)
+    if job.model.is_moe:
+        out.update(ep=p.ep, expert_tp=job.expert_tp, expert_dp=job.expert_dp,
+                   moe_token_dispatcher=job.training.moe_token_dispatcher.value,
+                   active_parameters=active_params(job.model))
+    return out

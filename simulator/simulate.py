@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simulator.costs.analytic import AnalyticKernelModel, CostSource, KernelModel
+from simulator.costs.comm_groups import group_placements
 from simulator.graph.blocks import BLOCKS, JobGraph, blocks_key
 from simulator.job.catalog import data_dir
 from simulator.job.enums import CollectiveKind
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 # Costed blocks (and their table for the chunk grids) of every (blocks, hardware, tp placement,
 # kernel and network model) seen recently: see `_costed_blocks`.
-COSTED: Memo[tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]] = Memo(maxsize=512)
+COSTED: Memo[tuple[tuple[BlockCost, ...], np.ndarray]] = Memo(maxsize=512)
 # The distinct p2p placements of the pipeline boundaries and each boundary's index among them,
 # per (pp, tp, dp, GPUs per node, GPUs): what `topology.pp_placement` reads.
 PLACEMENTS: Memo[tuple[tuple[Placement, ...], np.ndarray]] = Memo(maxsize=512)
@@ -81,7 +82,8 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         costs, coverage = static.per_blocks.get(Pinned(cached_table), lambda: _costs(
             job, graph, costed, cached_table))
     else:
-        costs, coverage = _costs(job, graph, blocks.replace_blocks(graph, *costed), None)
+        costs, coverage = _costs(job, graph, (*blocks.replace_blocks(graph, *costed[:3]),
+                                              *costed[3:]), None)
     p, m = job.parallel.pp, job.num_microbatches
     edge_delays, fixed = static.per_models.get(
         models, lambda: _per_models(job, static, kernels, network))
@@ -152,18 +154,20 @@ def clear_layout_caches() -> None:
 
 def _costed_blocks(job: Job, graph: JobGraph, kernels: KernelModel | None,
                    network: NetworkModel | None
-                   ) -> tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]:
+                   ) -> tuple[tuple[BlockCost, ...], np.ndarray]:
     """The blocks' costs, memoized. They depend on the blocks (`blocks_key`), the hardware
     (efficiencies included; an immutable object, keyed by identity), the tp group's placement,
     and the kernel and network models: the default ones are functions of the hardware, the
     precision (in the training config) and the cluster's bandwidths; a caller's own models
     enter the key by identity."""
-    key = (blocks_key(job), Pinned(job.hardware), tp_placement(job),
+    groups = (tuple(group_placements(job).items())
+              if job.model.is_moe or job.parallel.cp > 1 else tp_placement(job))
+    key = (blocks_key(job), Pinned(job.hardware), groups,
            Pinned(kernels) if kernels is not None else None,
            Pinned(network) if network is not None else
            (job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps))
 
-    def compute() -> tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]:
+    def compute() -> tuple[tuple[BlockCost, ...], np.ndarray]:
         costed = block_costs(job, graph, kernels or default_kernels(job),
                              network or default_network(job))
         return costed, block_table(*costed)
@@ -171,7 +175,7 @@ def _costed_blocks(job: Job, graph: JobGraph, kernels: KernelModel | None,
     return COSTED.get(key, compute)
 
 
-def _costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, BlockCost, BlockCost],
+def _costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, ...],
            table: np.ndarray | None) -> tuple[StageCosts, dict[str, float]]:
     costs = stage_costs(job, graph, costed, table)
     read_only(costs.forward_s, costs.backward_s, *costs.parts.values(),
@@ -227,11 +231,14 @@ def _breakdown(costs: StageCosts, tail: Tail, m: int, c: int, idle: np.ndarray, 
 
 
 def _coverage(costs: StageCosts, job: Job, graph: JobGraph) -> dict[str, float]:
-    weights = {"layer": job.model.num_layers, "embedding": 1, "head": 1}
+    counts = [float(n) for n in graph.layer_counts.sum(axis=(1, 2))] if graph.other_layers \
+        else [job.model.num_layers]
+    weighted = [*zip(counts, (costs.layer, *costs.other_layers), strict=True),
+                (1, costs.embedding), (1, costs.head)]
     totals: dict[str, float] = defaultdict(float)
-    for name, block in (("layer", costs.layer), ("embedding", costs.embedding), ("head", costs.head)):
+    for weight, block in weighted:
         for source, seconds in block.by_source.items():
-            totals[source.value] += weights[name] * seconds
+            totals[source.value] += weight * seconds
     grand = sum(totals.values()) or 1.0
     return {s.value: totals.get(s.value, 0.0) / grand for s in CostSource}
 

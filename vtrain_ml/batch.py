@@ -27,9 +27,10 @@ from vtrain_ml.jobs import Overrides, apply
 log = logging.getLogger(__name__)
 
 JOB_SUFFIXES = (".json", ".yaml", ".yml")
-COLUMNS = ("path", "variant", "status", "model", "num_gpus", "tp", "pp", "dp", "micro_batch_size",
-           "num_microbatches", "global_batch_size", "schedule", "recompute", "iteration_time_s",
-           "tokens_per_s", "mfu", "peak_memory_GiB", "memory_capacity_GiB", "fits",
+COLUMNS = ("path", "variant", "status", "model", "num_gpus", "tp", "pp", "dp", "cp", "ep",
+           "expert_tp", "micro_batch_size", "num_microbatches", "global_batch_size", "schedule",
+           "recompute", "iteration_time_s", "tokens_per_s", "mfu", "tp_comm_s", "ep_comm_s",
+           "cp_comm_s", "peak_memory_GiB", "memory_capacity_GiB", "fits",
            "cost_per_iteration_usd", "notes", "error")
 
 
@@ -84,6 +85,9 @@ def result_columns(result: SimulationResult) -> dict[str, Any]:
     j = result.job
     return {
         "model": j["model"], "num_gpus": j["num_gpus"], "tp": j["tp"], "pp": j["pp"], "dp": j["dp"],
+        "cp": j.get("cp", 1), "ep": j.get("ep", 1), "expert_tp": j.get("expert_tp", ""),
+        "tp_comm_s": result.breakdown["tp_comm"], "ep_comm_s": result.breakdown.get("ep_comm", 0.0),
+        "cp_comm_s": result.breakdown.get("cp_comm", 0.0),
         "micro_batch_size": j["micro_batch_size"], "num_microbatches": result.num_microbatches,
         "global_batch_size": j["global_batch_size"], "schedule": j["schedule"], "recompute": j["recompute"],
         "iteration_time_s": result.iteration_time_s, "tokens_per_s": result.tokens_per_s, "mfu": result.mfu,

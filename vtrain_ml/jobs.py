@@ -2,8 +2,8 @@
 validated again exactly as a job file is, and the variants of several values to compare.
 
 Layout rules follow Megatron-LM's launcher: the data-parallel size is what the GPUs leave,
-`dp = num_gpus / (tp * pp)`. So overriding tp or pp (without dp) re-derives dp from the job's GPU
-count; overriding dp (without the GPU count) makes the GPU count tp * pp * dp.
+`dp = num_gpus / (tp * cp * pp)`. So overriding tp, cp or pp (without dp) re-derives dp from the
+job's GPU count; overriding dp (without the GPU count) makes the GPU count tp * cp * pp * dp.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ LAYOUT_FIELDS: dict[str, tuple[str, str]] = {
     "tp": ("parallel", "tp"),
     "pp": ("parallel", "pp"),
     "dp": ("parallel", "dp"),
+    "cp": ("parallel", "cp"),
+    "ep": ("parallel", "ep"),
     "virtual_stages": ("parallel", "virtual_stages"),
     "schedule": ("parallel", "schedule"),
     "sequence_parallel": ("parallel", "sequence_parallel"),
@@ -40,7 +42,7 @@ LAYOUT_FIELDS: dict[str, tuple[str, str]] = {
 }
 # the command-line flag of each override, for labels and messages
 FLAGS: dict[str, str] = {
-    "num_gpus": "--num-gpus", "tp": "--tp", "pp": "--pp", "dp": "--dp",
+    "num_gpus": "--num-gpus", "tp": "--tp", "pp": "--pp", "dp": "--dp", "cp": "--cp", "ep": "--ep",
     "virtual_stages": "--virtual-stages", "schedule": "--schedule",
     "sequence_parallel": "--sequence-parallel", "distributed_optimizer": "--distributed-optimizer",
     "overlap_grad_reduce": "--overlap-grad-reduce", "micro_batch_size": "--micro-batch",
@@ -60,6 +62,8 @@ class Overrides:
     tp: int | None = None
     pp: int | None = None
     dp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
     virtual_stages: int | None = None
     schedule: str | None = None
     sequence_parallel: bool | None = None
@@ -128,9 +132,10 @@ def _rederive_layout(sections: dict[str, dict[str, Any]], given: Mapping[str, An
     parallel, cluster = sections["parallel"], sections["cluster"]
     if "dp" in given:
         if "num_gpus" not in given:
-            cluster["num_gpus"] = int(parallel["tp"]) * int(parallel["pp"]) * int(given["dp"])
-    elif {"tp", "pp", "num_gpus"} & set(given):
-        parallel["dp"] = None  # re-derived: num_gpus / (tp * pp)
+            cluster["num_gpus"] = (int(parallel["tp"]) * int(parallel.get("cp", 1))
+                                   * int(parallel["pp"]) * int(given["dp"]))
+    elif {"tp", "pp", "cp", "num_gpus"} & set(given):
+        parallel["dp"] = None  # re-derived: num_gpus / (tp * cp * pp)
     if "virtual_stages" in given and given["virtual_stages"] > 1 and "schedule" not in given:
         parallel["schedule"] = "interleaved_1f1b"
 

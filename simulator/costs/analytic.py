@@ -113,10 +113,10 @@ class AnalyticKernelModel:
         mem_time = op.bytes / (hw.hbm_bandwidth_GBps * 1e9 * eff.memory_efficiency)
         if op.kind in MATMUL_KINDS:
             peak = hw.peak_flops(self.precision)
-            if op.kind is OpKind.FLASH_ATTENTION:
-                batch, s, _, d = op.shape
-                frac = float(gemm_efficiency(batch, s, d, s, hw.num_sms, eff.gemm_max_efficiency,
-                                             eff.gemm_k_half))
+            if op.kind is OpKind.FLASH_ATTENTION:  # (batch*heads, queries, keys, head_dim)
+                batch, sq, skv, d = op.shape
+                top = eff.attention_max_efficiency or eff.gemm_max_efficiency
+                frac = float(gemm_efficiency(batch, sq, d, skv, hw.num_sms, top, eff.gemm_k_half))
             else:
                 batch, m, n, k = op.shape
                 frac = float(gemm_efficiency(batch, m, n, k, hw.num_sms, eff.gemm_max_efficiency,

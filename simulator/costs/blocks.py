@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.costs.analytic import CostSource, KernelModel
-from simulator.graph.ops import Block, CommOp, Op
+from simulator.graph.ops import CP_GROUPS, EP_GROUPS, HOST_SYNC, OTHER_DIRECTION, Block, CommOp, Op
 from simulator.job.specs import Efficiency
 
 CommTime = Callable[[CommOp], float]  # seconds of one tensor-parallel collective on the job's group
@@ -34,6 +34,23 @@ class BlockCost:
     forward_host_excess: float
     backward_host_excess: float  # window of recompute + backward
     by_source: dict[CostSource, float]  # compute seconds by where the cost came from
+    # the exposed expert-parallel and context-parallel communication of each direction (part
+    # of its *_comm field above, reported apart from tensor parallelism's)
+    forward_ep_comm: float = 0.0
+    backward_ep_comm: float = 0.0
+    recompute_ep_comm: float = 0.0
+    forward_cp_comm: float = 0.0
+    backward_cp_comm: float = 0.0
+    recompute_cp_comm: float = 0.0
+    host_sync: float = 0.0  # GPU idle after host synchronizations (part of the host excess)
+
+    @property
+    def ep_comm(self) -> float:
+        return self.forward_ep_comm + self.backward_ep_comm + self.recompute_ep_comm
+
+    @property
+    def cp_comm(self) -> float:
+        return self.forward_cp_comm + self.backward_cp_comm + self.recompute_cp_comm
 
     @property
     def forward_total(self) -> float:
@@ -58,6 +75,7 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
     `collective_overhead_s` per collective call."""
     by_source: dict[CostSource, float] = defaultdict(float)
     seconds: dict[str, float] = {}
+    exposed: dict[str, float] = defaultdict(float)  # "<direction>_<ep|cp>" -> seconds
 
     def compute(ops: tuple[Op, ...]) -> float:
         total = 0.0
@@ -68,22 +86,54 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
             total += c.seconds
         return total
 
-    def comm(ops: tuple[CommOp, ...]) -> float:
-        """Blocking collectives in full; asynchronous ones only beyond the op they overlap."""
-        return sum(max(0.0, comm_time(op) - seconds.get(op.overlap, 0.0)) if op.overlap
-                   else comm_time(op) for op in ops)
+    def comm(ops: tuple[CommOp, ...], other_direction: float, direction: str) -> float:
+        """Blocking collectives in full; asynchronous ones only beyond the op they overlap;
+        those overlapping the other direction (combined 1F1B) beyond its whole compute."""
+        parts = []
+        hidden = 0.0
+        for op in ops:
+            t = comm_time(op)
+            if op.overlap == OTHER_DIRECTION:
+                hidden += t
+                t = 0.0
+            elif op.overlap:
+                t = max(0.0, t - seconds.get(op.overlap, 0.0))
+            parts.append(t)
+            if op.group in EP_GROUPS:
+                exposed[f"{direction}_ep"] += t
+            elif op.group in CP_GROUPS:
+                exposed[f"{direction}_cp"] += t
+        total = sum(parts)
+        if hidden:
+            left = max(0.0, hidden - other_direction)
+            exposed[f"{direction}_ep"] += left
+            total += left
+        return total
 
     def host(ops: tuple[Op, ...], comms: tuple[CommOp, ...], weight: float) -> float:
-        launches = sum(op.kernels for op in ops)
+        launches = sum(op.kernels if op.host_launches is None else op.host_launches
+                       for op in ops)
         return (launches * weight * efficiency.host_overhead_s
                 + len(comms) * efficiency.collective_overhead_s)
 
-    fwd, fwd_c = compute(block.forward), comm(block.forward_comm)
-    bwd, bwd_c = compute(block.backward), comm(block.backward_comm)
-    rec, rec_c = compute(block.recompute), comm(block.recompute_comm)
+    def sync_idle(ops: tuple[Op, ...], weight: float) -> float:
+        """After each host synchronization the GPU waits for the host's next launch."""
+        syncs = sum(1 for op in ops if op.variant == HOST_SYNC)
+        return syncs * weight * efficiency.host_overhead_s
+
+    fwd, bwd, rec = compute(block.forward), compute(block.backward), compute(block.recompute)
+    fwd_c = comm(block.forward_comm, bwd, "forward")
+    bwd_c = comm(block.backward_comm, fwd, "backward")
+    rec_c = comm(block.recompute_comm, bwd, "recompute")
     w = block.host_cost
     fwd_host = host(block.forward, block.forward_comm, w.forward)
     bwd_host = (host(block.backward, block.backward_comm, w.backward)
                 + host(block.recompute, block.recompute_comm, w.recompute))
-    return BlockCost(fwd, fwd_c, bwd, bwd_c, rec, rec_c, max(0.0, fwd_host - fwd - fwd_c),
-                     max(0.0, bwd_host - bwd - bwd_c - rec - rec_c), dict(by_source))
+    fwd_sync = sync_idle(block.forward, w.forward)
+    rec_sync = sync_idle(block.recompute, w.recompute)
+    return BlockCost(fwd, fwd_c, bwd, bwd_c, rec, rec_c,
+                     max(0.0, fwd_host - fwd - fwd_c) + fwd_sync,
+                     max(0.0, bwd_host - bwd - bwd_c - rec - rec_c) + rec_sync, dict(by_source),
+                     exposed["forward_ep"], exposed["backward_ep"], exposed["recompute_ep"],
+                     exposed["forward_cp"], exposed["backward_cp"], exposed["recompute_cp"],
+                     fwd_sync + rec_sync)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.graph.ops import Op, OpKind, Phase
+from simulator.graph.ops import CommOp, Op, OpKind, Phase
 from simulator.graph.primitives import FP32, MASK_BYTES, ShapeContext, gemm, pointwise
 from simulator.job.specs import Job
 
@@ -49,11 +49,15 @@ def _softmax(job: Job, c: ShapeContext, heads: int, scores: float) -> tuple[Op, 
 @dataclass(frozen=True)
 class AttentionCore:
     """The attention core's ops (the part selective recompute checkpoints) and the bytes of its
-    inputs Q, K, V, which the checkpoint keeps."""
+    inputs Q, K, V, which the checkpoint keeps; with context parallelism also its exchanges of
+    K and V (simulator.graph.context_parallel) and the buffers they fill."""
 
     forward: list[Op]
     backward: list[Op]
     inputs_bytes: float
+    forward_comm: tuple[CommOp, ...] = ()
+    backward_comm: tuple[CommOp, ...] = ()
+    buffer_bytes: float = 0.0
 
 
 def attention_core(job: Job, c: ShapeContext, heads: int, groups: int) -> AttentionCore:

@@ -1,11 +1,15 @@
-"""Job -> operator graph of one micro-batch: one transformer layer, the embedding and the head.
+"""Job -> operator graph of one micro-batch: its distinct transformer layers, the embedding and
+the head.
 
-Every transformer layer of a job is identical, so the graph holds one `Block` per kind and the
-schedule repeats it; a pipeline chunk's cost is `layers * layer cost` (identical layers are costed
-once). The blocks come from the layer modules of this package (dense, embedding, head; eager
-for the PyTorch autocast stack) and are memoized per model, training and non-layout plan; the
-stage split and the p2p size are the layout's own. What differs between training stacks comes from
-`simulator.job.framework`.
+Identical layers are costed once: the graph holds one `Block` per kind of layer and a pipeline
+chunk's cost is `sum over kinds of layers of that kind * the kind's cost`. A dense GPT/Llama job
+has one kind (`JobGraph.layer`); a mixture-of-experts model with dense first layers, or GPT-OSS's
+alternating sliding-window layers, has a few (simulator.job.layer_pattern), and multi-token
+prediction adds one block per depth on the last chunk (simulator.graph.mtp). The blocks come from
+the layer modules of this package (dense with its attention and MLP halves, mla, moe/,
+context_parallel, embedding, head; eager for the PyTorch autocast stack) and are memoized per
+model, training and non-layout plan; the stage split and the p2p size are the layout's own. What
+differs between training stacks comes from `simulator.job.framework`.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from simulator.graph import eager as graph_eager
 from simulator.graph.dense import build_layer
 from simulator.graph.embedding import build_embedding
 from simulator.graph.head import build_head
+from simulator.graph.mtp import build_mtp
 from simulator.graph.ops import Block
 from simulator.graph.primitives import FP32, shape_context
 from simulator.job.enums import Recompute
 from simulator.job.framework import semantics
+from simulator.job.layer_pattern import chunk_kind_counts, layer_kinds
 from simulator.job.partition import chunk_layers
 from simulator.job.specs import Job
 from simulator.memo import Memo
@@ -29,16 +35,31 @@ from simulator.memo import Memo
 
 @dataclass(frozen=True)
 class JobGraph:
-    layer: Block
+    layer: Block  # the first kind of layer (all of a dense job's layers)
     embedding: Block
     head: Block
     chunk_layers: np.ndarray  # (pp, v) transformer layers of each stage's model chunks
     p2p_bytes: float  # activation (or its gradient) sent between stages per micro-batch per GPU
+    # further kinds of layer blocks (other layer kinds, then the MTP depth) and (k, pp, v) how
+    # many of each of `layer_blocks` every chunk runs; None: every layer is `layer`
+    other_layers: tuple[Block, ...] = ()
+    counts: np.ndarray | None = None
+    labels: tuple[str, ...] = ("layer",)  # a name per layer block, `layer` first
 
     @property
     def layers_per_chunk(self) -> int:
         """Layers of the fullest chunk (every chunk's, when the split is even)."""
         return int(self.chunk_layers.max())
+
+    @property
+    def layer_blocks(self) -> tuple[Block, ...]:
+        """Every distinct layer block, `layer` first."""
+        return (self.layer, *self.other_layers)
+
+    @property
+    def layer_counts(self) -> np.ndarray:
+        """(k, pp, v) blocks of each of `layer_blocks` that every chunk runs."""
+        return self.chunk_layers[None] if self.counts is None else self.counts
 
 
 def p2p_bytes(job: Job) -> float:
@@ -57,7 +78,10 @@ LAYOUT_ONLY = frozenset({"pp", "dp", "virtual_stages", "schedule", "distributed_
                          "overlap_grad_reduce", "bucket_size_mb", "first_stage_layers",
                          "last_stage_layers"})
 
-BLOCKS: Memo[tuple[Block, Block, Block]] = Memo(maxsize=512)
+# Per blocks_key: the layer blocks (one per kind, then the MTP depth), the embedding and head,
+# and a label per layer block.
+GraphBlocks = tuple[tuple[Block, ...], Block, Block, tuple[str, ...]]
+BLOCKS: Memo[GraphBlocks] = Memo(maxsize=512)
 
 
 def blocks_key(job: Job) -> tuple[object, ...]:
@@ -74,20 +98,45 @@ def blocks_key(job: Job) -> tuple[object, ...]:
 
 def build_graph(job: Job) -> JobGraph:
     """The job's graph. Its blocks are memoized under `blocks_key` (layouts of one model, tp and
-    micro-batch share them); the stage split and p2p size are the layout's own."""
-    layer, emb, head = BLOCKS.get(blocks_key(job), lambda: build_blocks(job))
-    return JobGraph(layer, emb, head, chunk_layers(job), p2p_bytes(job))
+    micro-batch share them); the stage split, the layers of each kind per chunk and the p2p size
+    are the layout's own."""
+    layers, emb, head, labels = BLOCKS.get(blocks_key(job), lambda: build_all_blocks(job))
+    per_chunk = chunk_layers(job)
+    if len(layers) == 1:
+        return JobGraph(layers[0], emb, head, per_chunk, p2p_bytes(job))
+    _, counts = chunk_kind_counts(job)
+    if job.model.mtp_num_layers:
+        mtp = np.zeros((1, *per_chunk.shape), dtype=np.int64)
+        mtp[0, -1, -1] = job.model.mtp_num_layers
+        counts = np.concatenate([counts, mtp])
+    return JobGraph(layers[0], emb, head, per_chunk, p2p_bytes(job), layers[1:], counts, labels)
 
 
 def build_blocks(job: Job) -> tuple[Block, Block, Block]:
-    """The layer, embedding and head blocks of one micro-batch (not memoized), each carrying the
-    host dispatch cost per launch of the stack that runs it (simulator.job.framework)."""
+    """The first layer block, the embedding and the head of one micro-batch (not memoized)."""
+    layers, emb, head, _ = build_all_blocks(job)
+    return layers[0], emb, head
+
+
+def build_all_blocks(job: Job) -> GraphBlocks:
+    """Every layer block (one per kind of layer, then one MTP depth), the embedding and the head
+    of one micro-batch (not memoized), each carrying the host dispatch cost per launch of the
+    stack that runs it (simulator.job.framework)."""
     fw = semantics(job.training.framework)
-    blocks = _eager_blocks(job) if fw.eager_autocast else (
-        build_layer(job), build_embedding(job), build_head(job))
     cost = fw.host_launch_cost
-    layer, emb, head = (replace(b, host_cost=cost) for b in blocks)
-    return layer, emb, head
+    if fw.eager_autocast:
+        layer, emb, head = (replace(b, host_cost=cost) for b in _eager_blocks(job))
+        return (layer,), emb, head, ("layer",)
+    kinds, _ = chunk_kind_counts(job)
+    layers = [build_layer(job, kind) for kind in kinds]
+    emb, head = build_embedding(job), build_head(job)
+    labels = [kind.label for kind in kinds] if len(kinds) > 1 else ["layer"]
+    if job.model.mtp_num_layers:
+        last = layer_kinds(job.model)[-1]
+        layers.append(build_mtp(job, emb, layers[kinds.index(last)], head))
+        labels.append("mtp")
+    emb, head = (replace(b, host_cost=cost) for b in (emb, head))
+    return tuple(replace(b, host_cost=cost) for b in layers), emb, head, tuple(labels)
 
 
 def _eager_blocks(job: Job) -> tuple[Block, Block, Block]:
@@ -106,4 +155,5 @@ def _eager_blocks(job: Job) -> tuple[Block, Block, Block]:
                   head.backward_transient_bytes, head.forward_transient_bytes))
 
 
-__all__ = ["BLOCKS", "JobGraph", "blocks_key", "build_blocks", "build_graph", "p2p_bytes"]
+__all__ = ["BLOCKS", "JobGraph", "blocks_key", "build_all_blocks", "build_blocks", "build_graph",
+           "p2p_bytes"]

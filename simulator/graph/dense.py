@@ -1,11 +1,24 @@
-"""A dense transformer layer (Megatron's TransformerLayer) for one micro-batch: norms, QKV, the
+"""A transformer layer (Megatron's TransformerLayer) for one micro-batch: norms, QKV, the
 attention core, projection, MLP, residuals; its tensor-parallel collectives (Megatron-Core's
 `core/tensor_parallel/layers.py` and `mappings.py`, see `simulator.graph.tp_comm`); the kernels that
-produce and accumulate its parameter gradients; and what the recompute mode saves and re-runs."""
+produce and accumulate its parameter gradients; and what the recompute mode saves and re-runs.
+
+A layer is two halves: the attention (grouped-query here, or multi-latent attention from
+`simulator.graph.mla`) and the MLP (dense here, or routed experts from `simulator.graph.moe`);
+`simulator.job.layer_pattern.LayerKind` says which. A dense GPT/Llama layer takes exactly the
+path it always took."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.graph.attention import AttentionCore, attention_core
+from simulator.graph.context_parallel import attention_core as fused_attention_core
+from simulator.graph.fused_attention import HeadDims
+from simulator.graph.layer_parts import LayerParts
+from simulator.graph.mla import mla_attention
+from simulator.graph.mlp import dense_mlp
+from simulator.graph.moe.layer import moe_mlp
 from simulator.graph.ops import Block, CommOp, Op, OpKind, Phase
 from simulator.graph.primitives import (
     ShapeContext,
@@ -18,62 +31,89 @@ from simulator.graph.primitives import (
     shape_context,
 )
 from simulator.graph.tp_comm import column_parallel, row_parallel
-from simulator.job.enums import PositionEmbedding, Recompute
+from simulator.job.enums import PositionEmbedding, Recompute, SoftmaxType
+from simulator.job.layer_pattern import DENSE, LayerKind
 from simulator.job.specs import Job
 
 
-def build_layer(job: Job) -> Block:
-    """One transformer layer (Megatron's TransformerLayer) for one micro-batch."""
+def build_layer(job: Job, kind: LayerKind = DENSE) -> Block:
+    """One transformer layer of `kind` (Megatron's TransformerLayer) for one micro-batch."""
     m, c = job.model, shape_context(job)
-    t, T = c.t, c.tokens
+    parts = LayerParts()
+    acc = c.grad_bytes if c.fused_accumulation else 0
+    if m.multi_latent_attention:
+        core = mla_attention(job, c, parts, acc)
+    else:
+        core = _gqa_attention(job, c, parts, acc, kind)
+    parts.add(norm_op(c, "post_attn_norm", m.norm))
+    if kind.moe:
+        moe_mlp(job, c, parts, acc)
+    else:
+        dense_mlp(job, c, parts, acc, m.ffn, "mlp")
+    parts.add(dropout_add(c, "mlp.dropout_add"))
+    parts.small_weights.append(norm_weight_grad(job, c, "post_attn_norm"))
+    bwd = parts.bwd + _parameter_gradient_ops(job, c, parts)
+    block = _with_recompute(job, tuple(parts.fwd), tuple(reversed(bwd)), parts.forward_comm,
+                            parts.backward_comm, core, c)
+    return replace(block, dispatch_buffer_bytes=parts.dispatch_buffer_bytes,
+                   kv_buffer_bytes=core.buffer_bytes, moe_saved_bytes=parts.moe_saved_bytes)
+
+
+def _is_plain_attention(job: Job, kind: LayerKind) -> bool:
+    m = job.model
+    return (not kind.window and job.parallel.cp == 1 and m.softmax_type is SoftmaxType.VANILLA)
+
+
+def _gqa_attention(job: Job, c: ShapeContext, parts: LayerParts, acc: int,
+                   kind: LayerKind) -> AttentionCore:
+    """Input norm, QKV (a column-parallel linear), rope, (query/key norms), the core, the output
+    projection (row-parallel) and the residual."""
+    m, t, T = job.model, c.t, c.tokens
     heads, groups, d = m.num_attention_heads // t, m.query_groups // t, m.head_dim
     shard = 1 / t if c.sp else 1.0  # Korthikanti: with SP every saved tensor is split by t
-    fwd: list[Op] = []
-    bwd: list[Op] = []
-
-    def add(pair: tuple[Op, Op] | tuple[Op, list[Op]]) -> None:
-        f, b = pair
-        fwd.append(f)
-        bwd.extend(b if isinstance(b, list) else [b])
-
-    acc = c.grad_bytes if c.fused_accumulation else 0
-    add(norm_op(c, "input_norm", m.norm))
+    parts.add(norm_op(c, "input_norm", m.norm))
     qkv_out = (heads + 2 * groups) * d
-    add(gemm("qkv", T, qkv_out, m.hidden_size, c.dt, 2 * T * m.hidden_size * shard,
-              accumulate_bytes=acc))
+    parts.add(gemm("qkv", T, qkv_out, m.hidden_size, c.dt, 2 * T * m.hidden_size * shard,
+                   accumulate_bytes=acc))
     if m.position_embedding is PositionEmbedding.ROPE:
-        add(pointwise("rope", OpKind.ELEMENTWISE, T * (heads + groups) * d, c.dt, 1, 1,
-                       variant="rope", bwd_traffic=2.0))
-    core = attention_core(job, c, heads, groups)
-    fwd.extend(core.forward)
-    bwd.extend(core.backward)
-    add(gemm("attn.proj", T, m.hidden_size, heads * d, c.dt, 2 * T * heads * d,
-              accumulate_bytes=acc))
-    add(dropout_add(c, "attn.dropout_add"))
-    add(norm_op(c, "post_attn_norm", m.norm))
-    f = m.ffn // t
-    up = 2 * f if m.gated_mlp else f
-    add(gemm("mlp.up", T, up, m.hidden_size, c.dt, 2 * T * m.hidden_size * shard,
-              accumulate_bytes=acc))
-    act = "swiglu" if m.gated_mlp else "gelu"
-    add(pointwise(f"mlp.{act}", OpKind.ACTIVATION, T * up, c.dt, 1, 0.5 if m.gated_mlp else 1,
-                   2 * T * up, act, bwd_traffic=2.5 if m.gated_mlp else 3.0, flops_per_elem=8.0))
-    add(gemm("mlp.down", T, m.hidden_size, f, c.dt, 2 * T * f, accumulate_bytes=acc))
-    add(dropout_add(c, "mlp.dropout_add"))
+        parts.add(pointwise("rope", OpKind.ELEMENTWISE, T * (heads + groups) * d, c.dt, 1, 1,
+                            variant="rope", bwd_traffic=2.0))
+    if m.qk_layernorm:  # per-head norms of queries and keys (TE's q_layernorm / k_layernorm)
+        for name, n in (("q_norm", heads), ("k_norm", groups)):
+            parts.add(pointwise(f"attn.{name}", OpKind.NORM, T * n * d, c.dt, 1, 1, 2 * T * n * d,
+                                m.norm.value, bwd_traffic=3.0, flops_per_elem=5.0))
+            parts.small_weights.append(_small_weight_grad(c, f"attn.{name}", T * n * d, d, m.norm.value))
+    if _is_plain_attention(job, kind) and not job.model.qk_layernorm:
+        core = attention_core(job, c, heads, groups)
+    else:
+        window = m.window_size if kind.window else None
+        core = fused_attention_core(job, c, HeadDims(heads, groups, d, d), window)
+    parts.fwd.extend(core.forward)
+    parts.bwd.extend(core.backward)
+    parts.add(gemm("attn.proj", T, m.hidden_size, heads * d, c.dt, 2 * T * heads * d,
+                   accumulate_bytes=acc))
+    parts.add(dropout_add(c, "attn.dropout_add"))
     nbytes = c.tokens * c.h * c.dt
-    overlap = c.fw.async_tp_grad_allreduce
-    qkv_c = column_parallel("qkv", nbytes, t, c.sp, overlap)
-    up_c = column_parallel("mlp.up", nbytes, t, c.sp, overlap)
-    proj_c, down_c = row_parallel("attn.proj", nbytes, t, c.sp), row_parallel("mlp.down", nbytes, t, c.sp)
-    fwd_comm = qkv_c.forward + proj_c.forward + up_c.forward + down_c.forward
-    bwd_comm = down_c.backward + up_c.backward + proj_c.backward + qkv_c.backward
-    linears = {"qkv": (m.hidden_size, qkv_out), "attn.proj": (heads * d, m.hidden_size),
-               "mlp.up": (m.hidden_size, up), "mlp.down": (f, m.hidden_size)}
-    bwd += _parameter_gradient_ops(job, c, linears)
-    return _with_recompute(job, tuple(fwd), tuple(reversed(bwd)), fwd_comm, bwd_comm, core, c)
+    qkv_c = column_parallel("qkv", nbytes, t, c.sp, c.fw.async_tp_grad_allreduce)
+    proj_c = row_parallel("attn.proj", nbytes, t, c.sp)
+    parts.attn_fwd_comm += [*qkv_c.forward, *core.forward_comm, *proj_c.forward]
+    parts.attn_bwd_comm += [*proj_c.backward, *core.backward_comm, *qkv_c.backward]
+    parts.linears.update({"qkv": (m.hidden_size, qkv_out), "attn.proj": (heads * d, m.hidden_size)})
+    parts.small_weights.insert(0, norm_weight_grad(job, c, "input_norm"))
+    return core
 
 
-def _parameter_gradient_ops(job: Job, c: ShapeContext, linears: dict[str, tuple[int, int]]) -> list[Op]:
+def _small_weight_grad(c: ShapeContext, name: str, numel: float, params: int,
+                       variant: str) -> tuple[Op, list[int]]:
+    """The gradient of a small weight reduced over `numel` elements (a norm of heads or of a
+    latent), and its tensor size."""
+    n = int(numel)
+    op = Op(f"{name}.wgrad", OpKind.NORM, Phase.BACKWARD_WEIGHT, (n,), c.dt, 2 * n, 2 * n * c.dt,
+            0.0, f"{variant}_wgrad")
+    return op, [params]
+
+
+def _parameter_gradient_ops(job: Job, c: ShapeContext, parts: LayerParts) -> list[Op]:
     """Kernels that produce and accumulate parameter gradients besides the weight-gradient GEMMs.
 
     Bias gradients are column sums of the output gradient and norm weights' gradients reductions
@@ -85,16 +125,16 @@ def _parameter_gradient_ops(job: Job, c: ShapeContext, linears: dict[str, tuple[
     m = job.model
     ops: list[Op] = []
     tensors: list[int] = []
-    for name, (k, n) in linears.items():
+    for name, (k, n) in parts.linears.items():
+        copies = parts.linear_tensors.get(name, 1)
         if not c.fused_accumulation:
-            tensors.append(k * n)
+            tensors += [k * n] * copies
         if m.use_bias:
-            numel = c.tokens * n
+            numel = parts.linear_tokens.get(name, c.tokens) * n
             ops.append(Op(f"{name}.bias_grad", OpKind.ELEMENTWISE, Phase.BACKWARD_WEIGHT, (numel,),
                           c.dt, numel, numel * c.dt, 0.0, "bias_grad"))
-            tensors.append(n)
-    for name in ("input_norm", "post_attn_norm"):
-        wgrad, params = norm_weight_grad(job, c, name)
+            tensors += [n] * copies
+    for wgrad, params in parts.small_weights:
         ops.append(wgrad)
         tensors += params
     return ops + [grad_accum_op(f"grad_accum.{i}", numel, c.grad_bytes)
@@ -107,7 +147,8 @@ def _with_recompute(job: Job, fwd: tuple[Op, ...], bwd: tuple[Op, ...],
     """Apply the recompute mode: what is saved per micro-batch and what re-runs before backward.
     Selective recompute checkpoints the core attention, flash attention included
     (Megatron-Core `Attention._checkpointed_attention_forward`, recompute module `core_attn`):
-    its inputs Q, K, V stay saved, its internals are dropped and its forward runs again."""
+    its inputs Q, K, V stay saved, its internals are dropped and its forward runs again (with
+    context parallelism, its K/V exchanges too)."""
     full = sum(op.saved_bytes for op in fwd)
     mode = job.training.recompute
     if mode is Recompute.FULL:
@@ -115,6 +156,6 @@ def _with_recompute(job: Job, fwd: tuple[Op, ...], bwd: tuple[Op, ...],
         return Block(fwd, bwd, fwd, fwd_comm, bwd_comm, fwd_comm, layer_input, full)
     if mode is Recompute.SELECTIVE:
         internals = sum(op.saved_bytes for op in core.forward)
-        return Block(fwd, bwd, tuple(core.forward), fwd_comm, bwd_comm, (),
+        return Block(fwd, bwd, tuple(core.forward), fwd_comm, bwd_comm, core.forward_comm,
                      full - internals + core.inputs_bytes, internals)
     return Block(fwd, bwd, (), fwd_comm, bwd_comm, (), full, 0.0)

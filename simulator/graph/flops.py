@@ -12,6 +12,7 @@ report divides them by its time (simulator.report.metrics).
 from __future__ import annotations
 
 from simulator.job.enums import Recompute
+from simulator.job.layer_pattern import LayerKind, layer_kinds
 from simulator.job.specs import Job, ModelSpec
 
 
@@ -23,9 +24,67 @@ def layer_forward_flops_per_token(model: ModelSpec) -> float:
     return 2.0 * (qkv + h * h + up + f * h + attention)
 
 
+def _plain(model: ModelSpec) -> bool:
+    return not (model.is_moe or model.multi_latent_attention or model.window_size is not None
+                or model.mtp_num_layers or model.kv_channels is not None)
+
+
+def attention_core_flops_per_token(model: ModelSpec, window: bool) -> float:
+    """Q K^T and the product with V for one token, over the whole sequence as Narayanan et al.
+    count it (s keys per query), or over the window's W + 1 keys."""
+    m = model
+    keys = min(m.seq_length, m.window_size + 1) if window and m.window_size else m.seq_length
+    if m.multi_latent_attention:
+        dqk, dv = m.qk_head_dim + m.qk_pos_emb_head_dim, m.v_head_dim
+    else:
+        dqk = dv = m.head_dim
+    return 2.0 * keys * m.num_attention_heads * (dqk + dv)
+
+
+def attention_matmul_weights(model: ModelSpec) -> int:
+    """Weights of the attention's projections (a token meets each once)."""
+    m, h, heads = model, model.hidden_size, model.num_attention_heads
+    if m.multi_latent_attention:
+        rope, dqk = m.qk_pos_emb_head_dim, m.qk_head_dim + m.qk_pos_emb_head_dim
+        q = (h * m.q_lora_rank + m.q_lora_rank * heads * dqk) if m.q_lora_rank else h * heads * dqk
+        kv = h * (m.kv_lora_rank + rope) + m.kv_lora_rank * heads * (m.qk_head_dim + m.v_head_dim)
+        return q + kv + heads * m.v_head_dim * h
+    q = heads * m.head_dim
+    return h * (q + 2 * m.query_groups * m.head_dim) + q * h
+
+
+def mlp_matmul_weights(model: ModelSpec, ffn: int) -> int:
+    return model.hidden_size * ffn * (3 if model.gated_mlp else 2)
+
+
+def kind_forward_flops_per_token(model: ModelSpec, kind: LayerKind) -> float:
+    """Matmul FLOPs of one layer of `kind` for one token: 2 per weight the token meets (the
+    attention's projections; the dense MLP, or the router, its top-k routed experts and the
+    shared experts) plus the attention core."""
+    m = model
+    if kind.moe:
+        assert m.num_experts is not None
+        shared = m.moe_shared_expert_intermediate_size or 0
+        mlp = (m.num_experts * m.hidden_size + m.moe_router_topk * mlp_matmul_weights(m, m.moe_ffn)
+               + (mlp_matmul_weights(m, shared) if shared else 0))
+    else:
+        mlp = mlp_matmul_weights(m, m.ffn)
+    return 2.0 * (attention_matmul_weights(m) + mlp) + attention_core_flops_per_token(m, kind.window)
+
+
+def _general_forward_per_token(model: ModelSpec) -> float:
+    layers = sum(kind_forward_flops_per_token(model, k) for k in layer_kinds(model))
+    logits = 2.0 * model.hidden_size * model.vocab_size
+    mtp = model.mtp_num_layers * (kind_forward_flops_per_token(model, layer_kinds(model)[-1])
+                                  + 2.0 * 2 * model.hidden_size ** 2 + logits)
+    return layers + logits + mtp
+
+
 def model_flops_per_iteration(job: Job) -> float:
     m = job.model
     tokens = job.training.global_batch_size * m.seq_length
+    if not _plain(m):
+        return 3.0 * tokens * _general_forward_per_token(m)
     forward = tokens * (m.num_layers * layer_forward_flops_per_token(m) + 2.0 * m.hidden_size * m.vocab_size)
     return 3.0 * forward
 
@@ -33,9 +92,23 @@ def model_flops_per_iteration(job: Job) -> float:
 def hardware_flops_per_iteration(job: Job) -> float:
     m = job.model
     tokens = job.training.global_batch_size * m.seq_length
+    if not _plain(m):
+        return model_flops_per_iteration(job) + tokens * _general_recompute_per_token(job)
     extra = {
         Recompute.NONE: 0.0,
         Recompute.SELECTIVE: 4.0 * m.seq_length * m.hidden_size,
         Recompute.FULL: layer_forward_flops_per_token(m),
     }[job.training.recompute]
     return model_flops_per_iteration(job) + tokens * m.num_layers * extra
+
+
+def _general_recompute_per_token(job: Job) -> float:
+    """The forward FLOPs recompute runs again per token: whole layers, or the attention core."""
+    m = job.model
+    mode = job.training.recompute
+    if mode is Recompute.NONE:
+        return 0.0
+    kinds = layer_kinds(m)
+    if mode is Recompute.FULL:
+        return sum(kind_forward_flops_per_token(m, k) for k in kinds)
+    return sum(attention_core_flops_per_token(m, k.window) for k in kinds)

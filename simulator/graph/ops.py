@@ -29,6 +29,11 @@ class OpKind(StrEnum):
     OPTIMIZER = "optimizer"  # Adam step over the local parameter shard
 
 
+# The variant of a small copy the host waits for (MoE's tokens-per-expert counts): after it the
+# host has lost its lead over the GPU (simulator.costs.blocks).
+HOST_SYNC = "host_sync"
+
+
 class Phase(StrEnum):
     FORWARD = "fwd"
     BACKWARD_DATA = "bwd_data"
@@ -56,6 +61,8 @@ class Op:
     saved_bytes: float = 0.0  # activations kept for backward (forward ops only)
     variant: str = ""
     kernels: float = 1  # launches per micro-batch (fractional: runs in some micro-batches only)
+    host_launches: float | None = None  # the host's dispatches when fewer than `kernels` (one
+    # call launching several kernels from C++, e.g. a grouped GEMM's per-expert GEMMs)
 
     @property
     def profile_key(self) -> tuple[str, str, str, tuple[int, ...], int]:
@@ -67,6 +74,21 @@ class CommGroup(StrEnum):
     DP = "dp"
     PP = "pp"
     EMBEDDING = "embedding"  # first and last pipeline stage
+    EP = "ep"  # expert-parallel ranks (token dispatch and combine)
+    EXPERT_TP = "etp"  # expert tensor-parallel ranks
+    EXPERT_TP_EP = "etp_ep"  # expert_tp x ep ranks (the allgather dispatcher)
+    CP = "cp"  # context-parallel ranks (a2a, all-gather of K/V)
+    CP_RING = "cp_ring"  # neighbours on the context-parallel ring (p2p K/V exchange)
+    CP_INNER = "cp_inner"  # the a2a group of hierarchical (a2a+p2p) context parallelism
+
+
+# The collectives of these groups are reported apart from tensor parallelism's.
+EP_GROUPS = frozenset({CommGroup.EP, CommGroup.EXPERT_TP, CommGroup.EXPERT_TP_EP})
+CP_GROUPS = frozenset({CommGroup.CP, CommGroup.CP_RING, CommGroup.CP_INNER})
+# `CommOp.overlap` naming no op of the block but the other direction's compute of the same
+# layer: Megatron's combined 1F1B schedule runs one micro-batch's forward beside another's
+# backward, so a forward all-to-all hides behind backward compute and vice versa.
+OTHER_DIRECTION = "<other direction>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +119,7 @@ class Block:
     working_bytes: float  # transient during its backward (e.g. the recomputed activations)
     forward_transient_bytes: float = 0.0  # alive only at the end of its forward (loss temps)
     host_cost: HostCost = MEGATRON_HOST  # the stack's host time per launch of each direction
+    # transient communication buffers alive while the block runs (simulator.memory.stages)
+    dispatch_buffer_bytes: float = 0.0  # MoE: permuted and received tokens of one layer
+    kv_buffer_bytes: float = 0.0  # context parallelism: K/V received from other cp ranks
+    moe_saved_bytes: float = 0.0  # the part of saved_bytes the MoE (router, experts) keeps

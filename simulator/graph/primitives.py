@@ -37,6 +37,12 @@ class ShapeContext:
     fused_accumulation: bool  # weight gradients accumulate inside the wgrad GEMM
     grad_bytes: int  # bytes of an accumulated gradient element
     fw: FrameworkSemantics
+    cp: int = 1  # context parallelism: `s` is this rank's share of the sequence
+
+    @property
+    def full_s(self) -> int:
+        """The whole sequence (what attention spans across the cp ranks)."""
+        return self.s * self.cp
 
     @property
     def tokens(self) -> int:
@@ -133,8 +139,10 @@ def grad_accum_op(name: str, numel: float, nbytes: int) -> Op:
 
 
 def shape_context(job: Job) -> ShapeContext:
-    m, t = job.model, job.training
-    return ShapeContext(t.micro_batch_size, m.seq_length, m.hidden_size, job.parallel.tp,
+    """Per-GPU shapes: with context parallelism every rank holds seq_length / cp tokens of each
+    sequence outside the attention core (Megatron-Core splits the input sequence over cp)."""
+    m, t, cp = job.model, job.training, job.parallel.cp
+    return ShapeContext(t.micro_batch_size, m.seq_length // cp, m.hidden_size, job.parallel.tp,
                 job.parallel.sequence_parallel and job.parallel.tp > 1, t.precision.bytes,
                 m.hidden_dropout > 0, m.attention_dropout > 0, gradient_accumulation_fused(job),
-                grad_bytes(job), semantics(t.framework))
+                grad_bytes(job), semantics(t.framework), cp)

@@ -63,3 +63,38 @@ class CollectiveKind(StrEnum):
     ALL_GATHER = "all_gather"
     REDUCE_SCATTER = "reduce_scatter"
     SEND_RECV = "send_recv"
+    ALL_TO_ALL = "all_to_all"  # personalized exchange (MoE token dispatch, Ulysses attention)
+    DEEPEP_ALL_TO_ALL = "deepep_all_to_all"  # DeepEP's fused dispatch / combine kernels (flex)
+
+
+class TokenDispatcher(StrEnum):
+    """Megatron-Core's `--moe-token-dispatcher-type` (core/transformer/moe/token_dispatcher.py)."""
+
+    ALLTOALL = "alltoall"  # permute -> all-to-all over ep -> (all-gather over expert tp) -> experts
+    ALLGATHER = "allgather"  # all-gather every token over tp x ep, keep the local experts' ones
+    FLEX = "flex"  # DeepEP / HybridEP: each token sent once per destination rank, fused permute
+
+
+class RouterScore(StrEnum):
+    """Megatron-Core's `--moe-router-score-function`."""
+
+    SOFTMAX = "softmax"
+    SIGMOID = "sigmoid"  # DeepSeek-V3
+
+
+class SoftmaxType(StrEnum):
+    """Megatron-Core's `--softmax-type` of the attention (Transformer Engine's fused attention)."""
+
+    VANILLA = "vanilla"
+    OFF_BY_ONE = "off-by-one"  # a constant extra logit of 0 in every softmax denominator
+    LEARNABLE = "learnable"  # attention sinks: one learned logit per head (GPT-OSS)
+
+
+class CpCommType(StrEnum):
+    """Megatron-Core's `--cp-comm-type`: how context-parallel attention exchanges K and V
+    (Transformer Engine, `attention/dot_product_attention/context_parallel.py`)."""
+
+    P2P = "p2p"  # ring attention: K/V passed around the cp ring, overlapped with each step
+    A2A = "a2a"  # Ulysses: all-to-all from sequence to head sharding and back
+    ALL_GATHER = "all_gather"  # K/V all-gathered (exposed), Llama 3's long-context recipe
+    A2A_P2P = "a2a+p2p"  # a2a inside the inner group, ring across the outer groups

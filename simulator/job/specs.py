@@ -9,18 +9,30 @@ from __future__ import annotations
 import difflib
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+)
 
 from simulator.errors import ConfigError
 from simulator.job.enums import (
     Activation,
+    CpCommType,
     Framework,
     Norm,
     Optimizer,
     PositionEmbedding,
     Precision,
     Recompute,
+    RouterScore,
     Schedule,
+    SoftmaxType,
+    TokenDispatcher,
 )
 
 GiB = 1024**3
@@ -40,6 +52,7 @@ class ModelSpec(Frozen):
     hidden_size: PositiveInt
     num_attention_heads: PositiveInt
     num_query_groups: PositiveInt | None = None  # GQA/MQA; None = multi-head (= heads)
+    kv_channels: PositiveInt | None = None  # head size (Megatron's --kv-channels); None = h/heads
     ffn_hidden_size: PositiveInt | None = None  # None = 4 * hidden_size
     gated_mlp: bool = False  # SwiGLU: gate and up projections
     activation_function: Activation = Activation.GELU  # of a non-gated MLP (HF's name)
@@ -52,6 +65,26 @@ class ModelSpec(Frozen):
     hidden_dropout: float = Field(0.1, ge=0, lt=1)  # Megatron's --hidden-dropout (Llama recipes: 0)
     attention_dropout: float = Field(0.1, ge=0, lt=1)  # Megatron's --attention-dropout
     published_params: float | None = None  # documentation of presets, parameters as published
+    published_active_params: float | None = None  # MoE presets: parameters active per token
+    # Mixture of experts, in Megatron-Core's argument names (core/transformer/moe/README.md):
+    num_experts: PositiveInt | None = None  # routed experts per MoE layer; None = dense model
+    moe_router_topk: PositiveInt = 2
+    moe_ffn_hidden_size: PositiveInt | None = None  # one expert's FFN; None = ffn_hidden_size
+    moe_shared_expert_intermediate_size: PositiveInt | None = None  # all shared experts' FFN
+    moe_layer_freq: PositiveInt | tuple[int, ...] = 1  # every k-th layer MoE, or 0/1 per layer
+    moe_router_score_function: RouterScore = RouterScore.SOFTMAX
+    # Multi-latent attention (DeepSeek-V2/V3; Megatron-Core's MLASelfAttention):
+    multi_latent_attention: bool = False
+    q_lora_rank: PositiveInt | None = None  # None: queries projected directly from the hidden
+    kv_lora_rank: PositiveInt = 512
+    qk_head_dim: PositiveInt = 128  # the non-rotary part of a query/key head
+    qk_pos_emb_head_dim: PositiveInt = 64  # the rotary part
+    v_head_dim: PositiveInt = 128
+    qk_layernorm: bool = False  # norms on queries and keys (Qwen3; --qk-layernorm)
+    mtp_num_layers: NonNegativeInt = 0  # multi-token prediction depth (DeepSeek-V3: 1)
+    window_size: PositiveInt | None = None  # sliding-window attention: keys per query (left)
+    window_attn_skip_freq: PositiveInt | None = None  # every k-th layer full attention (GPT-OSS 2)
+    softmax_type: SoftmaxType = SoftmaxType.VANILLA  # learnable = attention sinks (GPT-OSS)
 
     @property
     def query_groups(self) -> int:
@@ -63,7 +96,16 @@ class ModelSpec(Frozen):
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None
+
+    @property
+    def moe_ffn(self) -> int:
+        """One routed expert's FFN hidden size."""
+        return self.moe_ffn_hidden_size or self.ffn
 
 
 class TrainingSpec(Frozen):
@@ -77,14 +119,30 @@ class TrainingSpec(Frozen):
     fused_softmax: bool = True  # the stack has Megatron's compiled scale-mask-softmax kernels
     gradient_accumulation_fusion: bool | None = None  # None: the framework's default
     train_tokens: PositiveFloat | None = None  # token budget for time/cost to train
+    # Mixture of experts (Megatron-Core's argument names):
+    moe_token_dispatcher: TokenDispatcher = TokenDispatcher.ALLTOALL
+    moe_expert_capacity_factor: PositiveFloat | None = None  # None: dropless
+    moe_pad_expert_input_to_capacity: bool = False
+    moe_grouped_gemm: bool = True  # TE's grouped GEMM over the local experts (else one per expert)
+    moe_overlap_ep_comm: bool = False  # --overlap-moe-expert-parallel-comm (combined 1F1B)
+    # The busiest expert rank receives this many times the mean tokens (1 = balanced, the
+    # force-balanced benchmark setting); a stated assumption, not a prediction of routing.
+    moe_load_imbalance: float = Field(1.0, ge=1.0)
 
 
 class ParallelPlan(Frozen):
-    """Megatron-style 3D layout. Rank order: tp fastest, then dp, then pp."""
+    """Megatron-style layout. Rank order: tp fastest, then cp, (ep,) dp, then pp (Megatron's
+    default `tp-cp-ep-dp-pp`); experts fold onto their own grid expert_tp x ep x expert_dp x pp
+    (MoE parallel folding, core/transformer/moe/README.md)."""
 
     tp: PositiveInt = 1
     pp: PositiveInt = 1
-    dp: PositiveInt | None = None  # None = num_gpus / (tp * pp)
+    dp: PositiveInt | None = None  # None = num_gpus / (tp * cp * pp)
+    cp: PositiveInt = 1  # context parallelism: the sequence split over cp ranks
+    cp_comm_type: CpCommType = CpCommType.P2P
+    hierarchical_context_parallel_sizes: tuple[PositiveInt, ...] | None = None  # a2a+p2p: (a2a, p2p)
+    ep: PositiveInt = 1  # expert parallelism
+    expert_tp: PositiveInt | None = None  # tensor parallelism of the experts; None = tp
     virtual_stages: PositiveInt = 1
     schedule: Schedule = Schedule.ONE_F_ONE_B
     sequence_parallel: bool = False
@@ -137,6 +195,9 @@ class Efficiency(Frozen):
     # from kernel durations in the H100 traces (../shared/data/traces/h100, mgpt_h2048 logits
     # GEMMs, `cutlass_75_..._align1`: 0.10 forward, 0.14-0.15 backward).
     unaligned_gemm_efficiency: float = Field(0.12, gt=0, le=1)
+    # Fused attention's best fraction of peak where it was measured apart from GEMMs (B200:
+    # bench/fit_b200_kernels.py); None: the GEMM's (gemm_max_efficiency).
+    attention_max_efficiency: float | None = Field(None, gt=0, le=1)
 
 
 class HardwareSpec(Frozen):
@@ -184,7 +245,19 @@ class Job(Frozen):
 
     @property
     def dp(self) -> int:
-        return self.parallel.dp or self.cluster.num_gpus // (self.parallel.tp * self.parallel.pp)
+        p = self.parallel
+        return p.dp or self.cluster.num_gpus // (p.tp * p.cp * p.pp)
+
+    @property
+    def expert_tp(self) -> int:
+        return self.parallel.expert_tp or self.parallel.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Data-parallel size of the experts: the ranks of a pipeline stage (tp x cp x dp) over
+        the expert grid's expert_tp x ep (MoE parallel folding)."""
+        p = self.parallel
+        return max(1, p.tp * p.cp * self.dp // (self.expert_tp * p.ep))
 
     @property
     def num_microbatches(self) -> int:
@@ -207,6 +280,41 @@ class Job(Frozen):
     def price_per_gpu_hour_usd(self) -> float:
         price = self.cluster.price_per_gpu_hour_usd
         return self.hardware.price_per_gpu_hour_usd if price is None else price
+
+
+# Fields added after content hashes of jobs were first recorded (a calibrated hardware file
+# keeps the fingerprints of the rows it was fitted on): `without_unused_fields` leaves them out
+# of a dumped job while they hold their defaults, so a job that does not use them hashes as before.
+LATER_FIELDS: dict[str, type[Frozen]] = {"model": ModelSpec, "training": TrainingSpec,
+                                         "parallel": ParallelPlan}
+_FIRST_FIELDS = {
+    "model": {"name", "num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
+              "ffn_hidden_size", "gated_mlp", "activation_function", "vocab_size", "seq_length",
+              "norm", "use_bias", "tied_embeddings", "position_embedding", "hidden_dropout",
+              "attention_dropout", "published_params"},
+    "training": {"global_batch_size", "micro_batch_size", "precision", "recompute",
+                 "flash_attention", "optimizer", "framework", "fused_softmax",
+                 "gradient_accumulation_fusion", "train_tokens"},
+    "parallel": {"tp", "pp", "dp", "virtual_stages", "schedule", "sequence_parallel",
+                 "distributed_optimizer", "overlap_grad_reduce", "bucket_size_mb",
+                 "first_stage_layers", "last_stage_layers"},
+}
+
+
+def without_unused_fields(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A job's `model_dump(mode="json")` without the later fields that hold their defaults."""
+    out = dict(dumped)
+    for section, cls in LATER_FIELDS.items():
+        if not isinstance(out.get(section), dict):
+            continue
+        defaults = {name: field.default for name, field in cls.model_fields.items()}
+        out[section] = {k: v for k, v in out[section].items()
+                        if k in _FIRST_FIELDS[section] or v != _json(defaults.get(k))}
+    return out
+
+
+def _json(value: Any) -> Any:
+    return value.value if hasattr(value, "value") else value
 
 
 M = TypeVar("M", bound=BaseModel)

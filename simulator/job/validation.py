@@ -9,6 +9,7 @@ from __future__ import annotations
 from simulator.errors import ConfigError
 from simulator.job.enums import Recompute, Schedule
 from simulator.job.framework import semantics
+from simulator.job.moe_cp_rules import moe_cp_problems
 from simulator.job.partition import partition_problems
 from simulator.job.specs import Job
 
@@ -18,7 +19,7 @@ def job_problems(job: Job) -> list[str]:
     m, t, p, c = job.model, job.training, job.parallel, job.cluster
     tp, pp = p.tp, p.pp
     problems: list[str] = []
-    if m.hidden_size % m.num_attention_heads:
+    if m.hidden_size % m.num_attention_heads and m.kv_channels is None:
         problems.append(
             f"num_attention_heads={m.num_attention_heads} does not divide "
             f"hidden_size={m.hidden_size}; choose a head count that divides it"
@@ -40,16 +41,18 @@ def job_problems(job: Job) -> list[str]:
         )
     if m.ffn % tp:
         problems.append(f"tensor_parallel_size={tp} does not divide ffn_hidden_size={m.ffn}")
-    problems += _pipeline_problems(job) + _framework_problems(job)
-    dp = job.dp
-    if p.dp is not None and tp * pp * p.dp != c.num_gpus:
+    problems += _pipeline_problems(job) + _framework_problems(job) + moe_cp_problems(job)
+    dp, cp = job.dp, p.cp
+    names, sizes = ("tp*pp", f"{tp}*{pp}") if cp == 1 else ("tp*cp*pp", f"{tp}*{cp}*{pp}")
+    if p.dp is not None and tp * cp * pp * p.dp != c.num_gpus:
         problems.append(
-            f"tp*pp*dp = {tp}*{pp}*{p.dp} = {tp * pp * p.dp} != num_gpus={c.num_gpus}; "
+            f"{names}*dp = {sizes}*{p.dp} = {tp * cp * pp * p.dp} != num_gpus={c.num_gpus}; "
             f"make the product equal the GPU count (or omit dp)"
         )
-    elif c.num_gpus % (tp * pp):
+    elif c.num_gpus % (tp * cp * pp):
         problems.append(
-            f"tp*pp = {tp * pp} does not divide num_gpus={c.num_gpus}; no integer data-parallel size"
+            f"{names} = {tp * cp * pp} does not divide num_gpus={c.num_gpus}; no integer "
+            f"data-parallel size"
         )
     elif t.global_batch_size % (dp * t.micro_batch_size):
         problems.append(

@@ -36,11 +36,19 @@ import numpy as np
 
 from simulator.graph import eager as graph_eager
 from simulator.graph.blocks import JobGraph
+from simulator.graph.params import optimizer_shards
 from simulator.job.enums import Recompute
 from simulator.job.framework import semantics
 from simulator.job.partition import stage_layers
 from simulator.job.specs import GiB, Job
 from simulator.memo import Memo, Pinned
+from simulator.memory.parallel_terms import (
+    ParallelTerms,
+    chunk_moe_activation_bytes,
+    expert_and_dense_counts,
+    parallel_terms,
+    uses_parallel_terms,
+)
 from simulator.memory.states import BF16, stage_param_counts
 from simulator.timeline.engine import RoundPlan
 
@@ -68,6 +76,14 @@ class StageMemory:
     workspace_bytes: float  # cuBLAS workspaces
     context_bytes: float  # CUDA context and communication buffers (outside the allocator)
     moment: str  # forward | backward | optimizer
+    # mixture of experts and context parallelism (simulator.memory.parallel_terms); the
+    # weights, gradients, optimizer states and activations above are then the rest
+    expert_weights_bytes: float = 0.0  # routed experts over ep x expert_tp
+    expert_gradients_bytes: float = 0.0
+    expert_optimizer_states_bytes: float = 0.0  # sharded over expert_dp
+    moe_activations_bytes: float = 0.0  # routers, dispatched token copies, experts
+    moe_dispatch_buffers_bytes: float = 0.0  # one layer's all-to-all buffers
+    cp_kv_buffers_bytes: float = 0.0  # K/V received from other context-parallel ranks
 
     @property
     def allocated_bytes(self) -> float:
@@ -75,7 +91,10 @@ class StageMemory:
         return (self.weights_bytes + self.gradients_bytes + self.main_gradients_bytes
                 + self.optimizer_states_bytes + self.activations_bytes
                 + self.amp_weight_copies_bytes + self.loss_temporaries_bytes + self.working_bytes
-                + self.embedding_gradient_bytes + self.workspace_bytes)
+                + self.embedding_gradient_bytes + self.workspace_bytes + self.expert_weights_bytes
+                + self.expert_gradients_bytes + self.expert_optimizer_states_bytes
+                + self.moe_activations_bytes + self.moe_dispatch_buffers_bytes
+                + self.cp_kv_buffers_bytes)
 
     @property
     def allocator_reserved_bytes(self) -> float:
@@ -94,27 +113,48 @@ class StageMemory:
         return self.weights_bytes
 
     def to_dict(self) -> dict[str, float | str]:
-        return {**asdict(self), "allocated_bytes": self.allocated_bytes,
+        """Every term (those of experts and context parallelism only when held)."""
+        terms = {k: v for k, v in asdict(self).items() if v or k not in PARALLEL_TERMS}
+        return {**terms, "allocated_bytes": self.allocated_bytes,
                 "allocator_reserved_bytes": self.allocator_reserved_bytes,
                 "total_bytes": self.total_bytes, "parameters_bytes": self.parameters_bytes}
+
+
+PARALLEL_TERMS = frozenset({"expert_weights_bytes", "expert_gradients_bytes",
+                            "expert_optimizer_states_bytes", "moe_activations_bytes",
+                            "moe_dispatch_buffers_bytes", "cp_kv_buffers_bytes"})
 
 
 def chunk_activation_bytes(job: Job, graph: JobGraph) -> np.ndarray:
     """(p, v) activation bytes one micro-batch leaves saved on each stage chunk."""
     p, v = job.parallel.pp, job.parallel.virtual_stages
-    act = graph.chunk_layers * graph.layer.saved_bytes
+    if graph.other_layers:
+        per_block = np.array([b.saved_bytes for b in graph.layer_blocks])
+        act = np.tensordot(per_block, graph.layer_counts.astype(float), axes=1)
+    else:
+        act = graph.chunk_layers * graph.layer.saved_bytes
     act[0, 0] += graph.embedding.saved_bytes
     act[p - 1, v - 1] += graph.head.saved_bytes
     return act
 
 
-def in_flight_peak(plan: RoundPlan, act: np.ndarray, m: int) -> np.ndarray:
-    """(p,) peak of saved activations over each stage's schedule order (F adds, B frees)."""
+def _deltas(plan: RoundPlan, act: np.ndarray, m: int) -> np.ndarray:
     p, v = act.shape
     sign, chunk = ORDER_SIGNS.get(Pinned(plan), lambda: _order_signs(plan, p, v, m))
     # +-1 times a byte count is exact: the same deltas as selecting act or -act per op
-    delta = sign * (act[:, :1] if v == 1 else act[np.arange(p)[:, None], chunk])
-    return np.cumsum(delta, axis=1).max(axis=1)
+    return sign * (act[:, :1] if v == 1 else act[np.arange(p)[:, None], chunk])
+
+
+def in_flight_peak(plan: RoundPlan, act: np.ndarray, m: int) -> np.ndarray:
+    """(p,) peak of saved activations over each stage's schedule order (F adds, B frees)."""
+    return np.cumsum(_deltas(plan, act, m), axis=1).max(axis=1)
+
+
+def in_flight_part(plan: RoundPlan, act: np.ndarray, part: np.ndarray, m: int) -> np.ndarray:
+    """(p,) how much of `part` (a share of `act`) is held at each stage's peak of `act`."""
+    total = np.cumsum(_deltas(plan, act, m), axis=1)
+    mine = np.cumsum(_deltas(plan, part, m), axis=1)
+    return mine[np.arange(act.shape[0]), total.argmax(axis=1)]
 
 
 # Per round plan (cached by `engine.round_plan`, so keyed by identity): see `_order_signs`.
@@ -144,9 +184,13 @@ class _Moments:
     head_backward: np.ndarray
     working: np.ndarray
     table_grad: np.ndarray
+    extra: ParallelTerms | None = None  # experts and context parallelism
+    moe_act: np.ndarray | None = None  # the MoE part of `act`
 
 
 def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
+    if uses_parallel_terms(job):
+        return _parallel_moments(job, graph, plan)
     p = job.parallel.pp
     fw = semantics(job.training.framework)
     pb = fw.param_bytes(job.training.precision)
@@ -180,6 +224,32 @@ def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
         working=(layers > 0) * graph.layer.working_bytes, table_grad=table_grad)
 
 
+def _parallel_moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
+    """`_moments` of a Megatron-LM job with experts or context parallelism: the dense states
+    sharded over dp x cp, the experts' apart (simulator.memory.parallel_terms)."""
+    p = job.parallel.pp
+    pb = semantics(job.training.framework).param_bytes(job.training.precision)
+    n, _ = expert_and_dense_counts(job, stage_param_counts(job))
+    shard, _ = optimizer_shards(job)
+    extra = parallel_terms(job, graph)
+    act_chunks = chunk_activation_bytes(job, graph)
+    m = job.num_microbatches
+    last = np.arange(p) == p - 1
+    present = graph.layer_counts.sum(axis=2) > 0
+    working = (np.array([b.working_bytes for b in graph.layer_blocks])[:, None] * present).max(axis=0)
+    zero = np.zeros(p)
+    return _Moments(
+        static={"weights_bytes": pb.weights * n,
+                "optimizer_states_bytes": (pb.master_weights + pb.optimizer_states) * n / shard},
+        grads_in_flight=pb.gradients * n, grads_all=pb.gradients * n,
+        main=pb.main_gradients * n / shard + extra.expert_main_gradients,
+        act=in_flight_peak(plan, act_chunks, m), amp_forward=zero, amp_saved=zero,
+        head_forward=last * graph.head.forward_transient_bytes,
+        head_backward=last * graph.head.working_bytes, working=working, table_grad=zero,
+        extra=extra,
+        moe_act=in_flight_part(plan, act_chunks, chunk_moe_activation_bytes(job, graph), m))
+
+
 def stage_memory(job: Job, graph: JobGraph, plan: RoundPlan) -> list[StageMemory]:
     """Each stage's memory at its peak moment (see the module docstring)."""
     return list(stage_memory_table(job, graph, plan).stages)
@@ -198,6 +268,8 @@ class MemoryTable:
 def stage_memory_table(job: Job, graph: JobGraph, plan: RoundPlan) -> MemoryTable:
     """`stage_memory` with the per-stage sums computed for all stages at once."""
     mo = _moments(job, graph, plan)
+    if mo.extra is not None:
+        return _parallel_table(job, mo)
     p = job.parallel.pp
     zero = np.zeros(p)
     candidates = {
@@ -233,3 +305,43 @@ def stage_memory_table(job: Job, graph: JobGraph, plan: RoundPlan) -> MemoryTabl
         for ws, st, (g, mg, a, amp, loss, w, emb), moment
         in zip(weights.tolist(), states.tolist(), chosen.tolist(), moments, strict=True))
     return MemoryTable(stages, allocated, allocated + context)
+
+
+def _parallel_table(job: Job, mo: _Moments) -> MemoryTable:
+    """`stage_memory_table` with the terms of experts and context parallelism."""
+    assert mo.extra is not None and mo.moe_act is not None
+    x = mo.extra
+    p = job.parallel.pp
+    zero = np.zeros(p)
+    # one layer's transient communication buffer: the larger of the two kinds
+    dispatch = np.where(x.dispatch_buffers >= x.kv_buffers, x.dispatch_buffers, 0.0)
+    kv = np.where(x.dispatch_buffers >= x.kv_buffers, 0.0, x.kv_buffers)
+    loss_b = np.where(mo.head_backward > mo.working, mo.head_backward, 0.0)
+    in_flight = dict(gradients_bytes=mo.grads_in_flight, activations_bytes=mo.act - mo.moe_act,
+                     expert_gradients_bytes=x.expert_gradients, moe_activations_bytes=mo.moe_act,
+                     moe_dispatch_buffers_bytes=dispatch, cp_kv_buffers_bytes=kv)
+    candidates = {
+        "forward": dict(in_flight, loss_temporaries_bytes=mo.head_forward),
+        "backward": dict(in_flight, loss_temporaries_bytes=loss_b,
+                         working_bytes=np.where(mo.head_backward > mo.working, 0.0, mo.working)),
+        "optimizer": dict(gradients_bytes=mo.grads_all, main_gradients_bytes=mo.main,
+                          expert_gradients_bytes=x.expert_gradients),
+    }
+    keys = ("gradients_bytes", "main_gradients_bytes", "activations_bytes",
+            "loss_temporaries_bytes", "working_bytes", "expert_gradients_bytes",
+            "moe_activations_bytes", "moe_dispatch_buffers_bytes", "cp_kv_buffers_bytes")
+    terms = np.array([[c.get(k, zero) for k in keys] for c in candidates.values()])
+    peak = terms.sum(axis=1).argmax(axis=0)
+    chosen = terms[peak, :, np.arange(p)]  # (stage, term)
+    names = tuple(candidates)
+    context = job.hardware.reserved_memory_GiB * GiB
+    stages = []
+    for i in range(p):
+        g, mg, a, loss, w, eg, ma, db, kb = chosen[i].tolist()
+        stages.append(StageMemory(
+            float(mo.static["weights_bytes"][i]), g, mg,
+            float(mo.static["optimizer_states_bytes"][i]), a, 0.0, loss, w, 0.0, WORKSPACE_BYTES,
+            context, names[int(peak[i])], float(x.expert_weights[i]), eg,
+            float(x.expert_optimizer_states[i]), ma, db, kb))
+    allocated = np.array([s.allocated_bytes for s in stages])
+    return MemoryTable(tuple(stages), allocated, allocated + context)

@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.graph.params import final_norm_params, layer_params, padded_vocab, position_params
+from simulator.graph.params import (
+    final_norm_params,
+    kind_params,
+    layer_params,
+    padded_vocab,
+    position_params,
+    stage_expert_param_counts,
+)
 from simulator.job.enums import Precision
 from simulator.job.framework import semantics
+from simulator.job.layer_pattern import layer_kinds, stage_kind_counts
 from simulator.job.partition import stage_layers
 from simulator.job.specs import Job
 
@@ -38,13 +46,36 @@ def stage_param_counts(job: Job) -> np.ndarray:
     """Parameters held by one GPU of each pipeline stage: its layers' tp shard plus, on the first
     stage, the word embedding's shard and the replicated position embedding, on the last the
     replicated final norm and the output layer's shard (or, with more than one stage, the tied
-    word embedding's copy)."""
+    word embedding's copy); with mixture of experts also the stage's routed experts held by this
+    GPU (`stage_expert_param_counts`), with multi-token prediction its modules and the embedding
+    table's copy on the last stage."""
     p, tp, m = job.parallel.pp, job.parallel.tp, job.model
     pad = semantics(job.training.framework).pads_vocab
     table = padded_vocab(m, tp, pad) * m.hidden_size / tp
-    counts = stage_layers(job) * layer_params(m).per_rank(tp)
+    if m.is_moe or m.mtp_num_layers:
+        counts = _dense_layer_counts(job) + stage_expert_param_counts(job)
+    else:
+        counts = stage_layers(job) * layer_params(m).per_rank(tp)
     counts[0] += table + position_params(m)
     counts[-1] += final_norm_params(m)
     if not m.tied_embeddings or p > 1:  # an untied output layer, or the tied table's copy
         counts[-1] += table
+    if m.mtp_num_layers and p > 1:  # MTP embeds its input with the model's table
+        counts[-1] += table
+    return counts
+
+
+def _dense_layer_counts(job: Job) -> np.ndarray:
+    """(pp,) the non-expert parameters of each stage's layers per GPU (split over tp or
+    replicated), MTP modules included on the last stage."""
+    m, tp = job.model, job.parallel.tp
+    kinds, per_stage = stage_kind_counts(job)
+    counts = np.zeros(job.parallel.pp)
+    for kind, n in zip(kinds, per_stage, strict=True):
+        counts = counts + n * kind_params(m, kind).dense.per_rank(tp)
+    if m.mtp_num_layers:
+        last = kind_params(m, layer_kinds(m)[-1])
+        h = m.hidden_size
+        own = last.dense.per_rank(tp) + 2 * h * h / tp + 3 * final_norm_params(m)
+        counts[-1] += m.mtp_num_layers * own
     return counts

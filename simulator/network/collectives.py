@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from simulator.job.enums import CollectiveKind
 from simulator.job.specs import HardwareSpec
+from simulator.network.alltoall import ALL_TO_ALL_KINDS, all_to_all_s
 from simulator.network.nccl import NcclTable
 from simulator.network.topology import Placement
 
@@ -42,6 +43,9 @@ class NetworkModel:
         eff = self.hardware.efficiency
         if kind is CollectiveKind.SEND_RECV:
             return self._p2p(nbytes, where)
+        if kind in ALL_TO_ALL_KINDS:  # simulator.network.alltoall
+            return all_to_all_s(self.hardware, self.intra_bandwidth_Bps, self.inter_bandwidth_Bps,
+                                kind, nbytes, where)
         share = TRAFFIC[kind]
         if not where.crosses_nodes and self.table is not None and self.table.covers(where.size):
             measured = self.table.all_reduce_s(where.size, nbytes)

@@ -62,7 +62,8 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
     lines += [
         f"{j['model']} ({j['parameters'] / 1e9:.1f}B params) on {j['num_gpus']} x {j['gpu']}",
         f"  layout: tp={j['tp']} pp={j['pp']} dp={j['dp']} v={j['virtual_stages']} "
-        f"{j['schedule']}, micro-batch {j['micro_batch_size']} x {result.num_microbatches}, "
+        + "".join(f"{k}={j[k]} " for k in ("cp", "cp_comm_type", "ep", "expert_tp") if k in j)
+        + f"{j['schedule']}, micro-batch {j['micro_batch_size']} x {result.num_microbatches}, "
         f"global batch {j['global_batch_size']}, seq {j['seq_length']}, {j['precision']}, "
         f"recompute {j['recompute']}",
         "",
@@ -75,7 +76,8 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
         lines.append(f"  time to train       {duration(result.time_to_train_s)} for "
                      f"{result.train_tokens:.3g} tokens, {usd(result.cost_to_train_usd)}")
     lines += ["", f"  breakdown (critical stage {result.critical_stage}):"]
-    for key in BREAKDOWN_KEYS:
+    extra = [k for k in result.breakdown if k not in BREAKDOWN_KEYS]  # ep_comm, cp_comm
+    for key in (*BREAKDOWN_KEYS, *extra):
         value = result.breakdown[key]
         lines.append(f"    {key:<18}{duration(value):>14}  {value / it:6.1%}")
     fits = "fits" if result.fits_in_memory else (

@@ -7,7 +7,8 @@ One process per pipeline stage (one GPU of it), one thread per kind of work:
 - tid 1 `dp-comm`: the data-parallel gradient reduction (the part overlapped with the backward
   pass, when gradients are bucketed, and the exposed part after it);
 - tid 2 `compute parts`: each task split into what the simulator added up for it, in execution
-  order -- forward compute, recompute, backward compute, their tensor-parallel collectives, and
+  order -- forward compute, recompute, backward compute, their tensor-parallel collectives, the
+  exposed MoE token dispatch/combine and context-parallel K/V exchanges (with their bytes), and
   the host/framework overhead -- with the layer's GEMM shapes (batch, M, N, K) in `args`;
 - tid 3 / 4 `pp recv`: point-to-point transfers of activations / gradients from the neighbour
   stage (bytes in `args`), from the producer's end to the arrival;
@@ -35,6 +36,8 @@ US = 1e6
 THREADS = ("compute", "dp-comm", "compute parts", "pp recv activations", "pp recv gradients", "step")
 _PART_NAMES = {"forward": "forward compute", "backward": "backward compute", "recompute": "recompute",
                "tp_comm": "tp all-reduce", "recompute_tp_comm": "recompute tp all-reduce",
+               "ep_comm": "MoE token dispatch/combine (ep all-to-all)",
+               "cp_comm": "context-parallel K/V exchange",
                "overhead": "host/framework overhead"}
 
 
@@ -113,6 +116,11 @@ def _part_args(part: str, backward: bool, totals: dict[str, np.ndarray], shapes:
                      "backward" if backward else "forward")
         calls = float(totals[f"{direction}_tp_comm_calls"][s, c])
         args.update({"calls": int(calls), "bytes_per_gpu": float(totals[f"{direction}_tp_comm_bytes"][s, c])})
+    elif part in ("ep_comm", "cp_comm"):  # the exposed part of these collectives' time
+        group = part.removesuffix("_comm")
+        directions = ("recompute", "backward") if backward else ("forward",)
+        args["bytes_per_gpu"] = float(sum(totals[f"{d}_{group}_comm_bytes"][s, c]
+                                          for d in directions if f"{d}_{group}_comm_bytes" in totals))
     return args
 
 

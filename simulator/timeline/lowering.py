@@ -18,8 +18,9 @@ import numpy as np
 
 from simulator.costs.analytic import AnalyticKernelModel, KernelModel, OpCost
 from simulator.costs.blocks import BlockCost, cost_block
+from simulator.costs.comm_groups import group_placements
 from simulator.graph.blocks import JobGraph
-from simulator.graph.ops import Block, CommOp, Op
+from simulator.graph.ops import CP_GROUPS, EP_GROUPS, Block, CommOp, Op
 from simulator.job.specs import Job
 from simulator.memo import Memo, Pinned
 from simulator.network.collectives import NetworkModel
@@ -27,14 +28,17 @@ from simulator.network.topology import tp_placement
 
 
 class CommTimer:
-    """Times tensor-parallel collectives on the job's tp placement."""
+    """Times a block's collectives on their group's placement (tensor parallelism's, and for
+    experts and context parallelism theirs: simulator.costs.comm_groups)."""
 
     def __init__(self, job: Job, network: NetworkModel) -> None:
         self._network = network
         self._where = tp_placement(job)
+        self._groups = group_placements(job) if (job.model.is_moe or job.parallel.cp > 1) else {}
 
     def __call__(self, op: CommOp) -> float:
-        network, where = self._network, self._where
+        network = self._network
+        where = self._groups[op.group] if self._groups else self._where
         if type(network) is not NetworkModel:
             return network.time(op.kind, op.bytes, where)
         return COMM_TIMES.get((Pinned(network), op.kind, op.bytes, where),
@@ -55,6 +59,7 @@ class StageCosts:
     # forward_s / backward_s (renderers split each task into them, e.g. the Chrome trace)
     forward_parts: dict[str, np.ndarray] | None = None
     backward_parts: dict[str, np.ndarray] | None = None
+    other_layers: tuple[BlockCost, ...] = ()  # the graph's other layer blocks (other_layers)
 
 
 def chunk_grid(shape: tuple[int, int], chunk_layers: np.ndarray | int, per_layer: float,
@@ -71,11 +76,17 @@ def chunk_grid(shape: tuple[int, int], chunk_layers: np.ndarray | int, per_layer
 
 def chunk_totals(graph: JobGraph, shape: tuple[int, int]) -> dict[str, np.ndarray]:
     """Per-micro-batch work of each stage chunk, each (p, v): FLOPs, HBM bytes and kernel
-    launches of its forward, backward and recompute, and the bytes and calls of their tensor-
-    parallel collectives (for renderers; not on the simulation's hot path)."""
+    launches of its forward, backward and recompute, and the bytes and calls of their
+    collectives (for renderers; not on the simulation's hot path)."""
     work = [block_totals(b) for b in (graph.layer, graph.embedding, graph.head)]
-    return {key: chunk_grid(shape, graph.chunk_layers, work[0][key], work[1][key], work[2][key])
-            for key in work[0]}
+    out = {key: chunk_grid(shape, graph.chunk_layers if not graph.other_layers else
+                           graph.layer_counts[0], work[0][key], work[1][key], work[2][key])
+           for key in work[0]}
+    for block, counts in zip(graph.other_layers, graph.layer_counts[1:], strict=True):
+        extra = block_totals(block)
+        for key in out:
+            out[key] = out[key] + counts * extra[key]
+    return out
 
 
 def block_totals(block: Block) -> dict[str, float]:
@@ -87,8 +98,13 @@ def block_totals(block: Block) -> dict[str, float]:
         out[f"{name}_flops"] = float(sum(op.flops for op in ops))
         out[f"{name}_hbm_bytes"] = float(sum(op.bytes for op in ops))
         out[f"{name}_kernels"] = float(sum(op.kernels for op in ops))
-        out[f"{name}_tp_comm_bytes"] = float(sum(c.bytes for c in comms))
-        out[f"{name}_tp_comm_calls"] = float(len(comms))
+        ep = [c for c in comms if c.group in EP_GROUPS]
+        cp = [c for c in comms if c.group in CP_GROUPS]
+        tp = [c for c in comms if c.group not in EP_GROUPS and c.group not in CP_GROUPS]
+        out[f"{name}_tp_comm_bytes"] = float(sum(c.bytes for c in tp))
+        out[f"{name}_tp_comm_calls"] = float(len(tp))
+        out[f"{name}_ep_comm_bytes"] = float(sum(c.bytes for c in ep))
+        out[f"{name}_cp_comm_bytes"] = float(sum(c.bytes for c in cp))
     return out
 
 
@@ -122,48 +138,68 @@ def memoized(kernels: KernelModel) -> KernelModel:
 
 
 def block_costs(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel
-                ) -> tuple[BlockCost, BlockCost, BlockCost]:
-    """The layer, embedding and head blocks costed once each (simulate memoizes them)."""
+                ) -> tuple[BlockCost, ...]:
+    """The layer, embedding and head blocks, then the graph's other layer blocks, costed once
+    each (simulate memoizes them)."""
     timer = CommTimer(job, network)
     kernels = memoized(kernels)
     eff = job.hardware.efficiency
-    return (cost_block(graph.layer, kernels, timer, eff),
-            cost_block(graph.embedding, kernels, timer, eff),
-            cost_block(graph.head, kernels, timer, eff))
+    return tuple(cost_block(b, kernels, timer, eff)
+                 for b in (graph.layer, graph.embedding, graph.head, *graph.other_layers))
 
 
 # The per-block quantities a StageCosts is made of, each gridded over the stage chunks.
 GRID_FIELDS = ("forward", "forward_comm", "backward", "backward_comm", "recompute",
                "recompute_comm", "forward_host_excess", "backward_host_excess", "host_excess",
-               "forward_total", "backward_total")
+               "forward_total", "backward_total", "forward_ep_comm", "backward_ep_comm",
+               "recompute_ep_comm", "forward_cp_comm", "backward_cp_comm", "recompute_cp_comm")
 
 
-def block_table(layer: BlockCost, emb: BlockCost, head: BlockCost) -> np.ndarray:
-    """(len(GRID_FIELDS), 3) the fields of the layer, embedding and head costs."""
-    return np.array([[getattr(b, f) for b in (layer, emb, head)] for f in GRID_FIELDS])
+def block_table(*costed: BlockCost) -> np.ndarray:
+    """(len(GRID_FIELDS), blocks) the fields of the layer, embedding and head costs (and of the
+    other layer blocks after them)."""
+    return np.array([[getattr(b, f) for b in costed] for f in GRID_FIELDS])
 
 
 def lower(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel,
           blocks: BlockReplacer | None = None) -> StageCosts:
-    layer, emb, head = block_costs(job, graph, kernels, network)
+    costed = block_costs(job, graph, kernels, network)
     if blocks is not None:
-        layer, emb, head = blocks.replace_blocks(graph, layer, emb, head)
-    return stage_costs(job, graph, (layer, emb, head))
+        costed = (*blocks.replace_blocks(graph, *costed[:3]), *costed[3:])
+    return stage_costs(job, graph, costed)
 
 
-def stage_costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, BlockCost, BlockCost],
+def stage_costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, ...],
                 table: np.ndarray | None = None) -> StageCosts:
     """Compose the chunks' durations from the block costs (`table`: their `block_table`, when
-    the caller has it). Every field is gridded at once, as `chunk_grid` does one by one."""
-    layer, emb, head = costed
+    the caller has it). Every field is gridded at once, as `chunk_grid` does one by one; with
+    several kinds of layer, each kind's count in a chunk times its cost."""
+    layer, emb, head = costed[:3]
     eff = job.hardware.efficiency
     p, v = job.parallel.pp, job.parallel.virtual_stages
     values = block_table(*costed) if table is None else table
-    grids = graph.chunk_layers * values[:, 0, None, None]
+    if graph.other_layers:
+        counts = graph.layer_counts
+        grids = counts[0] * values[:, 0, None, None]
+        for k in range(1, counts.shape[0]):
+            grids = grids + counts[k] * values[:, 2 + k, None, None]
+    else:
+        grids = graph.chunk_layers * values[:, 0, None, None]
     grids[:, 0, 0] += values[:, 1]
     grids[:, p - 1, v - 1] += values[:, 2]
     g = dict(zip(GRID_FIELDS, grids, strict=True))
     per_microbatch = np.full((p, v), eff.microbatch_overhead_s)
+    parts, forward_parts, backward_parts = _parts(g, per_microbatch)
+    return StageCosts(g["forward_total"] + per_microbatch, g["backward_total"] + per_microbatch,
+                      parts, layer, emb, head, forward_parts, backward_parts, tuple(costed[3:]))
+
+
+Grids = dict[str, np.ndarray]
+
+
+def _parts(g: Grids, per_microbatch: np.ndarray) -> tuple[Grids, Grids, Grids]:
+    """The iteration's parts and each task's pieces in order (see `StageCosts`); expert- and
+    context-parallel communication appear apart from tensor parallelism's when a job has any."""
     parts = {
         "overhead": 2 * per_microbatch + g["host_excess"],
         "forward": g["forward"],
@@ -176,5 +212,23 @@ def stage_costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, BlockCost, B
     backward_parts = {"recompute": g["recompute"], "recompute_tp_comm": g["recompute_comm"],
                       "backward": g["backward"], "tp_comm": g["backward_comm"],
                       "overhead": g["backward_host_excess"] + per_microbatch}
-    return StageCosts(g["forward_total"] + per_microbatch, g["backward_total"] + per_microbatch,
-                      parts, layer, emb, head, forward_parts, backward_parts)
+    for group in ("ep", "cp"):
+        f, b, r = (g[f"{d}_{group}_comm"] for d in ("forward", "backward", "recompute"))
+        if not (f.any() or b.any() or r.any()):
+            continue
+        key = f"{group}_comm"
+        parts["tp_comm"] = _rest(parts["tp_comm"], f + b + r)
+        parts[key] = f + b + r
+        forward_parts["tp_comm"] = _rest(forward_parts["tp_comm"], f)
+        forward_parts = {**forward_parts, key: f}
+        backward_parts["recompute_tp_comm"] = _rest(backward_parts["recompute_tp_comm"], r)
+        backward_parts["tp_comm"] = _rest(backward_parts["tp_comm"], b)
+        backward_parts = {**backward_parts, key: b + r}
+    for pieces in (forward_parts, backward_parts):  # overhead last, as the tasks run it
+        pieces["overhead"] = pieces.pop("overhead")
+    return parts, forward_parts, backward_parts
+
+
+def _rest(total: np.ndarray, part: np.ndarray) -> np.ndarray:
+    """What remains of `total` after `part` of it (rounding never makes it negative)."""
+    return np.maximum(total - part, 0.0)

@@ -25,13 +25,15 @@ import numpy as np
 from simulator.costs.analytic import KernelModel
 from simulator.graph.eager import optimizer_launches
 from simulator.graph.ops import Op, OpKind, Phase
-from simulator.graph.params import final_norm_params, padded_vocab
+from simulator.graph.params import final_norm_params, kind_params, padded_vocab
 from simulator.job.enums import CollectiveKind, Norm, Precision
 from simulator.job.framework import semantics
+from simulator.job.layer_pattern import stage_kind_counts
 from simulator.job.partition import stage_layers
 from simulator.job.specs import Job
 from simulator.network.collectives import NetworkModel
 from simulator.network.topology import dp_placement, embedding_placement, grad_stats_placement, tp_placement
+from simulator.timeline import grad_sync
 from simulator.timeline.engine import Timeline
 
 ADAM_BYTES_PER_PARAM = 36  # read grad + master/m/v, write master/m/v + fp16 copy, grad-norm read
@@ -99,7 +101,12 @@ def compute_tail(job: Job, timeline: Timeline, params_per_stage: np.ndarray,
     if fixed is None:
         fixed = fixed_tail(job, params_per_stage, kernels, network)
     exposed, dp_total = fixed.dp_exposed_s, fixed.dp_comm_s
-    if job.dp > 1 and job.parallel.overlap_grad_reduce:
+    if uses_parallel_groups(job):
+        if job.parallel.overlap_grad_reduce:
+            exposed, dp_total = _overlapped_parallel(job, timeline, params_per_stage, network)
+            if fixed.gather_s is not None:
+                exposed, dp_total = exposed + fixed.gather_s, dp_total + fixed.gather_s
+    elif job.dp > 1 and job.parallel.overlap_grad_reduce:
         kind = (CollectiveKind.REDUCE_SCATTER if job.parallel.distributed_optimizer
                 else CollectiveKind.ALL_REDUCE)
         pb = semantics(job.training.framework).param_bytes(job.training.precision)
@@ -112,8 +119,45 @@ def compute_tail(job: Job, timeline: Timeline, params_per_stage: np.ndarray,
                 dp_total)
 
 
+def uses_parallel_groups(job: Job) -> bool:
+    """Experts or context parallelism: gradients reduce over their own groups (grad_sync)."""
+    return job.model.is_moe or job.parallel.cp > 1
+
+
+def _fixed_parallel(job: Job, params_per_stage: np.ndarray, kernels: KernelModel,
+                    network: NetworkModel) -> FixedTail:
+    """`fixed_tail` with dense gradients over dp x cp and experts' over expert_dp."""
+    reduce, gather = grad_sync.reduction_s(job, params_per_stage, network)
+    overlap = job.parallel.overlap_grad_reduce
+    gather_s = gather if job.parallel.distributed_optimizer else None
+    total = (np.zeros(job.parallel.pp) if overlap else reduce) + gather
+    optimizer = per_value(grad_sync.optimizer_params(job, params_per_stage),
+                          lambda n: kernels.cost(optimizer_op(n, job)).seconds)
+    return FixedTail(total.copy(), total, gather_s, _embedding_sync(job, network),
+                     _sp_grad_sync(job, network), optimizer + _grad_stats_s(job, network))
+
+
+def _overlapped_parallel(job: Job, timeline: Timeline, params: np.ndarray,
+                         network: NetworkModel) -> tuple[np.ndarray, np.ndarray]:
+    """Bucketed reduction overlapped with the last backwards: `_overlapped` with each bucket
+    carrying its share of the stage's dense and expert gradients over their groups."""
+    pb = semantics(job.training.framework).param_bytes(job.training.precision)
+    kind = (CollectiveKind.REDUCE_SCATTER if job.parallel.distributed_optimizer
+            else CollectiveKind.ALL_REDUCE)
+
+    def bucket_s(stage: int, pieces: int) -> float:
+        """One bucket of `stage`: 1/pieces of its dense and of its expert gradients."""
+        share = np.zeros(job.parallel.pp)
+        share[stage] = params[stage]
+        return float(grad_sync.reduction_s(job, share, network, 1.0 / pieces)[0][stage])
+
+    return _overlapped(job, timeline, params * pb.gradients, kind, network, bucket_s)
+
+
 def fixed_tail(job: Job, params_per_stage: np.ndarray, kernels: KernelModel,
                network: NetworkModel) -> FixedTail:
+    if uses_parallel_groups(job):
+        return _fixed_parallel(job, params_per_stage, kernels, network)
     p = job.parallel.pp
     pb = semantics(job.training.framework).param_bytes(job.training.precision)
     grad_bytes = params_per_stage * pb.gradients
@@ -145,6 +189,13 @@ def sp_parameters(job: Job) -> np.ndarray:
     rank: norm weights (and biases) and the row-parallel linears' biases of every layer, and the
     final norm (Megatron sets `sequence_parallel` on exactly these)."""
     m = job.model
+    if m.is_moe or m.multi_latent_attention or m.qk_layernorm or m.mtp_num_layers:
+        # every parameter replicated on the tp ranks: also routers, MLA's down projections
+        kinds, per_stage = stage_kind_counts(job)
+        counts = sum((n * float(kind_params(m, kind).dense.replicated)
+                      for kind, n in zip(kinds, per_stage, strict=True)), np.zeros(job.parallel.pp))
+        counts[-1] += final_norm_params(m)
+        return counts
     norm = m.hidden_size * (2 if m.norm is Norm.LAYERNORM else 1)
     per_layer = 2 * norm + (2 * m.hidden_size if m.use_bias else 0)
     counts = stage_layers(job) * float(per_layer)
@@ -178,7 +229,7 @@ def _grad_stats_s(job: Job, network: NetworkModel) -> float:
 def _embedding_sync(job: Job, network: NetworkModel) -> np.ndarray:
     p, m, tp = job.parallel.pp, job.model, job.parallel.tp
     sync = np.zeros(p)
-    if p > 1 and m.tied_embeddings:
+    if p > 1 and (m.tied_embeddings or m.mtp_num_layers):  # MTP embeds with the same table
         fw = semantics(job.training.framework)
         gb = fw.param_bytes(job.training.precision).gradients
         nbytes = padded_vocab(m, tp, fw.pads_vocab) * m.hidden_size / tp * gb
@@ -188,7 +239,8 @@ def _embedding_sync(job: Job, network: NetworkModel) -> np.ndarray:
 
 
 def _overlapped(job: Job, timeline: Timeline, grad_bytes: np.ndarray, kind: CollectiveKind,
-                network: NetworkModel) -> tuple[np.ndarray, np.ndarray]:
+                network: NetworkModel, bucket_s: Callable[[int, int], float] | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
     plan = timeline.plan
     p, v = job.parallel.pp, job.parallel.virtual_stages
     bwd = plan.backward == 1
@@ -203,9 +255,13 @@ def _overlapped(job: Job, timeline: Timeline, grad_bytes: np.ndarray, kind: Coll
     chunk_bytes = np.repeat(grad_bytes[:, None] / v, v, axis=1)
     bucket = job.parallel.bucket_size_mb * 1e6
     nb = max(1, math.ceil(float(chunk_bytes.max()) / bucket))
-    where = dp_placement(job)
-    unique = {float(b): network.time(kind, float(b) / nb, where) for b in np.unique(chunk_bytes)}
-    bucket_time = np.vectorize(unique.__getitem__)(chunk_bytes)  # (p, v)
+    if bucket_s is None:
+        where = dp_placement(job)
+        unique = {float(b): network.time(kind, float(b) / nb, where)
+                  for b in np.unique(chunk_bytes)}
+        bucket_time = np.vectorize(unique.__getitem__)(chunk_bytes)  # (p, v)
+    else:
+        bucket_time = np.array([[bucket_s(s, v * nb)] * v for s in range(p)])
     frac = (np.arange(nb) + 1) / nb
     ready = (last_end - last_dur)[:, :, None] + last_dur[:, :, None] * frac  # (p, v, nb)
     times = np.broadcast_to(bucket_time[:, :, None], ready.shape).reshape(p, -1)

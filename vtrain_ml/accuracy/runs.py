@@ -38,7 +38,7 @@ import yaml
 
 from simulator.errors import ConfigError, DataError
 from simulator.job.loaders import load_job
-from simulator.job.specs import GiB, Job
+from simulator.job.specs import GiB, Job, without_unused_fields
 from vtrain_ml.accuracy.measurements import is_vtrain_header, read_measurements, row_to_job
 from vtrain_ml.jobs import with_overrides
 
@@ -333,7 +333,8 @@ def fingerprint(job: Job, seconds: float | None, peak: float | None, reserved: f
                 oom: bool) -> str:
     """Hash of what a row says (the job without its GPU, which validate may replace, and the
     measurements): equal rows have equal fingerprints whatever file or order they come in."""
-    spec = job.model_dump(mode="json", exclude={"hardware": True, "cluster": {"gpu"}})
+    spec = without_unused_fields(job.model_dump(mode="json",
+                                                exclude={"hardware": True, "cluster": {"gpu"}}))
     return _digest([json.dumps(spec, sort_keys=True), repr((seconds, peak, reserved, oom))])[:12]
 
 

@@ -27,7 +27,8 @@ from vtrain_ml.cli.common import add_common, run
 from vtrain_ml.jobs import Overrides, Sweep, apply
 from vtrain_ml.memory_fit import advice
 
-INT_OPTIONS = {"num_gpus": "--num-gpus", "tp": "--tp", "pp": "--pp", "dp": "--dp",
+INT_OPTIONS = {"num_gpus": "--num-gpus", "tp": "--tp", "pp": "--pp", "dp": "--dp", "cp": "--cp",
+               "ep": "--ep",
                "micro_batch_size": "--micro-batch", "global_batch_size": "--global-batch",
                "virtual_stages": "--virtual-stages"}
 TEXT_OPTIONS = {"schedule": "--schedule", "recompute": "--recompute", "precision": "--precision",
@@ -35,7 +36,8 @@ TEXT_OPTIONS = {"schedule": "--schedule", "recompute": "--recompute", "precision
 BOOL_OPTIONS = {"sequence_parallel": "--sequence-parallel",
                 "distributed_optimizer": "--distributed-optimizer",
                 "overlap_grad_reduce": "--overlap-grad-reduce", "flash_attention": "--flash-attention"}
-INT_HELP = {"num_gpus": "GPU count (dp follows: num_gpus / (tp*pp))", "tp": "tensor-parallel size",
+INT_HELP = {"num_gpus": "GPU count (dp follows: num_gpus / (tp*cp*pp))", "tp": "tensor-parallel size",
+            "cp": "context-parallel size", "ep": "expert-parallel size (MoE models)",
             "pp": "pipeline-parallel size", "dp": "data-parallel size (the GPU count follows)",
             "micro_batch_size": "micro-batch size", "global_batch_size": "global batch size",
             "virtual_stages": "model chunks per stage (> 1: interleaved 1F1B)"}

@@ -1,0 +1,26 @@
+"""The placement of every communication group a block's collectives run on (tensor, expert and
+context parallelism; simulator.network.groups), keyed by the graph's `CommGroup`."""
+
+from __future__ import annotations
+
+from simulator.graph.ops import CommGroup
+from simulator.job.specs import Job
+from simulator.network.groups import ring_placement, strided_placement
+from simulator.network.topology import Placement, tp_placement
+
+
+def group_placements(job: Job) -> dict[CommGroup, Placement]:
+    """Each block-level group's placement (tp only for a job without experts or cp)."""
+    p, etp = job.parallel, job.expert_tp
+    out = {CommGroup.TP: tp_placement(job)}
+    if job.model.is_moe:
+        out[CommGroup.EXPERT_TP] = strided_placement(job, etp, 1)
+        out[CommGroup.EP] = strided_placement(job, p.ep, etp)
+        out[CommGroup.EXPERT_TP_EP] = strided_placement(job, etp * p.ep, 1)
+    if p.cp > 1:
+        hier = p.hierarchical_context_parallel_sizes
+        inner = hier[0] if hier else 1
+        out[CommGroup.CP] = strided_placement(job, p.cp, p.tp)
+        out[CommGroup.CP_INNER] = strided_placement(job, inner, p.tp)
+        out[CommGroup.CP_RING] = ring_placement(job, p.cp // inner, p.tp * inner)
+    return out
