@@ -16,8 +16,9 @@ from simulator.job.specs import Job
 from simulator.memo import Memo, Pinned, read_only
 from simulator.memory.stages import ORDER_SIGNS
 from simulator.network.collectives import NetworkModel
+from simulator.network.fabric import fabric
 from simulator.network.nccl import load_nccl_table
-from simulator.network.topology import Placement, boundaries_crossing_nodes, p2p_placement, tp_placement
+from simulator.network.topology import Placement, boundary_placements, tp_placement
 from simulator.prepare import JOBS, JobStatic, job_static, job_summary
 from simulator.report.metrics import cost_usd, utilization
 from simulator.report.result import SimulationResult, StageReport
@@ -32,6 +33,7 @@ from simulator.timeline.lowering import (
     block_table,
     stage_costs,
 )
+from simulator.timeline.stragglers import scale_loss
 from simulator.timeline.tail import FixedTail, Tail, compute_tail, fixed_tail
 
 if TYPE_CHECKING:
@@ -42,20 +44,24 @@ if TYPE_CHECKING:
 # kernel and network model) seen recently: see `_costed_blocks`.
 COSTED: Memo[tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]] = Memo(maxsize=512)
 # The distinct p2p placements of the pipeline boundaries and each boundary's index among them,
-# per (pp, tp, dp, GPUs per node, GPUs): what `topology.pp_placement` reads.
+# per (pp, tp, dp, GPUs per node, GPUs, fabric): what `topology.pp_placement` reads.
 PLACEMENTS: Memo[tuple[tuple[Placement, ...], np.ndarray]] = Memo(maxsize=512)
 NETWORKS: Memo[NetworkModel] = Memo(maxsize=64)
+# the breakdown terms on which a slow GPU stretches the critical path (simulator.timeline.stragglers)
+GPU_BOUND = ("forward", "backward", "recompute", "pipeline_bubble", "optimizer")
 
 
 def default_network(job: Job) -> NetworkModel:
-    """The job's network model (a frozen function of the hardware and the two bandwidths,
-    memoized: the NCCL table's path is resolved once)."""
+    """The job's network model (a frozen function of the hardware, the two bandwidths and
+    whether the switches reduce in the network, memoized: the NCCL table's path is resolved
+    once)."""
     hw, intra, inter = job.hardware, job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps
+    collnet = fabric(job).collnet
 
     def build() -> NetworkModel:
         table = load_nccl_table(str(data_dir() / hw.nccl_tables)) if hw.nccl_tables else None
-        return NetworkModel(hw, intra, inter, table)
-    return NETWORKS.get((Pinned(hw), intra, inter), build)
+        return NetworkModel(hw, intra, inter, table, collnet)
+    return NETWORKS.get((Pinned(hw), intra, inter, collnet), build)
 
 
 def default_kernels(job: Job) -> KernelModel:
@@ -88,10 +94,14 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     timeline = run_pipeline(plan, costs.forward_s, costs.backward_s, edge_delays)
     tail = compute_tail(job, timeline, static.params, kernels, network, fixed)
     stage_total = timeline.stage_end + tail.total_s
-    iteration = float(stage_total.max())
     critical = int(stage_total.argmax())
     idle = np.bincount(plan.stage, weights=timeline.idle, minlength=p)
     p2p = np.bincount(plan.stage, weights=timeline.p2p_exposed, minlength=p)
+    breakdown = _breakdown(costs, tail, m, critical, idle, p2p, 0.0)
+    loss = scale_loss(job, costs.layer, graph.layer,
+                      sum(breakdown[k] for k in GPU_BOUND))
+    breakdown["scale_loss"] = loss.total_s
+    iteration = float(stage_total.max()) + loss.total_s
     stages = tuple(map(StageReport, range(p), (stage_total - idle).tolist(),
                        (iteration - stage_total + idle).tolist(), memory.stages))
     peak = float(memory.total_bytes.max())
@@ -103,7 +113,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     return SimulationResult(
         job=dict(static.summary),
         iteration_time_s=iteration,
-        breakdown=_breakdown(costs, tail, m, critical, idle, p2p, iteration - stage_total[critical]),
+        breakdown=breakdown,
         critical_stage=critical,
         stages=stages,
         num_microbatches=m,
@@ -127,6 +137,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         tail=tail,
         p2p_s=tuple(float(x) for x in edge_delays),
         peak_allocated_bytes=allocated,
+        scale_loss=loss,
     )
 
 
@@ -196,20 +207,10 @@ def _edge_delays(job: Job, graph: JobGraph, network: NetworkModel) -> np.ndarray
     if p == 1:
         return np.zeros(1)
     distinct, which = PLACEMENTS.get(
-        (p, job.parallel.tp, job.dp, job.gpus_per_node, job.cluster.num_gpus),
-        lambda: _distinct_placements(job))
+        (p, job.parallel.tp, job.dp, job.gpus_per_node, job.cluster.num_gpus, fabric(job)),
+        lambda: boundary_placements(job))
     nbytes = graph.p2p_bytes
     return np.array([network.time(CollectiveKind.SEND_RECV, nbytes, w) for w in distinct])[which]
-
-
-def _distinct_placements(job: Job) -> tuple[tuple[Placement, ...], np.ndarray]:
-    """The distinct p2p placements of the pipeline boundaries (in order of appearance) and each
-    boundary's index among them (`topology.pp_placement` of every boundary)."""
-    crosses = boundaries_crossing_nodes(job)
-    first = bool(crosses[0])
-    which = (crosses != first).astype(np.int64)
-    distinct = (p2p_placement(job, first),) + ((p2p_placement(job, not first),) if which.any() else ())
-    return distinct, which
 
 
 def _breakdown(costs: StageCosts, tail: Tail, m: int, c: int, idle: np.ndarray, p2p: np.ndarray,

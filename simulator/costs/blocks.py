@@ -34,6 +34,9 @@ class BlockCost:
     forward_host_excess: float
     backward_host_excess: float  # window of recompute + backward
     by_source: dict[CostSource, float]  # compute seconds by where the cost came from
+    # sum over the block's kernels of their squared durations (s^2): how much a kernel-time
+    # variation adds up to over the block (simulator.timeline.stragglers)
+    kernel_square_s2: float = 0.0
 
     @property
     def forward_total(self) -> float:
@@ -59,6 +62,8 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
     by_source: dict[CostSource, float] = defaultdict(float)
     seconds: dict[str, float] = {}
 
+    square = [0.0]
+
     def compute(ops: tuple[Op, ...]) -> float:
         total = 0.0
         for op in ops:
@@ -66,6 +71,7 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
             by_source[c.source] += c.seconds
             seconds[op.name] = c.seconds
             total += c.seconds
+            square[0] += c.seconds * c.seconds / max(1, op.kernels)
         return total
 
     def comm(ops: tuple[CommOp, ...]) -> float:
@@ -86,4 +92,4 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
     bwd_host = (host(block.backward, block.backward_comm, w.backward)
                 + host(block.recompute, block.recompute_comm, w.recompute))
     return BlockCost(fwd, fwd_c, bwd, bwd_c, rec, rec_c, max(0.0, fwd_host - fwd - fwd_c),
-                     max(0.0, bwd_host - bwd - bwd_c - rec - rec_c), dict(by_source))
+                     max(0.0, bwd_host - bwd - bwd_c - rec - rec_c), dict(by_source), square[0])

@@ -6,6 +6,8 @@ Each rule names the fields, their values and the fix. All violations are reporte
 
 from __future__ import annotations
 
+import itertools
+
 from simulator.errors import ConfigError
 from simulator.job.enums import Recompute, Schedule
 from simulator.job.framework import semantics
@@ -40,7 +42,7 @@ def job_problems(job: Job) -> list[str]:
         )
     if m.ffn % tp:
         problems.append(f"tensor_parallel_size={tp} does not divide ffn_hidden_size={m.ffn}")
-    problems += _pipeline_problems(job) + _framework_problems(job)
+    problems += _pipeline_problems(job) + _framework_problems(job) + _network_problems(job)
     dp = job.dp
     if p.dp is not None and tp * pp * p.dp != c.num_gpus:
         problems.append(
@@ -109,6 +111,34 @@ def _framework_problems(job: Job) -> list[str]:
         problems.append(
             f"training.recompute=selective is Megatron's; with framework={t.framework.value} use "
             f"none or full (torch.utils.checkpoint of whole layers)")
+    return problems
+
+
+def _network_problems(job: Job) -> list[str]:
+    """`cluster.nvlink_domain` and `cluster.topology` against the nodes and the GPU count."""
+    c, gpn = job.cluster, job.gpus_per_node
+    problems = []
+    domain = c.nvlink_domain or job.hardware.nvlink_domain
+    if domain is not None and domain % gpn and gpn % domain:
+        problems.append(f"cluster.nvlink_domain={domain} and gpus_per_node={gpn}: one must divide "
+                        f"the other (an NVLink domain is whole nodes, or a part of one)")
+    topo = c.topology
+    if topo is None:
+        return problems
+    sizes = [t.size for t in topo.tier_list(gpn)]
+    if any(b <= a for a, b in itertools.pairwise(sizes)) or any(s % gpn for s in sizes):
+        problems.append(f"cluster.topology.tiers sizes {sizes}: each must be a whole number of "
+                        f"nodes of {gpn} GPUs and larger than the tier below")
+    if sizes[-1] < c.num_gpus:
+        problems.append(f"cluster.topology: its top tier holds {sizes[-1]} GPUs < num_gpus="
+                        f"{c.num_gpus}; add a tier (tiers) or raise switch_radix")
+    if topo.nic_bandwidth_Gbps is not None and c.inter_node_bandwidth_Gbps is not None:
+        node = topo.nic_bandwidth_Gbps * (topo.nics_per_node or gpn)
+        if abs(node - c.inter_node_bandwidth_Gbps) > 1e-6 * node:
+            problems.append(f"cluster.topology.nic_bandwidth_Gbps={topo.nic_bandwidth_Gbps} x "
+                            f"{topo.nics_per_node or gpn} NICs = {node:g} Gbps != "
+                            f"cluster.inter_node_bandwidth_Gbps={c.inter_node_bandwidth_Gbps:g}; "
+                            f"give one of them")
     return problems
 
 
