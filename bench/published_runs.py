@@ -28,11 +28,11 @@ MODERN = ROOT.parent / "shared" / "data" / "modern"
 
 # Published network topologies (cluster.topology), from the operators' own descriptions.
 META_ROCE = {  # Llama Team 2024, Sec. 3.3.1: 400 Gbps RoCE per GPU, 16 GPUs per ToR, pods of 3,072
-    # GPUs at full bisection, aggregation layer oversubscribed 1:7
+    # GPUs at full bisection; traffic leaving a pod through the aggregation layer 1:7
     "nic_bandwidth_Gbps": 400,
     "tiers": [{"name": "tor", "size": 16, "oversubscription": 1.0},
-              {"name": "pod", "size": 3072, "oversubscription": 1.0},
-              {"name": "cluster", "size": 24576, "oversubscription": 7.0}],
+              {"name": "pod", "size": 3072, "oversubscription": 7.0},
+              {"name": "cluster", "size": 24576, "oversubscription": 1.0}],
 }
 SELENE = {  # DGX A100 SuperPOD (Selene): 8 x 200 Gb/s HDR per node, rail-optimized, non-blocking
     # leaf/spine per 20-node scalable unit and a core tier (NVIDIA DGX SuperPOD reference)
@@ -57,8 +57,9 @@ ASSUMPTIONS = {
     "3 for 175B/530B), fp16; baseline = full recompute, 'present work' = sequence parallel + "
     "selective recompute; Selene's topology",
     "BLOOM 176B (A100, Jean Zay)": "Megatron-DeepSpeed, bf16, tp 4, pp 12, dp 8, micro-batch 2, "
-    "full recompute, 1F1B; ALiBi and the embedding norm approximated by a GPT layer; 4 x 100 Gb/s "
-    "Omni-Path per node",
+    "full recompute, 1F1B; 70 layers as DeepSpeed's uniform partition (5 on the first and last "
+    "stage, 6 on the others); ALiBi and the embedding norm approximated by a GPT layer; 4 x 100 "
+    "Gb/s Omni-Path per node",
     "Megatron-LM H100 weak scaling (check only)": "Megatron-Core r0.8 README: bf16, micro-batch "
     "1, no recompute, sequence parallel when tp > 1, distributed optimizer, overlapped dp "
     "reduction, 1F1B (virtual stages not stated), GPT layer with 4h GeLU MLP",
@@ -174,7 +175,8 @@ def _bloom(row: dict[str, str], gpus: int) -> Run:
                      "position_embedding": "rope", "tied_embeddings": True},
            "training": {"global_batch_size": 2048, "micro_batch_size": 2, "precision": "bf16",
                         "recompute": "full", "framework": "megatron-deepspeed"},
-           "parallel": {"tp": 4, "pp": 12, "dp": 8, "schedule": "1f1b"},
+           "parallel": {"tp": 4, "pp": 12, "dp": 8, "schedule": "1f1b",
+                        "first_stage_layers": 5, "last_stage_layers": 5},
            "cluster": {"gpu": "a100-80gb", "num_gpus": gpus, "gpus_per_node": 8,
                        "inter_node_bandwidth_Gbps": 400,
                        "topology": {"nic_bandwidth_Gbps": 100, "nics_per_node": 4}}}
