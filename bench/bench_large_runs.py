@@ -29,8 +29,11 @@ from published_runs import ASSUMPTIONS, MODERN, PUBLISHED, Run, published_runs  
 
 from simulator import job_from_dict, simulate  # noqa: E402
 from simulator.errors import VTrainError  # noqa: E402
+from simulator.job.enums import CollectiveKind  # noqa: E402
 from simulator.job.specs import GiB  # noqa: E402
+from simulator.network.topology import dp_placement  # noqa: E402
 from simulator.report.result import SimulationResult  # noqa: E402
+from simulator.simulate import default_network  # noqa: E402
 
 SHARES = (("compute", ("forward", "backward", "recompute", "overhead")), ("tp", ("tp_comm",)),
           ("pp", ("pp_comm",)), ("dp", ("dp_comm_exposed", "embedding_sync")),
@@ -152,6 +155,21 @@ def _what_meta_changed(run: Run, result: SimulationResult, stage: int) -> None:
         total = sharded - (in_flight - fewer) * per_chunk
         print(f"    ... and Meta's tunable N = {n} contiguous micro-batches: {fewer} chunks in "
               f"flight, {total / GiB:.1f} GiB")
+    _per_microbatch_reduce_scatter(run, result, grads, m)
+
+
+def _per_microbatch_reduce_scatter(run: Run, result: SimulationResult, grads: float, m: int) -> None:
+    """A hypothesis, not modelled: sharded gradients without local accumulation mean one FP32
+    reduce-scatter per micro-batch (FSDP without no_sync); its NIC time per iteration next to the
+    pipeline's compute."""
+    assert run.job is not None
+    job = job_from_dict(run.job)
+    one = default_network(job).time(CollectiveKind.REDUCE_SCATTER, grads, dp_placement(job))
+    compute = sum(result.breakdown[k] for k in ("forward", "backward", "recompute"))
+    print(f"    hypothesis (not modelled): reduce-scattering each micro-batch's FP32 gradients "
+          f"costs {one:.2f} s x {m} micro-batches = {one * m:.1f} s of NIC time per iteration "
+          f"against {compute:.1f} s of compute; the published MFU implies "
+          f"{result.iteration_time_s * result.mfu / run.published:.1f} s per iteration")
 
 
 def main(argv: list[str] | None = None) -> int:
