@@ -334,7 +334,16 @@ def fingerprint(job: Job, seconds: float | None, peak: float | None, reserved: f
     """Hash of what a row says (the job without its GPU, which validate may replace, and the
     measurements): equal rows have equal fingerprints whatever file or order they come in."""
     spec = job.model_dump(mode="json", exclude={"hardware": True, "cluster": {"gpu"}})
+    for section, key in UNSET_NOT_FINGERPRINTED:
+        if spec[section].get(key, 0) is None:
+            del spec[section][key]
     return _digest([json.dumps(spec, sort_keys=True), repr((seconds, peak, reserved, oom))])[:12]
+
+
+# Job fields added after rows were first fingerprinted: left out while unset, so that a row's
+# fingerprint (and a calibrated file's record of the rows it has seen) survives the new field.
+UNSET_NOT_FINGERPRINTED = (("cluster", "nvlink_domain"), ("cluster", "topology"),
+                           ("cluster", "jitter"))
 
 
 def _digest(parts: list[str]) -> str:
