@@ -97,8 +97,8 @@ def report(runs: list[Run], no_scale_loss: bool) -> dict[str, list[float]]:
 
 
 def print_summary(errors: dict[str, list[float]], runs: list[Run]) -> None:
-    print("\nper family (MAPE of the published metric; signed mean: + = predicted slower / lower MFU "
-          "for time, higher MFU for MFU)")
+    print("\nper family (MAPE of the published metric; signed mean of predicted / published - 1: "
+          "+ is slower for a time, faster for an MFU)")
     for family, errs in errors.items():
         mape = sum(abs(e) for e in errs) / len(errs)
         mean = sum(errs) / len(errs)

@@ -53,8 +53,11 @@ class Fabric:
         return sum(2 * t.hop_latency_s for t in self.tiers[1:tier + 1])
 
 
+DEFAULT_TOPOLOGY = TopologySpec()  # frozen: the non-blocking radix-64 tree
+
+
 def fabric(job: Job) -> Fabric:
-    return _fabric(job.cluster.topology or TopologySpec(), job.gpus_per_node, job.nvlink_domain,
+    return _fabric(job.cluster.topology or DEFAULT_TOPOLOGY, job.gpus_per_node, job.nvlink_domain,
                    job.inter_node_bandwidth_Bps)
 
 
