@@ -18,7 +18,7 @@ from simulator.memory.stages import ORDER_SIGNS
 from simulator.network.collectives import NetworkModel
 from simulator.network.fabric import fabric
 from simulator.network.nccl import load_nccl_table
-from simulator.network.topology import Placement, boundary_placements, tp_placement
+from simulator.network.topology import Placement, boundary_placements
 from simulator.prepare import JOBS, JobStatic, job_static, job_summary
 from simulator.report.metrics import cost_usd, utilization
 from simulator.report.result import SimulationResult, StageReport
@@ -51,12 +51,12 @@ NETWORKS: Memo[NetworkModel] = Memo(maxsize=64)
 GPU_BOUND = ("forward", "backward", "recompute", "pipeline_bubble", "optimizer")
 
 
-def default_network(job: Job) -> NetworkModel:
+def default_network(job: Job, collnet: bool | None = None) -> NetworkModel:
     """The job's network model (a frozen function of the hardware, the two bandwidths and
-    whether the switches reduce in the network, memoized: the NCCL table's path is resolved
-    once)."""
+    whether the switches reduce in the network (`collnet`, the job's fabric's when None),
+    memoized: the NCCL table's path is resolved once)."""
     hw, intra, inter = job.hardware, job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps
-    collnet = fabric(job).collnet
+    collnet = fabric(job).collnet if collnet is None else collnet
 
     def build() -> NetworkModel:
         table = load_nccl_table(str(data_dir() / hw.nccl_tables)) if hw.nccl_tables else None
@@ -79,9 +79,9 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     # identity; the default ones are functions of the job): memoized in the job's entry
     models = (None if kernels is None else Pinned(kernels),
               None if network is None else Pinned(network))
-    costed, cached_table = _costed_blocks(job, graph, kernels, network)
+    costed, cached_table = _costed_blocks(job, graph, kernels, network, static)
     kernels = kernels or default_kernels(job)
-    network = network or default_network(job)
+    network = network or default_network(job, static.collnet)
     costs: StageCosts
     if blocks is None:
         costs, coverage = static.per_blocks.get(Pinned(cached_table), lambda: _costs(
@@ -162,21 +162,21 @@ def clear_layout_caches() -> None:
 
 
 def _costed_blocks(job: Job, graph: JobGraph, kernels: KernelModel | None,
-                   network: NetworkModel | None
+                   network: NetworkModel | None, static: JobStatic
                    ) -> tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]:
     """The blocks' costs, memoized. They depend on the blocks (`blocks_key`), the hardware
     (efficiencies included; an immutable object, keyed by identity), the tp group's placement,
     and the kernel and network models: the default ones are functions of the hardware, the
     precision (in the training config) and the cluster's bandwidths; a caller's own models
     enter the key by identity."""
-    key = (blocks_key(job), Pinned(job.hardware), tp_placement(job),
+    key = (blocks_key(job), Pinned(job.hardware), static.tp_where,
            Pinned(kernels) if kernels is not None else None,
            Pinned(network) if network is not None else
-           (job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps))
+           (job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps, static.collnet))
 
     def compute() -> tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]:
         costed = block_costs(job, graph, kernels or default_kernels(job),
-                             network or default_network(job))
+                             network or default_network(job, static.collnet))
         return costed, block_table(*costed)
 
     return COSTED.get(key, compute)
