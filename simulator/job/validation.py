@@ -125,7 +125,18 @@ def _network_problems(job: Job) -> list[str]:
     topo = c.topology
     if topo is None:
         return problems
-    sizes = [t.size for t in topo.tier_list(gpn)]
+    if topo.tiers is not None and "switch_radix" in topo.model_fields_set:
+        problems.append("cluster.topology: give tiers or switch_radix (which only sizes the "
+                        "default tiers), not both")
+    if topo.nics_per_node is not None and topo.nic_bandwidth_Gbps is None:
+        problems.append("cluster.topology.nics_per_node needs nic_bandwidth_Gbps (without it the "
+                        "node's bandwidth is cluster.inter_node_bandwidth_Gbps)")
+    tiers = topo.tier_list(gpn)
+    if tiers[-1].oversubscription != 1.0:
+        problems.append(f"cluster.topology.tiers: the top tier ({tiers[-1].name or tiers[-1].size}) "
+                        f"has nothing above it; its oversubscription must be 1 (got "
+                        f"{tiers[-1].oversubscription:g}: put it on the tier below)")
+    sizes = [t.size for t in tiers]
     if any(b <= a for a, b in itertools.pairwise(sizes)) or any(s % gpn for s in sizes):
         problems.append(f"cluster.topology.tiers sizes {sizes}: each must be a whole number of "
                         f"nodes of {gpn} GPUs and larger than the tier below")

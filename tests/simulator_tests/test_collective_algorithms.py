@@ -177,6 +177,12 @@ def test_bad_topology_gets_one_line_naming_the_field():
         validate_job(_tree_job(1, 1, 16, {"tiers": [{"size": 4}, {"size": 8}]}))
     with pytest.raises(ConfigError, match="whole number of nodes"):
         validate_job(_tree_job(1, 1, 16, {"tiers": [{"size": 3}, {"size": 16}]}))
+    with pytest.raises(ConfigError, match="its oversubscription must be 1"):
+        validate_job(_tree_job(1, 1, 16, {"tiers": [{"size": 4}, {"size": 16, "oversubscription": 2}]}))
+    with pytest.raises(ConfigError, match="tiers or switch_radix"):
+        validate_job(_tree_job(1, 1, 16, {"tiers": [{"size": 16}], "switch_radix": 32}))
+    with pytest.raises(ConfigError, match="nics_per_node needs nic_bandwidth_Gbps"):
+        validate_job(_tree_job(1, 1, 16, {"nics_per_node": 4}))
     with pytest.raises(ConfigError, match="nvlink_domain=3"):
         validate_job(make_job(cluster={"gpus_per_node": 2, "nvlink_domain": 3}))
 
