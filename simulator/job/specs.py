@@ -310,10 +310,25 @@ def _describe(err: Any, cls: type[BaseModel], where: str) -> str:
     field = f"{where}.{loc}" if loc else where
     if err["type"] == "extra_forbidden":
         key = str(err["loc"][-1])
-        close = difflib.get_close_matches(key, list(cls.model_fields), n=1, cutoff=0.5)
-        hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(cls.model_fields)}"
+        known = list(_model_at(cls, err["loc"][:-1]).model_fields)
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+        hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(known)}"
         return f"unknown key '{field}'{hint}"
     if err["type"] == "missing":
         return f"missing required key '{field}'"
     value = err.get("input")
     return f"{field}={value!r}: {err['msg']}"
+
+
+def _model_at(cls: type[BaseModel], path: tuple[Any, ...]) -> type[BaseModel]:
+    """The config class a nested key path (e.g. cluster.topology.tiers.0) leads to."""
+    for part in path:
+        if isinstance(part, int) or part not in cls.model_fields:
+            continue
+        annotation = cls.model_fields[part].annotation
+        inner = [a for a in (getattr(annotation, "__args__", None) or (annotation,))
+                 for a in (getattr(a, "__args__", None) or (a,))
+                 if isinstance(a, type) and issubclass(a, BaseModel)]
+        if inner:
+            cls = inner[0]
+    return cls
