@@ -26,6 +26,8 @@ from simulator.job.specs import Job
 from simulator.memo import Memo, Pinned, read_only
 from simulator.memory.stages import MemoryTable, stage_memory_table
 from simulator.memory.states import stage_param_counts
+from simulator.network.fabric import fabric
+from simulator.network.topology import Placement, tp_placement
 from simulator.timeline.engine import RoundPlan, round_plan
 
 
@@ -40,6 +42,8 @@ class JobStatic:
     model_flops: float
     hardware_flops: float
     summary: dict[str, Any]  # job_summary(job); callers get a copy
+    tp_where: Placement  # the tp group's placement (a key of the costed blocks)
+    collnet: bool  # the fabric reduces in the switches (the default network model's)
     # What simulate memoizes per job and kernel / network model (p2p delays, the tail's fixed
     # terms) and per job and costed blocks (stage costs): kept here, so that they live and go
     # with the job's entry in JOBS.
@@ -71,7 +75,7 @@ def build_static(job: Job) -> JobStatic:
     plan = round_plan(job.parallel.schedule, p, m, v, all_warmup)
     static = JobStatic(graph, plan, stage_param_counts(job), stage_memory_table(job, graph, plan),
                        model_flops_per_iteration(job), hardware_flops_per_iteration(job),
-                       job_summary(job))
+                       job_summary(job), tp_placement(job), fabric(job).collnet)
     read_only(graph.chunk_layers, static.params, static.memory.allocated_bytes,
               static.memory.total_bytes)
     return static

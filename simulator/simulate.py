@@ -17,8 +17,9 @@ from simulator.job.specs import Job
 from simulator.memo import Memo, Pinned, read_only
 from simulator.memory.stages import ORDER_SIGNS
 from simulator.network.collectives import NetworkModel
+from simulator.network.fabric import fabric
 from simulator.network.nccl import load_nccl_table
-from simulator.network.topology import Placement, boundaries_crossing_nodes, p2p_placement, tp_placement
+from simulator.network.topology import Placement, boundary_placements
 from simulator.prepare import JOBS, JobStatic, job_static, job_summary
 from simulator.report.metrics import cost_usd, utilization
 from simulator.report.result import SimulationResult, StageReport
@@ -33,6 +34,7 @@ from simulator.timeline.lowering import (
     block_table,
     stage_costs,
 )
+from simulator.timeline.stragglers import scale_loss
 from simulator.timeline.tail import FixedTail, Tail, compute_tail, fixed_tail
 
 if TYPE_CHECKING:
@@ -43,20 +45,24 @@ if TYPE_CHECKING:
 # kernel and network model) seen recently: see `_costed_blocks`.
 COSTED: Memo[tuple[tuple[BlockCost, ...], np.ndarray]] = Memo(maxsize=512)
 # The distinct p2p placements of the pipeline boundaries and each boundary's index among them,
-# per (pp, tp, dp, GPUs per node, GPUs): what `topology.pp_placement` reads.
+# per (pp, tp, dp, GPUs per node, GPUs, fabric): what `topology.pp_placement` reads.
 PLACEMENTS: Memo[tuple[tuple[Placement, ...], np.ndarray]] = Memo(maxsize=512)
 NETWORKS: Memo[NetworkModel] = Memo(maxsize=64)
+# the breakdown terms on which a slow GPU stretches the critical path (simulator.timeline.stragglers)
+GPU_BOUND = ("forward", "backward", "recompute", "pipeline_bubble", "optimizer")
 
 
-def default_network(job: Job) -> NetworkModel:
-    """The job's network model (a frozen function of the hardware and the two bandwidths,
+def default_network(job: Job, collnet: bool | None = None) -> NetworkModel:
+    """The job's network model (a frozen function of the hardware, the two bandwidths and
+    whether the switches reduce in the network (`collnet`, the job's fabric's when None),
     memoized: the NCCL table's path is resolved once)."""
     hw, intra, inter = job.hardware, job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps
+    collnet = fabric(job).collnet if collnet is None else collnet
 
     def build() -> NetworkModel:
         table = load_nccl_table(str(data_dir() / hw.nccl_tables)) if hw.nccl_tables else None
-        return NetworkModel(hw, intra, inter, table)
-    return NETWORKS.get((Pinned(hw), intra, inter), build)
+        return NetworkModel(hw, intra, inter, table, collnet)
+    return NETWORKS.get((Pinned(hw), intra, inter, collnet), build)
 
 
 def default_kernels(job: Job) -> KernelModel:
@@ -74,9 +80,9 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     # identity; the default ones are functions of the job): memoized in the job's entry
     models = (None if kernels is None else Pinned(kernels),
               None if network is None else Pinned(network))
-    costed, cached_table = _costed_blocks(job, graph, kernels, network)
+    costed, cached_table = _costed_blocks(job, graph, kernels, network, static)
     kernels = kernels or default_kernels(job)
-    network = network or default_network(job)
+    network = network or default_network(job, static.collnet)
     costs: StageCosts
     if blocks is None:
         costs, coverage = static.per_blocks.get(Pinned(cached_table), lambda: _costs(
@@ -90,10 +96,14 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     timeline = run_pipeline(plan, costs.forward_s, costs.backward_s, edge_delays)
     tail = compute_tail(job, timeline, static.params, kernels, network, fixed)
     stage_total = timeline.stage_end + tail.total_s
-    iteration = float(stage_total.max())
     critical = int(stage_total.argmax())
     idle = np.bincount(plan.stage, weights=timeline.idle, minlength=p)
     p2p = np.bincount(plan.stage, weights=timeline.p2p_exposed, minlength=p)
+    breakdown = _breakdown(costs, tail, m, critical, idle, p2p, 0.0)
+    loss = scale_loss(job, costs.layer, graph.layer,
+                      sum(breakdown[k] for k in GPU_BOUND))
+    breakdown["scale_loss"] = loss.total_s
+    iteration = float(stage_total.max()) + loss.total_s
     stages = tuple(map(StageReport, range(p), (stage_total - idle).tolist(),
                        (iteration - stage_total + idle).tolist(), memory.stages))
     peak = float(memory.total_bytes.max())
@@ -105,7 +115,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     return SimulationResult(
         job=dict(static.summary),
         iteration_time_s=iteration,
-        breakdown=_breakdown(costs, tail, m, critical, idle, p2p, iteration - stage_total[critical]),
+        breakdown=breakdown,
         critical_stage=critical,
         stages=stages,
         num_microbatches=m,
@@ -129,6 +139,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         tail=tail,
         p2p_s=tuple(float(x) for x in edge_delays),
         peak_allocated_bytes=allocated,
+        scale_loss=loss,
     )
 
 
@@ -153,7 +164,7 @@ def clear_layout_caches() -> None:
 
 
 def _costed_blocks(job: Job, graph: JobGraph, kernels: KernelModel | None,
-                   network: NetworkModel | None
+                   network: NetworkModel | None, static: JobStatic
                    ) -> tuple[tuple[BlockCost, ...], np.ndarray]:
     """The blocks' costs, memoized. They depend on the blocks (`blocks_key`), the hardware
     (efficiencies included; an immutable object, keyed by identity), the tp group's placement,
@@ -161,15 +172,15 @@ def _costed_blocks(job: Job, graph: JobGraph, kernels: KernelModel | None,
     precision (in the training config) and the cluster's bandwidths; a caller's own models
     enter the key by identity."""
     groups = (tuple(group_placements(job).items())
-              if job.model.is_moe or job.parallel.cp > 1 else tp_placement(job))
+              if job.model.is_moe or job.parallel.cp > 1 else static.tp_where)
     key = (blocks_key(job), Pinned(job.hardware), groups,
            Pinned(kernels) if kernels is not None else None,
            Pinned(network) if network is not None else
-           (job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps))
+           (job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps, static.collnet))
 
     def compute() -> tuple[tuple[BlockCost, ...], np.ndarray]:
         costed = block_costs(job, graph, kernels or default_kernels(job),
-                             network or default_network(job))
+                             network or default_network(job, static.collnet))
         return costed, block_table(*costed)
 
     return COSTED.get(key, compute)
@@ -200,20 +211,10 @@ def _edge_delays(job: Job, graph: JobGraph, network: NetworkModel) -> np.ndarray
     if p == 1:
         return np.zeros(1)
     distinct, which = PLACEMENTS.get(
-        (p, job.parallel.tp, job.dp, job.gpus_per_node, job.cluster.num_gpus),
-        lambda: _distinct_placements(job))
+        (p, job.parallel.tp, job.dp, job.gpus_per_node, job.cluster.num_gpus, fabric(job)),
+        lambda: boundary_placements(job))
     nbytes = graph.p2p_bytes
     return np.array([network.time(CollectiveKind.SEND_RECV, nbytes, w) for w in distinct])[which]
-
-
-def _distinct_placements(job: Job) -> tuple[tuple[Placement, ...], np.ndarray]:
-    """The distinct p2p placements of the pipeline boundaries (in order of appearance) and each
-    boundary's index among them (`topology.pp_placement` of every boundary)."""
-    crosses = boundaries_crossing_nodes(job)
-    first = bool(crosses[0])
-    which = (crosses != first).astype(np.int64)
-    distinct = (p2p_placement(job, first),) + ((p2p_placement(job, not first),) if which.any() else ())
-    return distinct, which
 
 
 def _breakdown(costs: StageCosts, tail: Tail, m: int, c: int, idle: np.ndarray, p2p: np.ndarray,

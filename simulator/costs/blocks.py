@@ -43,6 +43,9 @@ class BlockCost:
     backward_cp_comm: float = 0.0
     recompute_cp_comm: float = 0.0
     host_sync: float = 0.0  # GPU idle after host synchronizations (part of the host excess)
+    # sum over the block's kernels of their squared durations (s^2): how much a kernel-time
+    # variation adds up to over the block (simulator.timeline.stragglers)
+    kernel_square_s2: float = 0.0
 
     @property
     def ep_comm(self) -> float:
@@ -77,6 +80,8 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
     seconds: dict[str, float] = {}
     exposed: dict[str, float] = defaultdict(float)  # "<direction>_<ep|cp>" -> seconds
 
+    square = [0.0]
+
     def compute(ops: tuple[Op, ...]) -> float:
         total = 0.0
         for op in ops:
@@ -84,6 +89,7 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
             by_source[c.source] += c.seconds
             seconds[op.name] = c.seconds
             total += c.seconds
+            square[0] += c.seconds * c.seconds / max(1, op.kernels)
         return total
 
     def comm(ops: tuple[CommOp, ...], other_direction: float, direction: str) -> float:
@@ -136,4 +142,4 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
                      max(0.0, bwd_host - bwd - bwd_c - rec - rec_c) + rec_sync, dict(by_source),
                      exposed["forward_ep"], exposed["backward_ep"], exposed["recompute_ep"],
                      exposed["forward_cp"], exposed["backward_cp"], exposed["recompute_cp"],
-                     fwd_sync + rec_sync)
+                     fwd_sync + rec_sync, square[0])

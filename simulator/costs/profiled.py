@@ -29,6 +29,7 @@ from simulator.graph.ops import Op, OpKind, Phase
 from simulator.job.enums import CollectiveKind
 from simulator.job.specs import Job
 from simulator.network.collectives import NetworkModel
+from simulator.network.fabric import fabric
 from simulator.network.nccl import NcclTable
 
 log = logging.getLogger(__name__)
@@ -161,4 +162,5 @@ def network_from_profile(path: str | Path, job: Job) -> NetworkModel | None:
     table = nccl_table_from_profile(read_profile(path))
     if table is None:
         return None
-    return NetworkModel(job.hardware, job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps, table)
+    return NetworkModel(job.hardware, job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps, table,
+                        fabric(job).collnet)

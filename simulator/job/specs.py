@@ -153,6 +153,55 @@ class ParallelPlan(Frozen):
     last_stage_layers: PositiveInt | None = None  # --decoder-last-pipeline-num-layers
 
 
+class TopologyTier(Frozen):
+    """One switch tier of a fat tree. `size`: GPUs under one switch (group) of this tier, e.g. a
+    rail-optimized leaf unit of R/2 nodes, a pod; traffic between GPUs under different switches
+    of this tier climbs to the next one. `oversubscription`: downlink / uplink bandwidth of this
+    tier's switches (1: full bisection; Meta's aggregation layer 7). `hop_latency_us`: added per
+    switch of this tier a message traverses."""
+
+    name: str = ""
+    size: PositiveInt
+    oversubscription: float = Field(1.0, ge=1.0)
+    hop_latency_us: float = Field(0.5, ge=0)
+
+
+class TopologySpec(Frozen):
+    """`cluster.topology`: the scale-out network as data (simulator.network.fabric reads it).
+
+    A fat tree with one NIC per GPU on its rail (rail-optimized, NVIDIA's DGX SuperPOD design;
+    NCCL's PXN moves cross-rail traffic over NVLink first, so a rail unit acts as one leaf).
+    Without `tiers`, non-blocking tiers follow from the switch radix R: R/2 nodes per leaf unit,
+    R^2/2 GPUs under one spine layer, R^3/4 under a core layer (three tiers; a job smaller than
+    a tier never climbs it). `collnet`: the switches reduce in the network (SHARP), which
+    enables NCCL's CollNet algorithms."""
+
+    nic_bandwidth_Gbps: PositiveFloat | None = None  # per NIC; None: the node bandwidth / NICs
+    nics_per_node: PositiveInt | None = None  # None: one per GPU
+    switch_radix: PositiveInt = 64  # ports per switch (NVIDIA Quantum-2: 64 x 400 Gb/s)
+    tiers: tuple[TopologyTier, ...] | None = None
+    collnet: bool = False
+
+    def tier_list(self, gpus_per_node: int) -> tuple[TopologyTier, ...]:
+        """`tiers`, or the non-blocking three-tier tree of `switch_radix`-port switches."""
+        if self.tiers is not None:
+            return self.tiers
+        r = self.switch_radix
+        leaf = r // 2 * gpus_per_node
+        spine = max(r * r // 2, leaf)
+        return (TopologyTier(name="leaf", size=leaf), TopologyTier(name="spine", size=spine),
+                TopologyTier(name="core", size=max(r ** 3 // 4, spine)))
+
+
+class JitterSpec(Frozen):
+    """`cluster.jitter`: variation of per-rank compute time, which a synchronous step pays as the
+    expected maximum over ranks (simulator.timeline.stragglers). Unset fields take the hardware
+    file's `efficiency.gpu_speed_cv` / `kernel_time_cv`; 0 turns a term off."""
+
+    gpu_speed_cv: float | None = Field(None, ge=0, le=0.5)  # persistent, between GPUs (clock/power)
+    kernel_time_cv: float | None = Field(None, ge=0, le=0.5)  # transient, one kernel's duration
+
+
 class ClusterSpec(Frozen):
     gpu: str = "a100-80gb"
     num_gpus: PositiveInt
@@ -160,6 +209,11 @@ class ClusterSpec(Frozen):
     intra_node_bandwidth_GBps: PositiveFloat | None = None  # per GPU, per direction
     inter_node_bandwidth_Gbps: PositiveFloat | None = None  # per node
     price_per_gpu_hour_usd: float | None = Field(default=None, ge=0)
+    # GPUs sharing one NVLink fabric (an NVL72 rack: 72 over 18 nodes of 4); None: the hardware
+    # file's, else gpus_per_node. Collectives and placement use the domain, not the node.
+    nvlink_domain: PositiveInt | None = None
+    topology: TopologySpec | None = None  # None: TopologySpec() (non-blocking, radix 64)
+    jitter: JitterSpec | None = None  # None: the hardware file's efficiency defaults
 
 
 class Efficiency(Frozen):
@@ -184,8 +238,10 @@ class Efficiency(Frozen):
     host_overhead_s: float = Field(5.25e-5, ge=0)  # host dispatch per launch, measured on a GPU host
     intra_bus_efficiency: float = Field(0.8, gt=0, le=1)
     inter_bus_efficiency: float = Field(0.8, gt=0, le=1)
-    intra_latency_s: float = Field(8e-6, ge=0)  # per ring step
-    inter_latency_s: float = Field(2e-5, ge=0)  # per ring step
+    # per ring step (NCCL's Ring/Simple hardware latencies, src/graph/tuning.cc: NVLink 3.4 us,
+    # network 14 us); every NCCL latency of that link type scales with them
+    intra_latency_s: float = Field(3.4e-6, ge=0)
+    inter_latency_s: float = Field(1.4e-5, ge=0)
     p2p_efficiency: float = Field(0.8, gt=0, le=1)
     collective_overhead_s: float = Field(2.4e-5, ge=0)  # host time per collective call
     collective_table_scale: float = Field(1.0, gt=0)  # measured nccl-tests time -> in training
@@ -198,6 +254,15 @@ class Efficiency(Frozen):
     # Fused attention's best fraction of peak where it was measured apart from GEMMs (B200:
     # bench/fit_b200_kernels.py); None: the GEMM's (gemm_max_efficiency).
     attention_max_efficiency: float | None = Field(None, gt=0, le=1)
+    # Per-rank compute-time variation (simulator.timeline.stragglers), fitted by `calibrate
+    # --rank-times` from a user's per-rank step times. gpu_speed_cv: standard deviation of one
+    # GPU's speed around the fleet's (manufacturing and power management; Sinha et al., SC'22:
+    # "8% average performance variation" between same-SKU GPUs, outliers removed, which is about
+    # 5.4 standard deviations between Tukey's fences of a normal fleet: 1.5%). kernel_time_cv:
+    # one kernel's duration around its shape's mean, measured in the 17 shared H100 traces
+    # (bench/measure_kernel_jitter.py: time-weighted CV 0.52-2.47%, mean 1.36%).
+    gpu_speed_cv: float = Field(0.015, ge=0, le=0.5)
+    kernel_time_cv: float = Field(0.0136, ge=0, le=0.5)
 
 
 class HardwareSpec(Frozen):
@@ -217,6 +282,10 @@ class HardwareSpec(Frozen):
     reserved_memory_GiB: float = Field(2.0, ge=0)  # CUDA context and NCCL buffers (not allocator)
     supports_flash_attention: bool = True
     nccl_tables: str | None = None  # folder of nccl-tests all-reduce tables, relative to data/
+    nvlink_domain: int | None = None  # GPUs on one NVLink fabric (NVL72: 72); None: one node
+    # NVSwitch with NVLink SHARP (multicast and in-switch reduction, Hopper and later): enables
+    # NCCL's NVLS algorithms inside the domain (src/graph/tuning.cc, nvlsEfficiency)
+    nvlink_sharp: bool = False
     efficiency: Efficiency = Efficiency()
     calibration: dict[str, Any] | None = None  # provenance written by `calibrate`
 
@@ -268,11 +337,22 @@ class Job(Frozen):
         return self.cluster.gpus_per_node or self.hardware.gpus_per_node
 
     @property
+    def nvlink_domain(self) -> int:
+        """GPUs sharing one NVLink fabric, at most the cluster."""
+        domain = self.cluster.nvlink_domain or self.hardware.nvlink_domain or self.gpus_per_node
+        return min(domain, self.cluster.num_gpus)
+
+    @property
     def intra_node_bandwidth_Bps(self) -> float:
         return (self.cluster.intra_node_bandwidth_GBps or self.hardware.nvlink_bandwidth_GBps) * 1e9
 
     @property
     def inter_node_bandwidth_Bps(self) -> float:
+        """Network bytes/s per node: the topology's NICs when it names their bandwidth, else the
+        cluster's, else the hardware file's."""
+        topo = self.cluster.topology
+        if topo is not None and topo.nic_bandwidth_Gbps is not None:
+            return topo.nic_bandwidth_Gbps * (topo.nics_per_node or self.gpus_per_node) * 1e9 / 8
         gbps = self.cluster.inter_node_bandwidth_Gbps or self.hardware.inter_node_bandwidth_Gbps
         return gbps * 1e9 / 8
 
@@ -286,7 +366,7 @@ class Job(Frozen):
 # keeps the fingerprints of the rows it was fitted on): `without_unused_fields` leaves them out
 # of a dumped job while they hold their defaults, so a job that does not use them hashes as before.
 LATER_FIELDS: dict[str, type[Frozen]] = {"model": ModelSpec, "training": TrainingSpec,
-                                         "parallel": ParallelPlan}
+                                         "parallel": ParallelPlan, "cluster": ClusterSpec}
 _FIRST_FIELDS = {
     "model": {"name", "num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
               "ffn_hidden_size", "gated_mlp", "activation_function", "vocab_size", "seq_length",
@@ -298,6 +378,8 @@ _FIRST_FIELDS = {
     "parallel": {"tp", "pp", "dp", "virtual_stages", "schedule", "sequence_parallel",
                  "distributed_optimizer", "overlap_grad_reduce", "bucket_size_mb",
                  "first_stage_layers", "last_stage_layers"},
+    "cluster": {"gpu", "num_gpus", "gpus_per_node", "intra_node_bandwidth_GBps",
+                "inter_node_bandwidth_Gbps", "price_per_gpu_hour_usd"},
 }
 
 
@@ -338,10 +420,25 @@ def _describe(err: Any, cls: type[BaseModel], where: str) -> str:
     field = f"{where}.{loc}" if loc else where
     if err["type"] == "extra_forbidden":
         key = str(err["loc"][-1])
-        close = difflib.get_close_matches(key, list(cls.model_fields), n=1, cutoff=0.5)
-        hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(cls.model_fields)}"
+        known = list(_model_at(cls, err["loc"][:-1]).model_fields)
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+        hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(known)}"
         return f"unknown key '{field}'{hint}"
     if err["type"] == "missing":
         return f"missing required key '{field}'"
     value = err.get("input")
     return f"{field}={value!r}: {err['msg']}"
+
+
+def _model_at(cls: type[BaseModel], path: tuple[Any, ...]) -> type[BaseModel]:
+    """The config class a nested key path (e.g. cluster.topology.tiers.0) leads to."""
+    for part in path:
+        if isinstance(part, int) or part not in cls.model_fields:
+            continue
+        annotation = cls.model_fields[part].annotation
+        inner = [a for a in (getattr(annotation, "__args__", None) or (annotation,))
+                 for a in (getattr(a, "__args__", None) or (a,))
+                 if isinstance(a, type) and issubclass(a, BaseModel)]
+        if inner:
+            cls = inner[0]
+    return cls

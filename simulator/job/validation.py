@@ -6,6 +6,8 @@ Each rule names the fields, their values and the fix. All violations are reporte
 
 from __future__ import annotations
 
+import itertools
+
 from simulator.errors import ConfigError
 from simulator.job.enums import Recompute, Schedule
 from simulator.job.framework import semantics
@@ -41,7 +43,8 @@ def job_problems(job: Job) -> list[str]:
         )
     if m.ffn % tp:
         problems.append(f"tensor_parallel_size={tp} does not divide ffn_hidden_size={m.ffn}")
-    problems += _pipeline_problems(job) + _framework_problems(job) + moe_cp_problems(job)
+    problems += (_pipeline_problems(job) + _framework_problems(job) + _network_problems(job)
+                 + moe_cp_problems(job))
     dp, cp = job.dp, p.cp
     names, sizes = ("tp*pp", f"{tp}*{pp}") if cp == 1 else ("tp*cp*pp", f"{tp}*{cp}*{pp}")
     if p.dp is not None and tp * cp * pp * p.dp != c.num_gpus:
@@ -112,6 +115,45 @@ def _framework_problems(job: Job) -> list[str]:
         problems.append(
             f"training.recompute=selective is Megatron's; with framework={t.framework.value} use "
             f"none or full (torch.utils.checkpoint of whole layers)")
+    return problems
+
+
+def _network_problems(job: Job) -> list[str]:
+    """`cluster.nvlink_domain` and `cluster.topology` against the nodes and the GPU count."""
+    c, gpn = job.cluster, job.gpus_per_node
+    problems = []
+    domain = c.nvlink_domain or job.hardware.nvlink_domain
+    if domain is not None and domain % gpn and gpn % domain:
+        problems.append(f"cluster.nvlink_domain={domain} and gpus_per_node={gpn}: one must divide "
+                        f"the other (an NVLink domain is whole nodes, or a part of one)")
+    topo = c.topology
+    if topo is None:
+        return problems
+    if topo.tiers is not None and "switch_radix" in topo.model_fields_set:
+        problems.append("cluster.topology: give tiers or switch_radix (which only sizes the "
+                        "default tiers), not both")
+    if topo.nics_per_node is not None and topo.nic_bandwidth_Gbps is None:
+        problems.append("cluster.topology.nics_per_node needs nic_bandwidth_Gbps (without it the "
+                        "node's bandwidth is cluster.inter_node_bandwidth_Gbps)")
+    tiers = topo.tier_list(gpn)
+    if tiers[-1].oversubscription != 1.0:
+        problems.append(f"cluster.topology.tiers: the top tier ({tiers[-1].name or tiers[-1].size}) "
+                        f"has nothing above it; its oversubscription must be 1 (got "
+                        f"{tiers[-1].oversubscription:g}: put it on the tier below)")
+    sizes = [t.size for t in tiers]
+    if any(b <= a for a, b in itertools.pairwise(sizes)) or any(s % gpn for s in sizes):
+        problems.append(f"cluster.topology.tiers sizes {sizes}: each must be a whole number of "
+                        f"nodes of {gpn} GPUs and larger than the tier below")
+    if sizes[-1] < c.num_gpus:
+        problems.append(f"cluster.topology: its top tier holds {sizes[-1]} GPUs < num_gpus="
+                        f"{c.num_gpus}; add a tier (tiers) or raise switch_radix")
+    if topo.nic_bandwidth_Gbps is not None and c.inter_node_bandwidth_Gbps is not None:
+        node = topo.nic_bandwidth_Gbps * (topo.nics_per_node or gpn)
+        if abs(node - c.inter_node_bandwidth_Gbps) > 1e-6 * node:
+            problems.append(f"cluster.topology.nic_bandwidth_Gbps={topo.nic_bandwidth_Gbps} x "
+                            f"{topo.nics_per_node or gpn} NICs = {node:g} Gbps != "
+                            f"cluster.inter_node_bandwidth_Gbps={c.inter_node_bandwidth_Gbps:g}; "
+                            f"give one of them")
     return problems
 
 

@@ -4,7 +4,8 @@ context parallelism.
 Every rank sends `nbytes` in total, an equal share to each of the n ranks of its group (itself
 included: that share never leaves the GPU). Of the (n - 1)/n that leaves, the share addressed
 to the g ranks of its own NVLink domain crosses NVLink, the share addressed to other domains
-crosses the rank's part of the domain's network links (every rank of the domain sends at the
+crosses the rank's part of the domain's network links (less what oversubscribed switch tiers
+leave it, plus the latency of the extra switch hops) (every rank of the domain sends at the
 same time: the node's inter-node bandwidth over its `sharing` GPUs; on a DGX one 400 Gb/s NIC
 per GPU). Both run at once, so the slower bounds the time, plus one latency per level (NCCL
 posts the n - 1 sends and receives of `ncclAllToAll` as one group).
@@ -39,19 +40,21 @@ def all_to_all_s(hardware: HardwareSpec, intra_bandwidth_Bps: float, inter_bandw
     eff = hardware.efficiency
     deepep = kind is CollectiveKind.DEEPEP_ALL_TO_ALL
     intra_eff = DEEPEP_NVLINK_EFFICIENCY if deepep else eff.intra_bus_efficiency
-    g = where.ranks_per_node
+    g = where.ranks_per_domain
     intra = (g - 1) / n * nbytes / (intra_bandwidth_Bps * intra_eff)
-    if not where.crosses_nodes:
+    if not where.crosses_domains:
         return intra + eff.intra_latency_s
     inter_eff = DEEPEP_RDMA_EFFICIENCY if deepep else eff.inter_bus_efficiency
-    per_gpu = inter_bandwidth_Bps / where.sharing
+    # the rank's share of its node's NICs, less what the oversubscribed tiers below the
+    # highest one the group climbs leave it (simulator.network.topology)
+    per_gpu = inter_bandwidth_Bps / where.sharing * where.tier_factor
     inter = (n - g) / n * nbytes / (per_gpu * inter_eff)
-    return max(intra, inter) + eff.intra_latency_s + eff.inter_latency_s
+    return max(intra, inter) + eff.intra_latency_s + eff.inter_latency_s + where.hop_latency_s
 
 
 def all_to_all_bytes_on_links(nbytes: float, where: Placement) -> tuple[float, float]:
     """(bytes over NVLink, bytes over the network) that one rank sends in the all-to-all."""
-    n, g = where.size, where.ranks_per_node
+    n, g = where.size, where.ranks_per_domain
     if n <= 1:
         return 0.0, 0.0
     return (g - 1) / n * nbytes, (n - g) / n * nbytes

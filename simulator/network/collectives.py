@@ -1,28 +1,32 @@
-"""Collective (kind, bytes, placement) -> seconds.
+"""Collective (kind, bytes, placement) -> seconds: one cost function per `CollectiveKind`.
 
-Analytic model: NCCL's ring all-reduce moves 2(n-1)/n of the buffer through every rank's link
-(all-gather and reduce-scatter half of that), plus a per-step latency. When the group spans k
-nodes with g members each it is hierarchical: the intra-node (NVLink) level and the inter-node
-ring over the k nodes run pipelined, so the slower level bounds the time; the node's network
-links (inter-node bandwidth per node) carry 2(k-1)/k of the buffer for every group of this kind
-on the node, all communicating in the same phase. Point-to-point sends move the buffer once. Where measured
-nccl-tests all-reduce tables exist for the hardware (intra-node, 2-8 GPUs), they replace the
-analytic intra-node all-reduce (and all-gather / reduce-scatter as half of it), scaled by
-`collective_table_scale`: nccl-tests time back-to-back launches on idle GPUs, while in training
-each call also waits for the slowest rank's host and shares the GPU.
+`NetworkModel.time` is the single dispatch point (`COSTS`): all-reduce, all-gather and
+reduce-scatter cost what NCCL's tuner predicts for the algorithm and protocol it would choose
+(simulator.network.algorithms: ring, tree, NVLS, NVLS-Tree, CollNet, PAT), on the links the
+group's placement gives it (simulator.network.topology): NVLink inside its domain; across
+domains, its members' NICs (the node's network bandwidth over the GPUs that drive it at the same
+time, as every group of a kind communicates at once), times the share oversubscribed tiers leave
+it, plus the switch hops' latency. Where measured nccl-tests all-reduce tables exist for the
+hardware (one domain, 2-8 GPUs), they replace the analytic all-reduce inside a domain
+(all-gather and reduce-scatter as half of it), scaled by `collective_table_scale`: nccl-tests
+time back-to-back launches on idle GPUs. Point-to-point sends move the buffer once.
+
+A new kind (all-to-all) adds its cost function to `COSTS`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.job.enums import CollectiveKind
 from simulator.job.specs import HardwareSpec
-from simulator.network.alltoall import ALL_TO_ALL_KINDS, all_to_all_s
+from simulator.network.algorithms import RING_SIMPLE_NET_S, RING_SIMPLE_NVLINK_S, Choice, Links, choose
+from simulator.network.alltoall import all_to_all_s
 from simulator.network.nccl import NcclTable
 from simulator.network.topology import Placement
 
-# Fraction of an all-reduce's ring traffic each kind moves.
+# Fraction of an all-reduce's traffic each kind moves (for the measured all-reduce tables).
 TRAFFIC = {
     CollectiveKind.ALL_REDUCE: 1.0,
     CollectiveKind.ALL_GATHER: 0.5,
@@ -36,43 +40,57 @@ class NetworkModel:
     intra_bandwidth_Bps: float  # per GPU, per direction (NVLink)
     inter_bandwidth_Bps: float  # per node
     table: NcclTable | None = None
+    collnet: bool = False  # the switches reduce in the network (SHARP): NCCL's CollNet
 
     def time(self, kind: CollectiveKind, nbytes: float, where: Placement) -> float:
         if nbytes <= 0 or where.size <= 1:
             return 0.0
-        eff = self.hardware.efficiency
-        if kind is CollectiveKind.SEND_RECV:
-            return self._p2p(nbytes, where)
-        if kind in ALL_TO_ALL_KINDS:  # simulator.network.alltoall
-            return all_to_all_s(self.hardware, self.intra_bandwidth_Bps, self.inter_bandwidth_Bps,
-                                kind, nbytes, where)
-        share = TRAFFIC[kind]
-        if not where.crosses_nodes and self.table is not None and self.table.covers(where.size):
-            measured = self.table.all_reduce_s(where.size, nbytes)
-            return share * measured * eff.collective_table_scale
-        return share * self._ring_all_reduce(nbytes, where)
+        return COSTS[kind](self, kind, nbytes, where)
 
-    def _ring_all_reduce(self, nbytes: float, where: Placement) -> float:
+    def links(self, where: Placement) -> Links:
+        """What a collective of `where` sees, per rank (efficiencies applied)."""
         eff = self.hardware.efficiency
-        n = where.size
-        volume = 2 * (n - 1) / n * nbytes
-        intra = volume / (self.intra_bandwidth_Bps * eff.intra_bus_efficiency)
-        if not where.crosses_nodes:
-            return intra + 2 * (n - 1) * eff.intra_latency_s
-        # hierarchical: each node's share of the buffer crosses the network in a ring over the
-        # k nodes; every group of this kind on the node does the same at the same time
-        k, g = where.nodes, where.ranks_per_node
-        groups_per_node = where.sharing / g
-        node_volume = 2 * (k - 1) / k * nbytes * groups_per_node
-        inter = node_volume / (self.inter_bandwidth_Bps * eff.inter_bus_efficiency)
-        local = 2 * (g - 1) / g * nbytes / (self.intra_bandwidth_Bps * eff.intra_bus_efficiency)
-        return max(local, inter) + 2 * (g - 1) * eff.intra_latency_s + 2 * (k - 1) * eff.inter_latency_s
+        inter = (self.inter_bandwidth_Bps / where.sharing * where.ranks_per_domain
+                 * eff.inter_bus_efficiency * where.tier_factor)
+        return Links(where.size, where.domains, self.intra_bandwidth_Bps * eff.intra_bus_efficiency,
+                     inter, self.hardware.nvlink_sharp, self.collnet,
+                     eff.intra_latency_s / RING_SIMPLE_NVLINK_S,
+                     eff.inter_latency_s / RING_SIMPLE_NET_S, where.hop_latency_s)
 
-    def _p2p(self, nbytes: float, where: Placement) -> float:
-        eff = self.hardware.efficiency
-        if where.crosses_nodes:
-            bw = self.inter_bandwidth_Bps / where.sharing
-            latency = eff.inter_latency_s
-        else:
-            bw, latency = self.intra_bandwidth_Bps, eff.intra_latency_s
-        return nbytes / (bw * eff.p2p_efficiency) + latency
+    def choice(self, kind: CollectiveKind, nbytes: float, where: Placement) -> Choice:
+        """NCCL's (algorithm, protocol) for this collective and its predicted cost."""
+        return choose(kind, self.links(where), nbytes)
+
+
+def _collective(net: NetworkModel, kind: CollectiveKind, nbytes: float, where: Placement) -> float:
+    table = net.table
+    if not where.crosses_domains and table is not None and table.covers(where.size):
+        measured = table.all_reduce_s(where.size, nbytes)
+        return TRAFFIC[kind] * measured * net.hardware.efficiency.collective_table_scale
+    return net.choice(kind, nbytes, where).seconds
+
+
+def _send_recv(net: NetworkModel, kind: CollectiveKind, nbytes: float, where: Placement) -> float:
+    eff = net.hardware.efficiency
+    if where.crosses_domains:
+        bw = net.inter_bandwidth_Bps / where.sharing * where.tier_factor
+        latency = eff.inter_latency_s + where.hop_latency_s
+    else:
+        bw, latency = net.intra_bandwidth_Bps, eff.intra_latency_s
+    return nbytes / (bw * eff.p2p_efficiency) + latency
+
+
+def _all_to_all(net: NetworkModel, kind: CollectiveKind, nbytes: float, where: Placement) -> float:
+    """NCCL's all-to-all (MoE dispatch, Ulysses) or DeepEP's kernels (simulator.network.alltoall)."""
+    return all_to_all_s(net.hardware, net.intra_bandwidth_Bps, net.inter_bandwidth_Bps, kind, nbytes,
+                        where)
+
+
+COSTS: dict[CollectiveKind, Callable[[NetworkModel, CollectiveKind, float, Placement], float]] = {
+    CollectiveKind.ALL_REDUCE: _collective,
+    CollectiveKind.ALL_GATHER: _collective,
+    CollectiveKind.REDUCE_SCATTER: _collective,
+    CollectiveKind.SEND_RECV: _send_recv,
+    CollectiveKind.ALL_TO_ALL: _all_to_all,
+    CollectiveKind.DEEPEP_ALL_TO_ALL: _all_to_all,
+}

@@ -6,41 +6,36 @@ same ranks, core/transformer/moe/README.md).
 Inside a pipeline stage ranks are numbered tp fastest, then cp, then dp for the attention, and
 expert_tp fastest, then ep, then expert_dp for the experts; a group is `size` ranks `stride`
 apart. Megatron's order keeps expert_tp x ep consecutive, so the all-to-all stays inside the
-NVLink domain whenever expert_tp x ep fits in it. The domain is the node's GPUs (the NVLink
-domain field of issue 22/24's topology, once the hardware or cluster has one, is read here).
+NVLink domain whenever expert_tp x ep fits in it (`job.nvlink_domain`: the node, or a larger
+NVLink domain such as NVL72's 72 GPUs).
 """
 
 from __future__ import annotations
 
-import math
-
 from simulator.job.specs import Job
-from simulator.network.topology import Placement, dp_placement
+from simulator.network.fabric import fabric
+from simulator.network.topology import Placement, dp_placement, pair, strided_group
 
 
-def nvlink_domain(job: Job) -> int:
-    """GPUs that reach each other over NVLink: the node, or a larger domain (NVL72) where the
-    cluster or hardware description states one."""
-    domain = getattr(job.cluster, "nvlink_domain", None) or getattr(job.hardware, "nvlink_domain", None)
-    return min(int(domain or job.gpus_per_node), job.cluster.num_gpus)
+def _sharing(job: Job) -> int:
+    return min(fabric(job).gpus_per_node, job.cluster.num_gpus)
 
 
 def strided_placement(job: Job, size: int, stride: int) -> Placement:
-    """`size` ranks `stride` apart, every group of its kind communicating at the same time."""
-    domain = nvlink_domain(job)
-    per_node = 1 if stride >= domain else max(1, min(size, domain // stride))
-    nodes = math.ceil(size / per_node)
-    return Placement(size, per_node, nodes, domain if nodes > 1 else per_node)
+    """`size` ranks `stride` apart, every group of its kind communicating at the same time
+    (NVLink domain, switch tiers and their oversubscription from simulator.network.topology)."""
+    return strided_group(fabric(job), size, stride, _sharing(job))
 
 
 def ring_placement(job: Job, size: int, stride: int) -> Placement:
     """A neighbour exchange on a ring of `size` ranks `stride` apart: between two ranks of one
     domain, or, when the ring spans domains, across the network, where every ring of the domain
-    crosses at the same time."""
+    crosses at the same time (the widest hop of the ring: its first and last rank)."""
     group = strided_placement(job, size, stride)
-    if not group.crosses_nodes:
+    if not group.crosses_domains:
         return Placement(2, 2, 1, 2)
-    return Placement(2, 1, 2, max(1, nvlink_domain(job) // group.ranks_per_node))
+    senders = max(1, job.nvlink_domain // group.ranks_per_domain)
+    return pair(fabric(job), 0, stride * (size - 1), senders)
 
 
 def data_parallel_placement(job: Job) -> Placement:

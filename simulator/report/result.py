@@ -9,10 +9,11 @@ from simulator.graph.blocks import JobGraph
 from simulator.memory.stages import StageMemory
 from simulator.timeline.engine import Timeline
 from simulator.timeline.lowering import StageCosts
+from simulator.timeline.stragglers import ScaleLoss
 from simulator.timeline.tail import Tail
 
 BREAKDOWN_KEYS = ("forward", "backward", "recompute", "tp_comm", "overhead", "pp_comm",
-                  "dp_comm_exposed", "embedding_sync", "pipeline_bubble", "optimizer")
+                  "dp_comm_exposed", "embedding_sync", "pipeline_bubble", "optimizer", "scale_loss")
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class SimulationResult:
     costs: StageCosts | None = field(default=None, repr=False, compare=False)
     tail: Tail | None = field(default=None, repr=False, compare=False)
     p2p_s: tuple[float, ...] = field(default=(), repr=False, compare=False)  # per pp boundary
+    # the breakdown's `scale_loss`, term by term (simulator.timeline.stragglers)
+    scale_loss: ScaleLoss | None = field(default=None, repr=False, compare=False)
 
     @property
     def memory_overflow_bytes(self) -> float:
@@ -72,6 +75,7 @@ class SimulationResult:
             "job": self.job,
             "iteration_time_s": self.iteration_time_s,
             "breakdown": dict(self.breakdown),
+            "scale_loss": self.scale_loss.to_dict() if self.scale_loss is not None else None,
             "critical_stage": self.critical_stage,
             "num_microbatches": self.num_microbatches,
             "tokens_per_s": self.tokens_per_s,

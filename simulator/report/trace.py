@@ -12,7 +12,10 @@ One process per pipeline stage (one GPU of it), one thread per kind of work:
   the host/framework overhead -- with the layer's GEMM shapes (batch, M, N, K) in `args`;
 - tid 3 / 4 `pp recv`: point-to-point transfers of activations / gradients from the neighbour
   stage (bytes in `args`), from the producer's end to the arrival;
-- tid 5 `step`: the tied-embedding gradient all-reduce and the optimizer step.
+- tid 5 `step`: the tied-embedding gradient all-reduce and the optimizer step;
+- tid 6 `stragglers`: the breakdown's `scale_loss` after each stage's last task: the expected
+  wait for the slowest rank (simulator.timeline.stragglers), persistent and transient parts in
+  `args`.
 
 The last task of the critical stage ends at the iteration time. Times are microseconds
 (Chrome's trace event format, "ph": "X"); pid = stage, tid = stream, as STYLE.md asks.
@@ -33,7 +36,8 @@ from simulator.timeline.lowering import chunk_totals
 from simulator.timeline.tail import optimizer_op
 
 US = 1e6
-THREADS = ("compute", "dp-comm", "compute parts", "pp recv activations", "pp recv gradients", "step")
+THREADS = ("compute", "dp-comm", "compute parts", "pp recv activations", "pp recv gradients", "step",
+           "stragglers")
 _PART_NAMES = {"forward": "forward compute", "backward": "backward compute", "recompute": "recompute",
                "tp_comm": "tp all-reduce", "recompute_tp_comm": "recompute tp all-reduce",
                "ep_comm": "MoE token dispatch/combine (ep all-to-all)",
@@ -180,6 +184,10 @@ def _tail_tasks(result: SimulationResult, job: Job | None) -> list[dict[str, Any
             if seconds > 0:
                 events.append(_span(s, tid, cat, name, t, seconds, args))
                 t += seconds
+        loss = result.scale_loss
+        if loss is not None and loss.total_s > 0:
+            events.append(_span(s, 6, "scale_loss", "scale loss (waiting for the slowest rank)", t,
+                                loss.total_s, loss.to_dict()))
     return events
 
 

@@ -5,8 +5,9 @@ reduce-scatter with the distributed optimizer), in the framework's gradient dtyp
 gradients are reduced in buckets as the last micro-batch's backward produces them (PyTorch DDP /
 Megatron bucketing): bucket i of a chunk is ready at fraction (i+1)/n of that chunk's last
 backward, the buckets go through one communication stream, and only what outlasts the pipeline
-is exposed. Then tied-embedding gradients are all-reduced between the first and last stage; with
-sequence parallelism the gradients of the parameters every tp rank holds whole (norms,
+is exposed; where the pipeline's gradient sends cross the network too, the two share the NICs
+(`nic_share_left_by_p2p`). Then tied-embedding gradients are all-reduced between the first and
+last stage; with sequence parallelism the gradients of the parameters every tp rank holds whole (norms,
 row-parallel biases) are all-reduced over tp (Megatron's
 `finalize_model_grads::_allreduce_non_tensor_model_parallel_grads`, counted as tp
 communication); the optimizer all-reduces its gradient statistics (norm for clipping, fp16
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from simulator.costs.analytic import KernelModel
+from simulator.graph.blocks import p2p_bytes
 from simulator.graph.eager import optimizer_launches
 from simulator.graph.ops import Op, OpKind, Phase
 from simulator.graph.params import final_norm_params, kind_params, padded_vocab
@@ -32,7 +34,13 @@ from simulator.job.layer_pattern import stage_kind_counts
 from simulator.job.partition import stage_layers
 from simulator.job.specs import Job
 from simulator.network.collectives import NetworkModel
-from simulator.network.topology import dp_placement, embedding_placement, grad_stats_placement, tp_placement
+from simulator.network.topology import (
+    dp_placement,
+    embedding_placement,
+    grad_stats_placement,
+    pp_placement,
+    tp_placement,
+)
 from simulator.timeline import grad_sync
 from simulator.timeline.engine import Timeline
 
@@ -238,6 +246,28 @@ def _embedding_sync(job: Job, network: NetworkModel) -> np.ndarray:
     return sync
 
 
+def nic_share_left_by_p2p(job: Job, timeline: Timeline, network: NetworkModel) -> np.ndarray:
+    """(p,) the share of each stage's NIC bandwidth that the pipeline's gradient sends leave the
+    data-parallel reduction overlapped with the backward pass, when both cross the network: the
+    two flows split the NIC max-min fairly, so the reduction keeps 1 - u of it for a p2p
+    utilization u (a backward chunk's send time over its duration), and at least half."""
+    p = job.parallel.pp
+    share = np.ones(p)
+    if p == 1 or not dp_placement(job).crosses_domains:
+        return share
+    plan = timeline.plan
+    bwd = plan.backward == 1
+    count = np.bincount(plan.stage[bwd], minlength=p)
+    duration = np.bincount(plan.stage[bwd], weights=timeline.duration[bwd], minlength=p)
+    nbytes = p2p_bytes(job)
+    for s in range(p):
+        where = pp_placement(job, (s - 1) % p)  # a stage sends its input gradients backwards
+        if where.crosses_domains and duration[s] > 0:
+            u = network.time(CollectiveKind.SEND_RECV, nbytes, where) * count[s] / duration[s]
+            share[s] = max(0.5, 1.0 - u)
+    return share
+
+
 def _overlapped(job: Job, timeline: Timeline, grad_bytes: np.ndarray, kind: CollectiveKind,
                 network: NetworkModel, bucket_s: Callable[[int, int], float] | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
@@ -257,10 +287,14 @@ def _overlapped(job: Job, timeline: Timeline, grad_bytes: np.ndarray, kind: Coll
     nb = max(1, math.ceil(float(chunk_bytes.max()) / bucket))
     if bucket_s is None:
         where = dp_placement(job)
-        unique = {float(b): network.time(kind, float(b) / nb, where)
-                  for b in np.unique(chunk_bytes)}
-        bucket_time = np.vectorize(unique.__getitem__)(chunk_bytes)  # (p, v)
-    else:
+        share = nic_share_left_by_p2p(job, timeline, network)
+        unique: dict[tuple[float, float], float] = {}
+        for key in set(zip(chunk_bytes[:, 0].tolist(), share.tolist(), strict=True)):
+            shared = replace(where, tier_factor=where.tier_factor * key[1])
+            unique[key] = network.time(kind, key[0] / nb, shared)
+        bucket_time = np.array([[unique[(float(b), float(share[s]))] for b in row]
+                                for s, row in enumerate(chunk_bytes)])  # (p, v)
+    else:  # expert and context-parallel groups (simulator.timeline.grad_sync)
         bucket_time = np.array([[bucket_s(s, v * nb)] * v for s in range(p)])
     frac = (np.arange(nb) + 1) / nb
     ready = (last_end - last_dur)[:, :, None] + last_dur[:, :, None] * frac  # (p, v, nb)

@@ -55,7 +55,9 @@ def pipeline_only(job: Job) -> dict[str, object]:
 
 def without_framework_overheads(job: Job) -> Job:
     """The job on hardware whose host dispatch, collective-call and micro-batch overheads are
-    zero, so that the pipeline's timing is only the GPU work (for schedule-formula tests)."""
+    zero and whose ranks do not vary (no scale loss), so that the pipeline's timing is only the GPU
+    work (for schedule-formula tests)."""
     eff = job.hardware.efficiency.model_copy(
-        update={"host_overhead_s": 0.0, "collective_overhead_s": 0.0, "microbatch_overhead_s": 0.0})
+        update={"host_overhead_s": 0.0, "collective_overhead_s": 0.0, "microbatch_overhead_s": 0.0,
+                "gpu_speed_cv": 0.0, "kernel_time_cv": 0.0})
     return job.model_copy(update={"hardware": job.hardware.model_copy(update={"efficiency": eff})})

@@ -1,6 +1,6 @@
-"""Closed forms of the communication, FLOP, memory and schedule model against independent
-formulas written here (NCCL's ring algorithm, Narayanan et al. 2021, Korthikanti et al. 2022,
-Megatron's schedules and its distributed-optimizer table)."""
+"""Closed forms of the FLOP, memory and schedule model against independent formulas written here
+(Narayanan et al. 2021, Korthikanti et al. 2022, Megatron's schedules and its distributed-optimizer
+table). The collectives' are in test_collective_algorithms.py."""
 
 from __future__ import annotations
 
@@ -11,67 +11,12 @@ from simulator import simulate
 from simulator.graph.blocks import build_graph
 from simulator.graph.dense import build_layer
 from simulator.graph.flops import hardware_flops_per_iteration, model_flops_per_iteration
-from simulator.job.enums import CollectiveKind, Framework, Precision, Schedule
+from simulator.job.enums import Framework, Precision, Schedule
 from simulator.job.framework import semantics
 from simulator.memory.stages import in_flight_peak
 from simulator.memory.states import static_bytes_per_param
-from simulator.network.collectives import NetworkModel
-from simulator.network.topology import Placement
 from simulator.timeline.engine import round_plan
 from tests.conftest import make_job
-
-# ---------------------------------------------------------------- ring / hierarchical collectives
-
-BW_INTRA, BW_INTER = 300e9, 200e9  # bytes/s per GPU (NVLink) and per node (network)
-
-
-def _network(eff: dict[str, float]) -> NetworkModel:
-    job = make_job()
-    e = job.hardware.efficiency.model_copy(update=eff)
-    hw = job.hardware.model_copy(update={"efficiency": e, "nccl_tables": None})
-    return NetworkModel(hw, BW_INTRA, BW_INTER, None)
-
-
-EFF = {"intra_bus_efficiency": 0.7, "inter_bus_efficiency": 0.6, "intra_latency_s": 5e-6,
-       "inter_latency_s": 1.5e-5, "p2p_efficiency": 0.9}
-
-
-@pytest.mark.parametrize("n", [2, 4, 8])
-@pytest.mark.parametrize("nbytes", [1e3, 1e6, 1e9])
-def test_ring_all_reduce_in_a_node(n, nbytes):
-    """NCCL ring: 2(n-1)/n of the buffer through each link, 2(n-1) latency steps."""
-    net = _network(EFF)
-    where = Placement(n, n, 1, n)
-    expected = 2 * (n - 1) / n * nbytes / (BW_INTRA * 0.7) + 2 * (n - 1) * 5e-6
-    assert net.time(CollectiveKind.ALL_REDUCE, nbytes, where) == pytest.approx(expected, rel=1e-12)
-    # all-gather / reduce-scatter of the same (gathered) buffer move half of it
-    assert net.time(CollectiveKind.ALL_GATHER, nbytes, where) == pytest.approx(expected / 2)
-    assert net.time(CollectiveKind.REDUCE_SCATTER, nbytes, where) == pytest.approx(expected / 2)
-
-
-@pytest.mark.parametrize(("k", "g", "sharing"), [(2, 8, 8), (4, 1, 8), (12, 1, 8), (4, 2, 8)])
-def test_hierarchical_all_reduce_across_nodes(k, g, sharing):
-    """k nodes with g members each: the NVLink level moves 2(g-1)/g of the buffer, the network
-    2(k-1)/k of it for every one of the sharing/g groups on the node at once; the slower level
-    bounds the pipelined time; latencies add."""
-    net = _network(EFF)
-    nbytes = 256e6
-    intra = 2 * (g - 1) / g * nbytes / (BW_INTRA * 0.7)
-    inter = 2 * (k - 1) / k * nbytes * (sharing / g) / (BW_INTER * 0.6)
-    expected = max(intra, inter) + 2 * (g - 1) * 5e-6 + 2 * (k - 1) * 1.5e-5
-    got = net.time(CollectiveKind.ALL_REDUCE, nbytes, Placement(k * g, g, k, sharing))
-    assert got == pytest.approx(expected, rel=1e-12)
-
-
-@pytest.mark.parametrize("crosses", [False, True])
-def test_point_to_point_moves_the_buffer_once(crosses):
-    net = _network(EFF)
-    nbytes = 64e6
-    where = Placement(2, 1, 2, 8) if crosses else Placement(2, 2, 1, 8)
-    bw, lat = (BW_INTER / 8, 1.5e-5) if crosses else (BW_INTRA, 5e-6)
-    expected = nbytes / (bw * 0.9) + lat
-    assert net.time(CollectiveKind.SEND_RECV, nbytes, where) == pytest.approx(expected, rel=1e-12)
-
 
 # ---------------------------------------------------------------------------------------- FLOPs
 

@@ -15,6 +15,7 @@ import yaml
 from simulator.errors import ConfigError
 from simulator.fileio import write_text_atomic
 from simulator.job.catalog import resolve_hardware
+from simulator.job.loaders import load_job
 from simulator.job.specs import HardwareSpec
 from vtrain_ml.accuracy.calibration import (
     PARAMS,
@@ -27,6 +28,7 @@ from vtrain_ml.accuracy.calibration import (
 )
 from vtrain_ml.accuracy.plots import before_after, check_plot_path, save_figure
 from vtrain_ml.accuracy.predict import Score, predict_ms, score
+from vtrain_ml.accuracy.rank_times import JitterFit, effective_kernels, fit_jitter, read_rank_times
 from vtrain_ml.accuracy.runs import Runs, read_runs
 from vtrain_ml.cli.common import add_common, run
 from vtrain_ml.cli.validate import report_problems
@@ -36,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m vtrain_ml.calibrate",
                                 description="Fit the hardware model's physical parameters to measured "
                                             "iterations and write a hardware file.")
-    p.add_argument("runs", nargs="+", metavar="RUNS",
+    p.add_argument("runs", nargs="*", metavar="RUNS",
                    help="runs file(s) (CSV/YAML: job, iteration_ms, ...) or vTrain's measurement CSV")
     p.add_argument("--hardware", required=True, help="GPU type or hardware file to start from")
     p.add_argument("--out", required=True, help="hardware YAML to write")
@@ -49,6 +51,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--holdout", nargs="+", default=[], metavar="RUNS",
                    help="other runs files, never fitted: their error before and after calibration shows "
                         "what the fit does to runs unlike the fitted ones")
+    p.add_argument("--rank-times", metavar="CSV",
+                   help="per-rank step times (rank, step, compute_ms): fit the straggler model's "
+                        "gpu_speed_cv (and kernel_time_cv with --rank-times-job) before the times")
+    p.add_argument("--rank-times-job", metavar="JOB",
+                   help="the job the rank times come from (counts the kernels of its step)")
     add_common(p)
     return p
 
@@ -83,6 +90,15 @@ def _main(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_path(args.plot)
     base = resolve_hardware(args.hardware)
+    jitter = _rank_times(args) if args.rank_times else None
+    if jitter is not None:
+        base = base.model_copy(update={"efficiency": base.efficiency.model_copy(update={
+            k: v for k, v in (("gpu_speed_cv", jitter.gpu_speed_cv),
+                              ("kernel_time_cv", jitter.kernel_time_cv)) if v is not None})})
+        if not args.runs:
+            return _write_jitter_only(args, base, jitter)
+    if not args.runs:
+        raise ConfigError("give RUNS (measured iterations) and/or --rank-times CSV to calibrate from")
     runs = read_runs(args.runs, args.hardware)
     report_problems(runs)
     others = read_runs(args.holdout, args.hardware) if args.holdout else None
@@ -110,7 +126,7 @@ def _main(args: argparse.Namespace) -> int:
     for note in notes:
         sys.stderr.write(f"warning: {note.sentence()}\n")
     holdout_line = _holdout(others, base, fitted) if others is not None else None
-    _write(args, runs, base, fitted, cv, score(before, measured), notes)
+    _write(args, runs, base, fitted, cv, score(before, measured), notes, jitter)
     if args.plot:
         after = out_of_fold if out_of_fold is not None else predict_ms(jobs, with_params(base, fitted.params))
         after_label = (f"calibrated, {args.folds}-fold CV: MAPE {cv.mape:.1%}" if cv else
@@ -168,8 +184,29 @@ def _cross_validate(args: argparse.Namespace, jobs: list, measured: np.ndarray, 
     return predicted
 
 
+def _rank_times(args: argparse.Namespace) -> JitterFit:
+    kernels = effective_kernels(load_job(args.rank_times_job)) if args.rank_times_job else None
+    fitted = fit_jitter(read_rank_times(args.rank_times), kernels)
+    kernel = ("kept (no --rank-times-job)" if fitted.kernel_time_cv is None
+              else f"{fitted.kernel_time_cv:.4f}")
+    sys.stderr.write(f"rank times: {fitted.ranks} ranks x {fitted.steps} steps: gpu_speed_cv "
+                     f"{fitted.gpu_speed_cv:.4f}, step-to-step {fitted.step_cv:.4f}, kernel_time_cv "
+                     f"{kernel}\n")
+    return fitted
+
+
+def _write_jitter_only(args: argparse.Namespace, base: HardwareSpec, jitter: JitterFit) -> int:
+    record = {"base": base.name, "rank_times": Path(args.rank_times).name, **jitter.to_dict(),
+              "date": dt.date.today().isoformat()}
+    spec = base.model_copy(update={"name": Path(args.out).stem, "calibration": record})
+    header = f"# Straggler variation of {base.name} from {record['rank_times']} (vtrain_ml.calibrate).\n"
+    write_text_atomic(args.out, header + yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    sys.stdout.write(f"wrote {args.out}; use it with --hardware {args.out}\n")
+    return 0
+
+
 def _write(args: argparse.Namespace, runs: Runs, base: HardwareSpec, fitted: Fit, cv: Score | None,
-           before: Score, notes: list[BoundNote]) -> None:
+           before: Score, notes: list[BoundNote], jitter: JitterFit | None = None) -> None:
     timed = runs.timed()
     record = {
         "base": base.name, "fitted_on": [Path(c).name for c in args.runs],
@@ -180,6 +217,7 @@ def _write(args: argparse.Namespace, runs: Runs, base: HardwareSpec, fitted: Fit
         "at_bound": dict(fitted.at_bound), "date": dt.date.today().isoformat(),
         # which rows this file has seen: validate calls their errors in-sample
         "row_fingerprints": sorted(r.fingerprint for r in timed),
+        "rank_times": jitter.to_dict() if jitter is not None else None,
     }
     spec = with_params(base, fitted.params).model_copy(update={"name": Path(args.out).stem,
                                                                "calibration": record})

@@ -206,7 +206,9 @@ def _stage_seconds(sim: SimulationResult) -> dict[str, np.ndarray]:
     compute = sum(per_stage(k) for k in ("forward", "backward", "recompute", "overhead"))
     dp_total = np.asarray(tail.dp_comm_s)
     comm = per_stage("tp_comm") + dp_total + tail.embedding_sync_s
-    end = tl.stage_end + tail.dp_exposed_s + tail.embedding_sync_s + tail.optimizer_s
+    # every stage then waits for the slowest rank (the breakdown's scale_loss)
+    loss = sim.scale_loss.total_s if sim.scale_loss is not None else 0.0
+    end = tl.stage_end + tail.dp_exposed_s + tail.embedding_sync_s + tail.optimizer_s + loss
     # the last collective: dp reduction / embedding sync after the pipeline, else the last
     # backward's tensor-parallel all-reduce, which ends with the stage's pipeline work
     after = (dp_total > 0) | (tail.embedding_sync_s > 0)
