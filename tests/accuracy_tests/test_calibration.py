@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from simulator.job.catalog import resolve_hardware
+from vtrain_ml.accuracy import calibration
 from vtrain_ml.accuracy.calibration import (
     PARAMS,
     affected_rows,
     bound_notes,
     cross_validate,
+    cross_validate_folds,
     fit,
     folds,
     holdout,
@@ -113,6 +115,40 @@ def test_folds_partition_the_rows_without_overlap():
     parts = folds(23, 5, seed=1)
     assert sorted(np.concatenate(parts).tolist()) == list(range(23))
     assert max(len(p) for p in parts) - min(len(p) for p in parts) <= 1
+
+
+def test_each_fold_is_fitted_on_exactly_the_rows_outside_it(monkeypatch):
+    """The fit of a fold never receives that fold's test rows (a leak would make the cross-validated
+    error an in-sample error): each fit call sees exactly the complement of one fold."""
+    jobs, base, subset, truth = _synthetic()
+    jobs, truth = jobs[:9], truth[:9]  # every row's measured time is distinct: it names the row
+    assert len(set(truth.tolist())) == len(truth)
+    fitted_rows: list[frozenset[float]] = []
+
+    def spy(fit_jobs, measured_ms, *args, **kwargs):  # type: ignore[no-untyped-def]
+        assert len(fit_jobs) == len(measured_ms)
+        fitted_rows.append(frozenset(measured_ms.tolist()))
+        return fit(fit_jobs, measured_ms, *args, **kwargs)
+
+    monkeypatch.setattr(calibration, "fit", spy)
+    tested = [frozenset(truth[test].tolist())
+              for test, _ in cross_validate_folds(jobs, truth, base, k=3, params=subset[:1])]
+    everything = frozenset(truth.tolist())
+    assert len(tested) == len(fitted_rows) == 3
+    assert sorted(map(sorted, fitted_rows)) == sorted(sorted(everything - t) for t in tested)
+    assert all(not (f & t) for f, t in zip(fitted_rows, tested, strict=True))
+
+
+def test_cross_validated_error_exceeds_the_training_error_on_noisy_runs():
+    """On runs with 5% noise, a fit predicts the rows it saw better than the rows it did not: the
+    out-of-fold MAPE must be above the in-sample one (equal if every fold saw all rows)."""
+    jobs, base, subset, truth = _synthetic()
+    jobs, truth = jobs[:12], truth[:12]
+    noisy = truth * np.random.default_rng(1).normal(1.0, 0.05, size=truth.size)
+    params = subset[:1]  # gemm_max_efficiency alone: a fast, well-determined fit
+    in_sample = score(predict_ms(jobs, with_params(base, fit(jobs, noisy, base, params).params)), noisy).mape
+    out_of_fold = score(cross_validate(jobs, noisy, base, k=4, params=params), noisy).mape
+    assert out_of_fold > in_sample * 1.02, (out_of_fold, in_sample)
 
 
 def _measured(file: str):  # type: ignore[no-untyped-def]
