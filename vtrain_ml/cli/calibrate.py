@@ -30,6 +30,7 @@ from vtrain_ml.accuracy.predict import Score, predict_ms, score
 from vtrain_ml.accuracy.runs import Runs, read_runs
 from vtrain_ml.cli.common import add_common, run
 from vtrain_ml.cli.validate import report_problems
+from vtrain_ml.outputs import check_file_output
 
 
 def parser() -> argparse.ArgumentParser:
@@ -80,6 +81,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.folds == 1 or args.folds < 0:
         raise ConfigError(f"--folds={args.folds}: use 0 (no cross-validation) or k >= 2")
     freeze = _freeze(args.freeze)
+    check_file_output("--out", args.out, example="my-gpu.yaml")
     if args.plot:
         check_plot_path(args.plot)
     base = resolve_hardware(args.hardware)

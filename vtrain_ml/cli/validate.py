@@ -17,6 +17,7 @@ from vtrain_ml.accuracy.predict import ProfileModels, Score, predict
 from vtrain_ml.accuracy.runs import Runs, read_runs
 from vtrain_ml.accuracy.validation import Validation, validate
 from vtrain_ml.cli.common import add_common, run
+from vtrain_ml.outputs import check_file_output
 
 
 def parser() -> argparse.ArgumentParser:
@@ -39,6 +40,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _main(args: argparse.Namespace) -> int:
+    check_file_output("--out", args.out, example="validation.csv")
     if args.plot:
         check_plot_path(args.plot)
     runs = read_runs(args.runs, args.hardware)
