@@ -9,6 +9,7 @@ from __future__ import annotations
 from simulator.errors import ConfigError
 from simulator.job.enums import Recompute, Schedule
 from simulator.job.framework import semantics
+from simulator.job.limits import size_problems
 from simulator.job.partition import partition_problems
 from simulator.job.specs import Job
 
@@ -40,7 +41,7 @@ def job_problems(job: Job) -> list[str]:
         )
     if m.ffn % tp:
         problems.append(f"tensor_parallel_size={tp} does not divide ffn_hidden_size={m.ffn}")
-    problems += _pipeline_problems(job) + _framework_problems(job)
+    problems += _pipeline_problems(job) + _framework_problems(job) + size_problems(job)
     dp = job.dp
     if p.dp is not None and tp * pp * p.dp != c.num_gpus:
         problems.append(

@@ -127,3 +127,23 @@ def test_a_killed_generator_leaves_no_worker_processes(sig, tmp_path, tiny_space
     while any(Path(f"/proc/{w}").exists() for w in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [w for w in workers if Path(f"/proc/{w}").exists()], "idle workers left behind"
+
+
+def test_a_model_of_an_older_schema_is_retrained_when_asked(tiny_model, tmp_path, capsys) -> None:
+    """load says "retrain it"; retrain must then accept it (issue 26, item 11)."""
+    import json
+    import shutil
+
+    from vtrain_ml.cli.surrogate import main
+
+    old = tmp_path / "old"
+    shutil.copytree(tiny_model.path, old)
+    meta = json.loads((old / "metadata.json").read_text())
+    (old / "metadata.json").write_text(json.dumps({**meta, "schema_version": 2}))
+    assert main(["predict", "--model", str(old), str(ROOT / "examples" / "mtnlg_530b.yaml")]) == 2
+    assert f"vtrain-surrogate retrain --model {old}" in capsys.readouterr().err
+    assert main(["retrain", "--model", str(old), "--hardware", "a100-80gb", "--out", str(tmp_path / "new"),
+                 "--n", "60", "--jobs", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "not compared: it was saved with schema_version 2" in out
+    assert (tmp_path / "new" / "metadata.json").is_file()

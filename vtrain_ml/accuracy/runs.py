@@ -37,6 +37,7 @@ import pandas as pd
 import yaml
 
 from simulator.errors import ConfigError, DataError
+from simulator.job.catalog import resolve_hardware
 from simulator.job.loaders import load_job
 from simulator.job.specs import GiB, Job
 from vtrain_ml.accuracy.measurements import is_vtrain_header, read_measurements, row_to_job
@@ -107,6 +108,11 @@ class Runs:
 def read_runs(paths: list[str | Path], hardware: str | None = None) -> Runs:
     """Read runs files (native CSV/YAML or vTrain CSV). `hardware` (a GPU name or hardware file)
     replaces every job's GPU; without it, jobs keep theirs and vTrain rows get a100-80gb."""
+    if hardware is not None:  # once, not once per row: a wrong name is one line, not one per run
+        try:
+            resolve_hardware(hardware)
+        except ConfigError as exc:
+            raise ConfigError(f"--hardware {hardware}: {exc}") from None
     runs: list[Run] = []
     problems: list[str] = []
     digest = hashlib.sha256()

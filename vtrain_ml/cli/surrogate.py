@@ -233,8 +233,11 @@ def _retrain(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     r = retrain(args.model, args.out, RetrainConfig(args.hardware, args.n, args.seed, args.jobs,
                                                     args.resume, not args.no_progress), args.samples_out)
     old, new = r["old_model_on_new_test"], r["new_model_on_new_test"]
+    old_text = (_metrics_text(old) if old is not None else
+                f"  not compared: it was saved with schema_version {r['old_schema_version']}, whose "
+                "features this vtrain-ml no longer computes")
     text = (f"new samples {r['samples']}; new model {r['model']} (trained in {r['train_seconds']:.1f} s)\n"
-            f"old model on the new hardware's held-out test:\n{_metrics_text(old)}\n"
+            f"old model on the new hardware's held-out test:\n{old_text}\n"
             f"new model on the same rows:\n{_metrics_text(new)}")
     return r, text
 
