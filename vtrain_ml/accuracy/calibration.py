@@ -137,10 +137,22 @@ def fit(jobs: list[Job], measured_ms: np.ndarray, base: HardwareSpec,
                bounds, tuple(freeze))
 
 
-def folds(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
-    """k disjoint test-index sets covering 0..n-1 (shuffled with `seed`)."""
-    order = np.random.default_rng(seed).permutation(n)
-    return [np.sort(part) for part in np.array_split(order, k)]
+def job_groups(jobs: list[Job]) -> np.ndarray:
+    """A group number per row: rows of the same job (GPU aside) share one. Repeated measurements
+    of one job are not independent: a fold that fits on one and tests on the other reports an
+    error it would not have on a new job."""
+    ids: dict[str, int] = {}
+    keys = [job.model_dump_json(exclude={"hardware": True, "cluster": {"gpu"}}) for job in jobs]
+    return np.array([ids.setdefault(key, len(ids)) for key in keys])
+
+
+def folds(n: int, k: int, seed: int = 0, groups: np.ndarray | None = None) -> list[np.ndarray]:
+    """k disjoint test-index sets covering 0..n-1 (shuffled with `seed`); with `groups`, the rows
+    of a group are always in the same set. Groups numbered 0, 1, ... in row order and all distinct
+    give the same sets as no groups."""
+    groups = np.arange(n) if groups is None else np.asarray(groups)
+    order = np.random.default_rng(seed).permutation(int(groups.max()) + 1 if n else 0)
+    return [np.sort(np.flatnonzero(np.isin(groups, part))) for part in np.array_split(order, k)]
 
 
 def _fold(jobs: list[Job], measured_ms: np.ndarray, base: HardwareSpec, test: np.ndarray,
@@ -155,7 +167,7 @@ def cross_validate_folds(jobs: list[Job], measured_ms: np.ndarray, base: Hardwar
                          freeze: tuple[str, ...] = ()) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(test indices, their predictions in ms) of each fold as it finishes; folds run in `n_jobs`
     processes (joblib; -1 = all cores)."""
-    parts = folds(len(jobs), k, seed)
+    parts = folds(len(jobs), k, seed, job_groups(jobs))
     yield from Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
         delayed(_fold)(jobs, measured_ms, base, test, params, freeze) for test in parts)
 
@@ -219,4 +231,4 @@ def bound_notes(jobs: list[Job], measured_ms: np.ndarray, base: HardwareSpec, re
 
 
 __all__ = ["PARAMS", "BoundNote", "Efficiency", "Fit", "Param", "affected_rows", "bound_notes",
-           "cross_validate", "cross_validate_folds", "fit", "folds", "holdout", "with_params"]
+           "cross_validate", "cross_validate_folds", "fit", "folds", "holdout", "job_groups", "with_params"]

@@ -23,8 +23,10 @@ from vtrain_ml.accuracy.calibration import (
     bound_notes,
     cross_validate_folds,
     fit,
+    job_groups,
     with_params,
 )
+from vtrain_ml.accuracy.plausibility import implausible_times, refuse_implausible
 from vtrain_ml.accuracy.plots import before_after, check_plot_path, save_figure
 from vtrain_ml.accuracy.predict import Score, predict_ms, score
 from vtrain_ml.accuracy.runs import Runs, read_runs
@@ -94,12 +96,15 @@ def _main(args: argparse.Namespace) -> int:
     if not timed:
         raise ConfigError(f"no row of {', '.join(args.runs)} has a measured time (OOM rows have none); "
                           "calibration fits times")
-    if args.folds and len(timed) < args.folds:
-        raise ConfigError(f"--folds={args.folds} needs at least that many timed rows (got {len(timed)})")
+    distinct = len(set(job_groups([r.job for r in timed]).tolist()))
+    if args.folds and distinct < args.folds:
+        same = "; rows of one job count once: they stay in one fold" if distinct < len(timed) else ""
+        raise ConfigError(f"--folds={args.folds} needs at least that many timed rows (got {distinct}{same})")
     _warn_other_gpus(runs, base)
     jobs = [r.job for r in timed]
     measured = np.array([r.iteration_s * 1e3 for r in timed])  # type: ignore[operator]
     before = predict_ms(jobs, base)
+    refuse_implausible(implausible_times(timed, before / 1e3), len(timed))
     sys.stderr.write(f"start ({base.name}): MAPE {score(before, measured).mape:.2%} on {len(jobs)} timed rows"
                      + (f" ({len(runs.runs) - len(jobs)} rows without a time are not used)"
                         if len(runs.runs) > len(jobs) else "") + "\n")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from simulator.fileio import write_text_atomic
+from vtrain_ml.accuracy.plausibility import implausible_memory, implausible_times, refuse_implausible
 from vtrain_ml.accuracy.plots import check_plot_path, measured_vs_predicted, save_figure
 from vtrain_ml.accuracy.predict import ProfileModels, Score, predict
 from vtrain_ml.accuracy.runs import Runs, read_runs
@@ -47,7 +48,11 @@ def _main(args: argparse.Namespace) -> int:
     report_problems(runs)
     runs.require_rows()
     profile = ProfileModels(Path(args.profile)) if args.profile else None
-    result = validate(runs, predict([r.job for r in runs.runs], profile=profile))
+    predictions = predict([r.job for r in runs.runs], profile=profile)
+    refuse_implausible(implausible_times(runs.runs, [p.iteration_s for p in predictions])
+                       or implausible_memory(runs.runs, [p.peak_allocated_bytes for p in predictions]),
+                       len(runs.runs))
+    result = validate(runs, predictions)
     warn_in_sample(result, runs)
     hardware = ", ".join(sorted({r.job.hardware.name for r in runs.runs}))
     if args.out:
