@@ -104,7 +104,7 @@ def _main(args: argparse.Namespace) -> int:
     jobs = [r.job for r in timed]
     measured = np.array([r.iteration_s * 1e3 for r in timed])  # type: ignore[operator]
     before = predict_ms(jobs, base)
-    refuse_implausible(implausible_times(timed, before / 1e3), len(timed))
+    refuse_implausible(implausible_times(timed, (before / 1e3).tolist()), len(timed))
     sys.stderr.write(f"start ({base.name}): MAPE {score(before, measured).mape:.2%} on {len(jobs)} timed rows"
                      + (f" ({len(runs.runs) - len(jobs)} rows without a time are not used)"
                         if len(runs.runs) > len(jobs) else "") + "\n")
