@@ -12,8 +12,9 @@ from simulator.costs.analytic import AnalyticKernelModel, CostSource, KernelMode
 from simulator.graph.blocks import BLOCKS, JobGraph, blocks_key
 from simulator.job.catalog import data_dir
 from simulator.job.enums import CollectiveKind
-from simulator.job.specs import Job
+from simulator.job.specs import GiB, Job
 from simulator.memo import Memo, Pinned, read_only
+from simulator.memory.fit import memory_fit
 from simulator.memory.stages import ORDER_SIGNS
 from simulator.network.collectives import NetworkModel
 from simulator.network.nccl import load_nccl_table
@@ -96,6 +97,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
                        (iteration - stage_total + idle).tolist(), memory.stages))
     peak = float(memory.total_bytes.max())
     allocated = float(memory.allocated_bytes.max())
+    fit = memory_fit(allocated, job.hardware.reserved_memory_GiB * GiB, job.hardware.memory_bytes)
     model_flops, hw_flops = static.model_flops, static.hardware_flops
     tokens_per_s = job.training.global_batch_size * job.model.seq_length / iteration
     train_tokens = job.training.train_tokens
@@ -114,7 +116,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         hfu=utilization(hw_flops, iteration, job),
         peak_memory_bytes=peak,
         memory_capacity_bytes=job.hardware.memory_bytes,
-        fits_in_memory=bool(peak <= job.hardware.memory_bytes),
+        fits_in_memory=fit.fits,
         cost_per_iteration_usd=cost_usd(iteration, job),
         train_tokens=train_tokens,
         time_to_train_s=time_to_train,
@@ -127,6 +129,8 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         tail=tail,
         p2p_s=tuple(float(x) for x in edge_delays),
         peak_allocated_bytes=allocated,
+        memory_required_bytes=fit.required_bytes,
+        memory_decided_by=fit.decided_by,
     )
 
 

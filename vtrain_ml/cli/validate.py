@@ -168,11 +168,15 @@ def _oom(result: Validation) -> list[str]:
     lines = [f"out of memory ({ran} runs ran, {oom} ran out of memory):",
              "                    measured ran   measured OOM",
              f"  predicted fits    {o.fits_ran:12d}   {o.fits_oom:12d}",
-             f"  predicted OOM     {o.oom_ran:12d}   {o.oom_oom:12d}"]
+             f"  predicted OOM     {o.oom_ran:12d}   {o.oom_oom:12d}",
+             "  (predicted to fit: what the caching allocator must reserve for the allocated peak, plus "
+             "the context, is within the GPU's memory)"]
     for label, pick in (("ran out of memory but predicted to fit", t.oom & t.predicted_fits),
                         ("predicted not to fit but ran", ~t.oom & ~t.predicted_fits)):
         for _, r in t[pick].iterrows():
-            lines.append(f"  {label}: {_name(r)} (predicted {r.predicted_reserved_GiB:.1f} GiB)")
+            lines.append(f"  {label}: {_name(r)} (predicted {r.predicted_GiB:.1f} GiB allocated, "
+                         f"{r.predicted_required_GiB:.1f} GiB to reserve with the context; decided by "
+                         f"the {r.fit_decided_by} bytes)")
     return lines
 
 
