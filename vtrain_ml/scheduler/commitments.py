@@ -29,12 +29,25 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from vtrain_ml.scheduler.curve import Levels
 from vtrain_ml.scheduler.timeline import EPS_S, FreeTimeline
 
-if TYPE_CHECKING:
-    from vtrain_ml.scheduler.policies import JobView
+
+class JobView(Protocol):
+    """What a commitment needs of a job (policies.JobView has it)."""
+
+    @property
+    def remaining(self) -> float: ...  # iterations
+    @property
+    def levels(self) -> Levels: ...
+    @property
+    def current(self) -> int: ...  # GPUs held now
+    @property
+    def started(self) -> bool: ...
+    @property
+    def restart_until_s(self) -> float: ...
 
 # a window is this much longer than the work it holds (and may end this much after the deadline,
 # the work itself never does), so that the job's completion, at a float-rounded instant, always
