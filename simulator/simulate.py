@@ -19,7 +19,7 @@ from simulator.memory.stages import ORDER_SIGNS
 from simulator.network.collectives import NetworkModel
 from simulator.network.nccl import load_nccl_table
 from simulator.network.topology import Placement, boundaries_crossing_nodes, p2p_placement, tp_placement
-from simulator.prepare import JOBS, JobStatic, job_static, job_summary
+from simulator.prepare import BODY_OF, HARDWARE_BODIES, JOBS, JobStatic, job_static, job_summary
 from simulator.report.metrics import cost_usd, utilization
 from simulator.report.result import SimulationResult, StageReport
 from simulator.timeline.engine import Timeline, round_plan, run_pipeline
@@ -70,9 +70,10 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     `blocks` replaces the op-level block costs (e.g. phases of a traced stack, simulator.costs.traced)."""
     static = job_static(job)
     graph, plan, memory = static.graph, static.plan, static.memory
-    # the per-model terms below are functions of the job and the two models (a caller's by
-    # identity; the default ones are functions of the job): memoized in the job's entry
-    models = (None if kernels is None else Pinned(kernels),
+    # the per-model terms below are functions of the job's hardware and the two models (a
+    # caller's by identity; the default ones are functions of the job): memoized in the job's
+    # entry, which hardware objects differing only in efficiencies share (prepare.job_key)
+    models = (Pinned(job.hardware), None if kernels is None else Pinned(kernels),
               None if network is None else Pinned(network))
     costed, cached_table = _costed_blocks(job, graph, kernels, network)
     kernels = kernels or default_kernels(job)
@@ -150,6 +151,8 @@ def clear_layout_caches() -> None:
     a search that tries a new layout of a known model pays."""
     round_plan.cache_clear()
     JOBS.clear()
+    HARDWARE_BODIES.clear()
+    BODY_OF.clear()
     PLACEMENTS.clear()
     ORDER_SIGNS.clear()
 
