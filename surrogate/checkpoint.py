@@ -27,7 +27,7 @@ from surrogate.dataset import chunk_path, write_parquet_atomic
 
 log = logging.getLogger(__name__)
 
-TASK_SAMPLES = 50  # samples per task: a few seconds of simulation on one core at most
+TASK_SAMPLES = 250  # samples per task: a few seconds of simulation on one core
 PART = re.compile(r"part-(\d{5})-(\d{4})-(\d{4})\.parquet$")
 
 

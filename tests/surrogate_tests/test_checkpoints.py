@@ -22,7 +22,7 @@ import pytest
 
 import surrogate.generate as gen
 from simulator.errors import DataError
-from surrogate.checkpoint import task_ranges
+from surrogate.checkpoint import TASK_SAMPLES, task_ranges
 from surrogate.dataset import read_samples
 from surrogate.generate import generate
 from tests.surrogate_tests.conftest import tiny_config
@@ -39,11 +39,13 @@ def test_tasks_cover_a_chunk_in_order_without_gaps() -> None:
         ranges = task_ranges(n)
         assert ranges[0][0] == 0 and ranges[-1][1] == n
         assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
-        assert max(b - a for a, b in ranges) <= 50
+        assert max(b - a for a, b in ranges) <= TASK_SAMPLES
+        assert max(b - a for a, b in task_ranges(n, 40)) <= 40
 
 
 def test_a_run_killed_inside_a_chunk_keeps_its_finished_tasks_and_resumes_identically(
         tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(gen, "task_ranges", lambda n: task_ranges(n, 50))
     config = replace(tiny_config(150, chunk_size=150), checkpoint_s=1e-9)  # one chunk of 3 tasks
     whole = tmp_path / "whole"
     generate(config, whole, progress=False)
