@@ -94,7 +94,7 @@ class Fit:
 
 # A fit's work, bounded two ways. It stops when a step lowers the robust loss by less than FTOL
 # of it (scipy's default, 1e-8, let a fit crawl along a flat valley of the loss: on the 195 A100
-# rows the folds of the cross-validation took 288-331 simulations of their rows where the full
+# rows the folds of the cross-validation took 213-331 simulations of their rows where the full
 # fit took 113, for train MAPEs within 0.1 point), and it never simulates its rows more than
 # `evaluation_cap` times, every simulation counted: scipy's `max_nfev` counts only the steps,
 # not the finite-difference Jacobian's simulations, so the former cap of 400 allowed
