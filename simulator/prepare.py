@@ -22,7 +22,7 @@ from simulator.graph.blocks import JobGraph, build_graph
 from simulator.graph.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from simulator.graph.params import active_params, total_params
 from simulator.job.framework import semantics
-from simulator.job.specs import Job
+from simulator.job.specs import HardwareSpec, Job
 from simulator.memo import Memo, Pinned, read_only
 from simulator.memory.stages import MemoryTable, stage_memory_table
 from simulator.memory.states import stage_param_counts
@@ -53,13 +53,25 @@ class JobStatic:
                                   repr=False)
 
 
-# Per job: its configs (pydantic, hashed by content) and its hardware (by identity). Bounded like
-# `engine.round_plan`'s cache: an entry holds the job's round plan (~1 MB for MT-NLG's 11,200 ops).
+# Per job: its configs (pydantic, hashed by content) and its hardware without its efficiencies
+# (nothing here reads one). Bounded like `engine.round_plan`'s cache: an entry holds the job's
+# round plan (~1 MB for MT-NLG's 11,200 ops).
 JOBS: Memo[JobStatic] = Memo(maxsize=256)
+# A hardware object -> the first object seen with the same fields but its efficiencies, so that a
+# calibration's candidates (one hardware object per set of efficiencies tried) share each job's
+# static parts instead of rebuilding them for every evaluation.
+HARDWARE_BODIES: Memo[Pinned] = Memo(maxsize=64)
+BODY_OF: Memo[Pinned] = Memo(maxsize=256)
+
+
+def hardware_body(hardware: HardwareSpec) -> Pinned:
+    """A key equal for hardware objects that differ only in `efficiency`."""
+    return BODY_OF.get(Pinned(hardware), lambda: HARDWARE_BODIES.get(
+        hardware.model_dump_json(exclude={"efficiency"}), lambda: Pinned(hardware)))
 
 
 def job_key(job: Job) -> tuple[object, ...]:
-    return job.model, job.training, job.parallel, job.cluster, Pinned(job.hardware)
+    return job.model, job.training, job.parallel, job.cluster, hardware_body(job.hardware)
 
 
 def job_static(job: Job) -> JobStatic:

@@ -13,14 +13,15 @@ from simulator.costs.comm_groups import group_placements
 from simulator.graph.blocks import BLOCKS, JobGraph, blocks_key
 from simulator.job.catalog import data_dir
 from simulator.job.enums import CollectiveKind
-from simulator.job.specs import Job
+from simulator.job.specs import GiB, Job
 from simulator.memo import Memo, Pinned, read_only
+from simulator.memory.fit import memory_fit
 from simulator.memory.stages import ORDER_SIGNS
 from simulator.network.collectives import NetworkModel
 from simulator.network.fabric import fabric
 from simulator.network.nccl import load_nccl_table
 from simulator.network.topology import Placement, boundary_placements
-from simulator.prepare import JOBS, JobStatic, job_static, job_summary
+from simulator.prepare import BODY_OF, HARDWARE_BODIES, JOBS, JobStatic, job_static, job_summary
 from simulator.report.metrics import cost_usd, utilization
 from simulator.report.result import SimulationResult, StageReport
 from simulator.timeline.engine import Timeline, round_plan, run_pipeline
@@ -76,9 +77,10 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     `blocks` replaces the op-level block costs (e.g. phases of a traced stack, simulator.costs.traced)."""
     static = job_static(job)
     graph, plan, memory = static.graph, static.plan, static.memory
-    # the per-model terms below are functions of the job and the two models (a caller's by
-    # identity; the default ones are functions of the job): memoized in the job's entry
-    models = (None if kernels is None else Pinned(kernels),
+    # the per-model terms below are functions of the job's hardware and the two models (a
+    # caller's by identity; the default ones are functions of the job): memoized in the job's
+    # entry, which hardware objects differing only in efficiencies share (prepare.job_key)
+    models = (Pinned(job.hardware), None if kernels is None else Pinned(kernels),
               None if network is None else Pinned(network))
     costed, cached_table = _costed_blocks(job, graph, kernels, network, static)
     kernels = kernels or default_kernels(job)
@@ -108,6 +110,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
                        (iteration - stage_total + idle).tolist(), memory.stages))
     peak = float(memory.total_bytes.max())
     allocated = float(memory.allocated_bytes.max())
+    fit = memory_fit(allocated, job.hardware.reserved_memory_GiB * GiB, job.hardware.memory_bytes)
     model_flops, hw_flops = static.model_flops, static.hardware_flops
     tokens_per_s = job.training.global_batch_size * job.model.seq_length / iteration
     train_tokens = job.training.train_tokens
@@ -126,7 +129,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         hfu=utilization(hw_flops, iteration, job),
         peak_memory_bytes=peak,
         memory_capacity_bytes=job.hardware.memory_bytes,
-        fits_in_memory=bool(peak <= job.hardware.memory_bytes),
+        fits_in_memory=fit.fits,
         cost_per_iteration_usd=cost_usd(iteration, job),
         train_tokens=train_tokens,
         time_to_train_s=time_to_train,
@@ -140,6 +143,8 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         p2p_s=tuple(float(x) for x in edge_delays),
         peak_allocated_bytes=allocated,
         scale_loss=loss,
+        memory_required_bytes=fit.required_bytes,
+        memory_decided_by=fit.decided_by,
     )
 
 
@@ -159,6 +164,8 @@ def clear_layout_caches() -> None:
     a search that tries a new layout of a known model pays."""
     round_plan.cache_clear()
     JOBS.clear()
+    HARDWARE_BODIES.clear()
+    BODY_OF.clear()
     PLACEMENTS.clear()
     ORDER_SIGNS.clear()
 

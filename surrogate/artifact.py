@@ -97,8 +97,8 @@ def read_metadata(folder: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
         version = data.get("schema_version") if isinstance(data, dict) else None
         raise DataError(f"{path} has schema_version {version}, this vtrain-ml reads "
-                        f"{SCHEMA_VERSION} (its features are computed differently); retrain the model "
-                        f"(python -m vtrain_ml.surrogate retrain)")
+                        f"{SCHEMA_VERSION} (its features are computed differently); retrain it: "
+                        f"vtrain-surrogate retrain --model {folder} --hardware GPU --out NEW_FOLDER")
     for key, (kind, what) in REQUIRED.items():
         if not isinstance(data.get(key), kind):
             got = "missing" if key not in data else f"a {type(data[key]).__name__}"

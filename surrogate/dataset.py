@@ -100,7 +100,7 @@ def read_samples(folder: str | Path) -> pd.DataFrame:
     chunks = sorted(folder.glob("chunk-*.parquet"))
     if not chunks:
         raise DataError(f"{folder} holds no sample chunks yet; run generate (with --resume to continue)")
-    df = pd.concat([pd.read_parquet(c) for c in chunks], ignore_index=True)
+    df = pd.concat([_read_chunk(c) for c in chunks], ignore_index=True)
     missing = [c for c in (*JOB_COLUMNS, *TARGETS) if c not in df.columns]
     if missing:
         raise DataError(f"{folder} samples lack column(s) {', '.join(missing)}")
@@ -112,6 +112,14 @@ def read_samples(folder: str | Path) -> pd.DataFrame:
                                             "continue with generate --resume)", folder, len(df), expected)
     return df.sort_values("sample_index", kind="stable").reset_index(drop=True) \
         if "sample_index" in df.columns else df
+
+
+def _read_chunk(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a cut or foreign file
+        raise DataError(f"{path} is damaged ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); "
+                        "run generate again with --resume: it simulates a damaged chunk anew") from None
 
 
 def data_hash(df: pd.DataFrame) -> str:

@@ -1,9 +1,11 @@
 """Generation: draw a space, run the exact simulator over it in parallel, write Parquet chunks.
 
-Work is cut into fixed-size chunks handed to joblib (local processes through loky by default).
-Each finished chunk is written atomically by the parent, so a killed run loses at most the
-chunks in flight, and `resume=True` simulates only the missing ones. Sampling is deterministic
-(space, hardware, seed, method), so a resumed folder is identical to an uninterrupted one.
+Work is cut into fixed-size chunks, each simulated as tasks of a few seconds handed to joblib
+(local processes through loky by default). The parent writes each finished chunk atomically,
+and every `checkpoint_s` seconds the finished tasks of unfinished chunks (surrogate.checkpoint):
+a killed run loses at most that much work, and `resume=True` simulates only what is missing.
+Sampling is deterministic (space, hardware, seed, method), so a resumed folder is identical to an
+uninterrupted one. However it ends, a run stops the local worker processes it started.
 
 Scale-out: `Backend.DASK` and `Backend.RAY` hand the same chunks to a cluster through joblib's
 backend mechanism. Install the extra (``pip install 'vtrain-ml[dask]'`` or ``'vtrain-ml[ray]'``)
@@ -17,25 +19,26 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from simulator.errors import ConfigError
 from simulator.fileio import write_json_atomic
 from simulator.job.catalog import hardware_fingerprint
 from simulator.job.specs import HardwareSpec
+from surrogate.checkpoint import Checkpoints, finished_chunk, task_ranges
 from surrogate.dataset import (
     MANIFEST,
     SCHEMA_VERSION,
-    chunk_path,
     plan_key,
     read_manifest,
     simulate_records,
     simulator_version,
-    write_parquet_atomic,
 )
 from surrogate.sampling import draw
 from surrogate.space import Method, Space
@@ -58,12 +61,17 @@ class GenerateConfig:
     jobs: int = -1
     backend: Backend = Backend.LOKY
     sources: Mapping[str, str] = field(default_factory=dict)  # name -> catalog id or file given
+    checkpoint_s: float = 10.0  # save finished work at least this often (surrogate.checkpoint)
 
     def __post_init__(self) -> None:
         if self.n < 1:
             raise ConfigError(f"--n={self.n}: generate at least one sample")
         if self.chunk_size < 1:
             raise ConfigError(f"--chunk-size={self.chunk_size}: must be at least 1")
+        if self.jobs == 0:
+            raise ConfigError("--jobs=0: give a number of workers (1, 2, ...) or -1 for all cores")
+        if not self.checkpoint_s > 0:
+            raise ConfigError(f"--checkpoint-s={self.checkpoint_s}: give a positive number of seconds")
 
 
 @dataclass(frozen=True)
@@ -143,7 +151,6 @@ def backend_context(backend: Backend) -> Iterator[None]:
 def generate(config: GenerateConfig, out: str | Path, resume: bool = False,
              progress: bool = True) -> GenerateReport:
     """Sample `config.space`, simulate every sample, write the folder `out` (see module doc)."""
-    import joblib
     from tqdm import tqdm
 
     out = Path(out)
@@ -154,17 +161,44 @@ def generate(config: GenerateConfig, out: str | Path, resume: bool = False,
     # chunks follow pipeline-plan order, so each worker builds every schedule plan about once
     order = sorted(range(config.n), key=lambda i: plan_key(sample.records[i]))
     chunks = [order[s:s + config.chunk_size] for s in range(0, config.n, config.chunk_size)]
-    pending = [(i, c) for i, c in enumerate(chunks) if not chunk_path(out, i).is_file()]
-    todo = sum(len(c) for _, c in pending)
-    hardware = dict(config.hardware)
+    ranges = {i: task_ranges(len(c)) for i, c in enumerate(chunks) if not finished_chunk(out, i)}
+    saved = Checkpoints(out, {i: len(r) for i, r in ranges.items()}, config.checkpoint_s)
+    work = [(i, t, chunks[i][a:b]) for i, r in ranges.items() for t, (a, b) in enumerate(r)
+            if t in saved.pending(i)]
+    todo = sum(len(members) for *_, members in work)
     began = time.perf_counter()
-    with backend_context(config.backend), tqdm(total=config.n, initial=config.n - todo, unit="sample",
-                                                 disable=not progress, smoothing=0.1) as bar:
-        tasks = (joblib.delayed(simulate_records)([sample.records[i] for i in c], hardware)
-                 for _, c in pending)
-        results = joblib.Parallel(n_jobs=config.jobs, return_as="generator")(tasks)
-        for (index, members), df in zip(pending, results, strict=True):
+    results = _simulate(config, sample.records, work)
+    with contextlib.closing(results), tqdm(total=config.n, initial=config.n - todo, unit="sample",
+                                           disable=not progress, smoothing=0.1) as bar:
+        for (chunk, task, members), df in zip(work, results, strict=True):
             df.insert(0, "sample_index", members)
-            write_parquet_atomic(df, chunk_path(out, index))
+            saved.add(chunk, task, df)
             bar.update(len(df))
     return GenerateReport(out, config.n, todo, time.perf_counter() - began, sample.summary())
+
+
+def _simulate(config: GenerateConfig, records: Sequence[Mapping[str, Any]],
+              work: list[tuple[int, int, list[int]]]) -> Generator[pd.DataFrame, None, None]:
+    """The tasks' tables in order, on the configured backend. However the loop ends (done, an
+    exception, Ctrl-C, SIGTERM through the CLI), local worker processes are stopped with it:
+    loky keeps idle workers for reuse, which a killed generator would otherwise leave behind."""
+    import joblib
+
+    hardware = dict(config.hardware)
+    tasks = (joblib.delayed(simulate_records)([records[i] for i in members], hardware)
+             for *_, members in work)
+    finished = False
+    try:
+        with backend_context(config.backend):
+            yield from joblib.Parallel(n_jobs=config.jobs, return_as="generator")(tasks)
+        finished = True
+    finally:
+        if not finished and config.backend is Backend.LOKY:
+            stop_local_workers()
+
+
+def stop_local_workers() -> None:
+    """Kill joblib's reusable local (loky) workers now, instead of after their idle timeout."""
+    from joblib.externals.loky import get_reusable_executor
+
+    get_reusable_executor().shutdown(wait=False, kill_workers=True)

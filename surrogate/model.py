@@ -27,7 +27,8 @@ import pandas as pd
 
 from simulator.errors import DataError, ProfileError
 from simulator.job.catalog import hardware_fingerprint
-from simulator.job.specs import HardwareSpec, Job
+from simulator.job.specs import GiB, HardwareSpec, Job
+from simulator.memory.fit import required_bytes
 from surrogate.columns import distinct, frame_columns
 from surrogate.encoding import (
     OutOfSpaceParts,
@@ -206,7 +207,17 @@ class Surrogate:
             prepare = _as_columns
         seconds, memory, capacity = self._predict_table(table, len(index), prepare)
         return pd.DataFrame({"iteration_time_s": seconds, "peak_memory_bytes": memory,
-                             "fits_in_memory": memory <= capacity}, index=index)
+                             "fits_in_memory": self._fits(memory, capacity, table["gpu"])}, index=index)
+
+    def _fits(self, peak: np.ndarray, capacity: np.ndarray, gpu: Any) -> np.ndarray:
+        """The simulator's verdict (simulator.memory.fit) on predicted peaks (allocated + context):
+        what the caching allocator must reserve for the allocated peak, plus the context, fits."""
+        contexts = {name: spec.reserved_memory_GiB * GiB for name, spec in self.hardware_.items()}
+        if len(set(contexts.values())) == 1:
+            context: Any = next(iter(contexts.values()))
+        else:
+            context = np.array([contexts[str(g)] for g in np.asarray(gpu)])
+        return np.asarray(required_bytes(peak - context, context) <= capacity)
 
     def closed_form_targets(self) -> list[str]:
         """The targets predicted by the closed form alone (no booster: see the module docstring)."""
@@ -240,8 +251,9 @@ class Surrogate:
         time, memory = margins.get("time", 0.0), margins.get("memory", 0.0)
         seconds = math.exp(float(x[0, serving["i_time"]]) + time)
         peak = math.exp(float(x[0, serving["i_memory"]]) + memory)
-        return {"iteration_time_s": seconds, "peak_memory_bytes": peak,
-                "fits_in_memory": peak <= float(x[0, serving["i_capacity"]])}
+        context = self.hardware_[str(record["gpu"])].reserved_memory_GiB * GiB
+        fits = required_bytes(peak - context, context) <= float(x[0, serving["i_capacity"]])
+        return {"iteration_time_s": seconds, "peak_memory_bytes": peak, "fits_in_memory": fits}
 
     def _serving(self) -> dict[str, Any]:
         """What prediction derives from the fitted state, built once (again after a new fit).

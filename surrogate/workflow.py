@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from simulator.errors import DataError
+from simulator.fileio import read_json_file
 from simulator.job.catalog import resolve_hardware
 from simulator.job.loaders import load_job
 from surrogate.dataset import data_hash, manifest_hardware, read_manifest, read_samples
@@ -122,11 +124,8 @@ def retrain(model_path: str | Path, out: str | Path, config: RetrainConfig,
     from surrogate.generate import GenerateConfig, generate
     from surrogate.space import space_from_dict
 
-    old = Surrogate.load(model_path, allow_stale=True)
-    meta = old.metadata_
+    old, meta = _old_model(Path(model_path))
     if not meta.get("space"):
-        from simulator.errors import DataError
-
         raise DataError(f"{model_path} records no space (trained without a samples manifest); "
                         f"generate and train a new model instead")
     spec = resolve_hardware(config.hardware)
@@ -139,11 +138,28 @@ def retrain(model_path: str | Path, out: str | Path, config: RetrainConfig,
     result = train(samples, out, TrainConfig(seed=config.seed,
                                              xgb_params=_tuned(meta.get("hyperparameters", {}))))
     test = result.test[[c for c in result.test.columns if not c.startswith("predicted_")]]
-    old_on_new = _quiet_evaluate(_renamed(old, spec.name), test)
+    old_on_new = _quiet_evaluate(_renamed(old, spec.name), test) if old is not None else None
     return {"samples": str(samples), "samples_per_s": gen.samples_per_s, "model": str(result.path),
-            "old_hardware_hash": old.hardware_hashes_, "new_hardware_hash": result.model.hardware_hashes_,
-            "old_model_on_new_test": _headline(old_on_new), "new_model_on_new_test": result.report["test"],
+            "old_hardware_hash": old.hardware_hashes_ if old is not None else None,
+            "new_hardware_hash": result.model.hardware_hashes_,
+            "old_schema_version": meta.get("schema_version"),
+            "old_model_on_new_test": _headline(old_on_new) if old_on_new is not None else None,
+            "new_model_on_new_test": result.report["test"],
             "train_seconds": result.report["train_seconds"]}
+
+
+def _old_model(folder: Path) -> tuple[Surrogate | None, dict[str, Any]]:
+    """The model to retrain and its metadata. A model saved by an older schema cannot predict
+    with this vtrain-ml's features (so it is not compared), but its space, size and
+    hyperparameters are all `retrain` needs: exactly the case retraining is for."""
+    from surrogate.artifact import METADATA, SCHEMA_VERSION
+
+    data = read_json_file(folder / METADATA, DataError, f"{folder} is not a surrogate model folder "
+                          f"(no {METADATA})", "train a new model instead")
+    if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
+        return None, data
+    old = Surrogate.load(folder, allow_stale=True)
+    return old, old.metadata_
 
 
 def _tuned(hp: dict[str, Any]) -> dict[str, Any]:

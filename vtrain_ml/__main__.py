@@ -10,7 +10,7 @@ from collections.abc import Sequence
 # command -> (module whose `main(argv) -> int` runs it, what it is for); the main job first.
 # Each is also a console script `vtrain-<command>` (pyproject.toml) and `python -m vtrain_ml.<command>`.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "search": ("vtrain_ml.cli.search", "the fastest, cheapest or Pareto-optimal layout for a GPU budget "
+    "search": ("vtrain_ml.search", "the fastest, cheapest or Pareto-optimal layout for a GPU budget "
                                        "(start here)"),
     "simulate": ("vtrain_ml.cli.simulate", "one training iteration: time, breakdown, memory, MFU, cost, "
                                            "trace"),
@@ -54,7 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"error: unknown command '{args[0]}'; commands: {', '.join(commands)} "
                          f"(python -m vtrain_ml lists them)\n")
         return 2
-    module = importlib.import_module(commands[args[0]][0])
+    try:
+        module = importlib.import_module(commands[args[0]][0])
+    except ModuleNotFoundError as exc:
+        from vtrain_ml.cli.common import report_missing_extra
+
+        return report_missing_extra(exc, f"vtrain-{args[0]}")
     return int(module.main(args[1:]))
 
 

@@ -74,7 +74,13 @@ def run_task(task: Task, simulate_job: Callable[[Job], SimulationResult],
             raise
         log.debug("internal error on %s", task.path, exc_info=True)
         return {**row, "status": "error", "error": f"internal error {type(exc).__name__}: {exc}"}
-    return {**row, "status": "ok", **result_columns(result), "notes": " | ".join(loaded.notes)}
+    return ok_row(task, result, loaded.notes)
+
+
+def ok_row(task: Task, result: SimulationResult, notes: Sequence[str]) -> dict[str, Any]:
+    """The row of a job that simulated."""
+    return {"path": str(task.path), "variant": task.overrides.label(), "status": "ok",
+            **result_columns(result), "notes": " | ".join(notes)}
 
 
 def _without_path(message: str, path: Path) -> str:

@@ -208,7 +208,7 @@ class ClusterSpec(Frozen):
     gpus_per_node: PositiveInt | None = None
     intra_node_bandwidth_GBps: PositiveFloat | None = None  # per GPU, per direction
     inter_node_bandwidth_Gbps: PositiveFloat | None = None  # per node
-    price_per_gpu_hour_usd: float | None = Field(default=None, ge=0)
+    price_per_gpu_hour_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     # GPUs sharing one NVLink fabric (an NVL72 rack: 72 over 18 nodes of 4); None: the hardware
     # file's, else gpus_per_node. Collectives and placement use the domain, not the node.
     nvlink_domain: PositiveInt | None = None
@@ -278,7 +278,7 @@ class HardwareSpec(Frozen):
     nvlink_bandwidth_GBps: PositiveFloat  # per GPU, per direction
     gpus_per_node: PositiveInt = 8
     inter_node_bandwidth_Gbps: PositiveFloat = 800.0  # per node
-    price_per_gpu_hour_usd: float = Field(0.0, ge=0)
+    price_per_gpu_hour_usd: float = Field(0.0, ge=0, allow_inf_nan=False)
     reserved_memory_GiB: float = Field(2.0, ge=0)  # CUDA context and NCCL buffers (not allocator)
     supports_flash_attention: bool = True
     nccl_tables: str | None = None  # folder of nccl-tests all-reduce tables, relative to data/
@@ -415,15 +415,40 @@ def parse(cls: type[M], data: Any, where: str) -> M:
         raise ConfigError("; ".join(_describe(e, cls, where) for e in exc.errors())) from None
 
 
+# Names other tools give our fields (vTrain's and Megatron-LM's arguments): an unknown key close
+# to one of them is pointed at our field ("tensor_parallel_size" is `tp`, not "sequence_parallel").
+FOREIGN_NAMES = {
+    "tensor_parallel_size": "tp", "tensor_model_parallel_size": "tp",
+    "pipeline_parallel_size": "pp", "pipeline_model_parallel_size": "pp",
+    "data_parallel_size": "dp", "virtual_pipeline_model_parallel_size": "virtual_stages",
+    "num_virtual_stages_per_pipeline_rank": "virtual_stages",
+    "use_distributed_optimizer": "distributed_optimizer", "micro_batch": "micro_batch_size",
+    "global_batch": "global_batch_size", "recompute_granularity": "recompute",
+    "use_flash_attn": "flash_attention", "num_gpu": "num_gpus", "gpus": "num_gpus",
+    "num_heads": "num_attention_heads", "hidden": "hidden_size", "layers": "num_layers",
+    "seq_len": "seq_length", "max_position_embeddings": "seq_length", "vocab": "vocab_size",
+    "ffn_hidden": "ffn_hidden_size", "intermediate_size": "ffn_hidden_size",
+}
+
+
+def _suggestion(key: str, cls: type[BaseModel]) -> str:
+    """'; did you mean ...?' for an unknown key, from our field names and the foreign names of
+    our fields; the closest of all wins."""
+    fields = list(cls.model_fields)
+    foreign = {name: ours for name, ours in FOREIGN_NAMES.items() if ours in fields}
+    close = difflib.get_close_matches(key, fields + list(foreign), n=1, cutoff=0.5)
+    if not close:
+        return f"; known keys: {', '.join(fields)}"
+    if close[0] in foreign:
+        return f"; did you mean '{foreign[close[0]]}'? ({close[0]} in vTrain / Megatron-LM)"
+    return f"; did you mean '{close[0]}'?"
+
+
 def _describe(err: Any, cls: type[BaseModel], where: str) -> str:
     loc = ".".join(str(part) for part in err["loc"])
     field = f"{where}.{loc}" if loc else where
     if err["type"] == "extra_forbidden":
-        key = str(err["loc"][-1])
-        known = list(_model_at(cls, err["loc"][:-1]).model_fields)
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
-        hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(known)}"
-        return f"unknown key '{field}'{hint}"
+        return f"unknown key '{field}'{_suggestion(str(err['loc'][-1]), _model_at(cls, err['loc'][:-1]))}"
     if err["type"] == "missing":
         return f"missing required key '{field}'"
     value = err.get("input")

@@ -11,6 +11,7 @@ import itertools
 from simulator.errors import ConfigError
 from simulator.job.enums import Recompute, Schedule
 from simulator.job.framework import semantics
+from simulator.job.limits import size_problems
 from simulator.job.moe_cp_rules import moe_cp_problems
 from simulator.job.partition import partition_problems
 from simulator.job.specs import Job
@@ -44,7 +45,7 @@ def job_problems(job: Job) -> list[str]:
     if m.ffn % tp:
         problems.append(f"tensor_parallel_size={tp} does not divide ffn_hidden_size={m.ffn}")
     problems += (_pipeline_problems(job) + _framework_problems(job) + _network_problems(job)
-                 + moe_cp_problems(job))
+                 + moe_cp_problems(job) + size_problems(job))
     dp, cp = job.dp, p.cp
     names, sizes = ("tp*pp", f"{tp}*{pp}") if cp == 1 else ("tp*cp*pp", f"{tp}*{cp}*{pp}")
     if p.dp is not None and tp * cp * pp * p.dp != c.num_gpus:

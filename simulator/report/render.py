@@ -44,9 +44,13 @@ def fit_verdict(result: SimulationResult) -> str | None:
         return None
     peak = max(result.stages, key=lambda s: s.memory.total_bytes)
     over = result.memory_overflow_bytes
-    return (f"DOES NOT FIT in GPU memory: stage {peak.stage} needs {result.peak_memory_bytes / GiB:.1f} "
+    needed = result.memory_required_bytes or result.peak_memory_bytes
+    why = ("the allocated peak alone is over" if result.memory_decided_by == "allocated" else
+           f"the allocated peak and context ({result.peak_memory_bytes / GiB:.1f} GiB) would fit: "
+           "the allocator's reservation decides")
+    return (f"DOES NOT FIT in GPU memory: stage {peak.stage} needs {needed / GiB:.1f} "
             f"GiB of {result.memory_capacity_bytes / GiB:.0f} GiB, over by {over / GiB:.1f} GiB "
-            f"(+{over / result.memory_capacity_bytes:.0%})")
+            f"(+{over / result.memory_capacity_bytes:.0%}): {why}")
 
 
 def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[str] = ()) -> str:
@@ -83,7 +87,8 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
     fits = "fits" if result.fits_in_memory else (
         f"DOES NOT FIT: over by {result.memory_overflow_bytes / GiB:.1f} GiB")
     lines += ["", f"  peak memory         {result.peak_memory_bytes / GiB:.1f} GiB of "
-              f"{result.memory_capacity_bytes / GiB:.0f} GiB ({fits})", *memory_table(result)]
+              f"{result.memory_capacity_bytes / GiB:.0f} GiB ({fits}; with the allocator's least "
+              f"reservation {result.memory_required_bytes / GiB:.1f} GiB)", *memory_table(result)]
     if any(v > 0 for k, v in result.profile_coverage.items() if k != "analytic"):
         cov = ", ".join(f"{k} {v:.0%}" for k, v in result.profile_coverage.items())
         lines += ["", f"  profile coverage    {cov}"]

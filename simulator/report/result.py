@@ -32,9 +32,11 @@ class StageReport:
 class SimulationResult:
     """Iteration time, its breakdown (seconds; sums to the iteration time on the critical stage),
     per-stage load and memory, throughput, FLOP utilization and cost. `peak_memory_bytes` is
-    what the fullest GPU must hold (the allocated peak and the CUDA context; `fits_in_memory`
-    compares it with the capacity); `peak_allocated_bytes` is the allocated peak alone,
-    comparable with `torch.cuda.max_memory_allocated`."""
+    the fullest GPU's allocated peak and CUDA context; `peak_allocated_bytes` the allocated peak
+    alone, comparable with `torch.cuda.max_memory_allocated`. `fits_in_memory` compares
+    `memory_required_bytes` -- what the caching allocator must reserve for that peak, plus the
+    context (simulator.memory.fit) -- with the capacity; `memory_decided_by` says whether the
+    allocated peak alone was already over ("allocated") or the reservation decided ("reserved")."""
 
     job: dict[str, Any]
     iteration_time_s: float
@@ -65,10 +67,14 @@ class SimulationResult:
     p2p_s: tuple[float, ...] = field(default=(), repr=False, compare=False)  # per pp boundary
     # the breakdown's `scale_loss`, term by term (simulator.timeline.stragglers)
     scale_loss: ScaleLoss | None = field(default=None, repr=False, compare=False)
+    memory_required_bytes: float = 0.0  # allocator's least reservation + context (0: not computed)
+    memory_decided_by: str = ""  # "allocated" | "reserved" (simulator.memory.fit)
 
     @property
     def memory_overflow_bytes(self) -> float:
-        return max(0.0, self.peak_memory_bytes - self.memory_capacity_bytes)
+        """How far what must fit exceeds the capacity (0 when it fits)."""
+        needed = self.memory_required_bytes or self.peak_memory_bytes
+        return max(0.0, needed - self.memory_capacity_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +94,8 @@ class SimulationResult:
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits_in_memory": self.fits_in_memory,
+            "memory_required_bytes": self.memory_required_bytes,
+            "memory_decided_by": self.memory_decided_by,
             "memory_overflow_bytes": self.memory_overflow_bytes,
             "stages": [s.to_dict() for s in self.stages],
             "cost_per_iteration_usd": self.cost_per_iteration_usd,

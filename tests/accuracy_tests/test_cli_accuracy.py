@@ -230,3 +230,10 @@ def test_validate_with_a_measured_profile_costs_kernels_from_it(tmp_path, capsys
     assert profiled != pytest.approx(analytic, rel=0.02)
     assert validate([str(runs), "--profile", str(tmp_path / "nope")]) == 2
     assert "nope" in _one_error_line(capsys.readouterr().err)
+
+
+def test_an_unknown_hardware_is_one_line_not_one_warning_per_row(runs_file, capsys):
+    """issue 26, item 11: `--hardware nosuchgpu` printed one identical warning per row."""
+    assert validate([str(runs_file), "--hardware", "nosuchgpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --hardware nosuchgpu: unknown GPU type")

@@ -1,6 +1,7 @@
 """Many configs in one call: `python -m vtrain_ml.simulate DIR_OR_FILES... --csv out.csv [--json]`
 simulates every file in one process, one row per file with its result or its error, never stops
-on a bad file, and exits 0 when at least one simulated, 2 when none did."""
+on a bad file, and exits 0 when every row simulated (or was rejected as vTrain rejects it), 3 when
+some rows failed, 2 when none simulated."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def test_bad_files_get_their_error_in_their_row_and_the_batch_goes_on(tmp_path, 
     (tmp_path / "bad_layout.yaml").write_text(yaml.safe_dump(job_dict(model={"num_layers": 9})))
     (tmp_path / "notes.txt").write_text("not a job, not listed")
     code, out, _ = run_cli(capsys, str(tmp_path), str(tmp_path / "missing.json"), "--json")
-    assert code == 0
+    assert code == 3  # the batch ran, some rows failed (issue 26)
     rows = {Path(r["path"]).name: r for r in json.loads(out)}
     assert set(rows) == {"good.yaml", "comma.json", "bad_layout.yaml", "missing.json"}
     assert rows["good.yaml"]["status"] == "ok" and rows["good.yaml"]["iteration_time_s"] > 0
@@ -98,3 +99,34 @@ def test_vtrains_micro_batch_rule_is_noted_in_the_row(capsys):
     assert code == 0
     assert "micro_batch_size set to global_batch_size // data_parallel_size" in rows[0]["notes"]
     assert rows[1]["notes"] == ""
+
+
+# --- issue 26, item 2: --csv with one job, and failed rows in the exit code --------------------
+
+def test_csv_with_one_job_writes_its_row_beside_the_report(tmp_path, capsys):
+    job = tmp_path / "one.yaml"
+    job.write_text(yaml.safe_dump(job_dict()))
+    out_csv = tmp_path / "one.csv"
+    code, out, _ = run_cli(capsys, str(job), "--csv", str(out_csv))
+    assert code == 0 and "iteration" in out and f"one row written to {out_csv}" in out
+    rows = read_csv(out_csv)
+    assert len(rows) == 1 and rows[0]["path"] == str(job) and rows[0]["status"] == "ok"
+    expected = simulate(load_job(job)).iteration_time_s
+    assert float(rows[0]["iteration_time_s"]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_batch_with_failed_rows_exits_3_and_says_how_many(tmp_path, capsys):
+    (tmp_path / "good.yaml").write_text(yaml.safe_dump(job_dict()))
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(job_dict(model={"num_layers": 9})))
+    out_csv = tmp_path / "rows.csv"
+    code, _, err = run_cli(capsys, str(tmp_path), "--csv", str(out_csv))
+    assert code == 3
+    assert "1 of 2 jobs failed (exit code 3)" in err and "bad.yaml" in err
+    assert {r["status"] for r in read_csv(out_csv)} == {"ok", "error"}
+
+
+def test_the_exit_codes_are_documented_in_the_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "exit codes: 0 every job simulated" in text and "3 a batch ran but some rows failed" in text

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import ConfigError
+from vtrain_ml.outputs import probe_folder
 
 
 def _pyplot() -> Any:
@@ -37,8 +38,7 @@ def check_plot_path(path: str) -> None:
     if not folder.is_dir():
         raise ConfigError(f"--plot {path}: folder {folder} does not exist; create it or choose "
                           "another path")
-    if not os.access(folder, os.W_OK):
-        raise ConfigError(f"--plot {path}: folder {folder} is not writable; choose another path")
+    probe_folder("--plot", path, folder)
     kinds = plt.figure().canvas.get_supported_filetypes()
     plt.close("all")
     suffix = target.suffix.lstrip(".").lower()

@@ -53,7 +53,9 @@ class Prediction:
     iteration_s: float
     peak_allocated_bytes: float
     peak_reserved_bytes: float
-    fits: bool  # the simulator's verdict: the peak fits the GPU's memory
+    fits: bool  # the simulator's verdict: what the allocator must reserve fits the GPU's memory
+    required_bytes: float = 0.0  # that least reservation plus the context (simulator.memory.fit)
+    decided_by: str = ""  # "allocated" (the allocated peak alone is over) or "reserved"
 
 
 @dataclass
@@ -83,7 +85,8 @@ def predict(jobs: list[Job], hardware: HardwareSpec | None = None,
         kernels, network = profile.for_job(job) if profile else (None, None)
         result = simulate(job, kernels=kernels, network=network)
         allocated, reserved = memory_terms(result)
-        out.append(Prediction(result.iteration_time_s, allocated, reserved, result.fits_in_memory))
+        out.append(Prediction(result.iteration_time_s, allocated, reserved, result.fits_in_memory,
+                              result.memory_required_bytes, result.memory_decided_by))
     return out
 
 

@@ -37,6 +37,7 @@ import pandas as pd
 import yaml
 
 from simulator.errors import ConfigError, DataError
+from simulator.job.catalog import resolve_hardware
 from simulator.job.loaders import load_job
 from simulator.job.specs import GiB, Job, without_unused_fields
 from vtrain_ml.accuracy.measurements import is_vtrain_header, read_measurements, row_to_job
@@ -64,6 +65,7 @@ class Run:
     tag: str
     fingerprint: str
     measured_gpu: str = ""  # the GPU its job file names ("" for a vTrain CSV row: not stated)
+    time_column: str = ""  # the column its time was read from (iteration_ms, iteration_s, ...)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,11 @@ class Runs:
 def read_runs(paths: list[str | Path], hardware: str | None = None) -> Runs:
     """Read runs files (native CSV/YAML or vTrain CSV). `hardware` (a GPU name or hardware file)
     replaces every job's GPU; without it, jobs keep theirs and vTrain rows get a100-80gb."""
+    if hardware is not None:  # once, not once per row: a wrong name is one line, not one per run
+        try:
+            resolve_hardware(hardware)
+        except ConfigError as exc:
+            raise ConfigError(f"--hardware {hardware}: {exc}") from None
     runs: list[Run] = []
     problems: list[str] = []
     digest = hashlib.sha256()
@@ -120,7 +127,26 @@ def read_runs(paths: list[str | Path], hardware: str | None = None) -> Runs:
         found, bad = _read_file(path, hardware)
         runs += found
         problems += bad
-    return Runs(tuple(runs), tuple(problems), digest.hexdigest()[:16], tuple(str(p) for p in paths))
+    unique, copies = _without_copies(runs)
+    return Runs(tuple(unique), tuple(problems + copies), digest.hexdigest()[:16],
+                tuple(str(p) for p in paths))
+
+
+def _without_copies(runs: list[Run]) -> tuple[list[Run], list[str]]:
+    """A row pasted twice (the same job file and measurements) is counted once, with a warning:
+    kept twice, it would weigh double in a fit and sit on both sides of a cross-validation fold.
+    (Rows of one job measured apart, or of two files holding the same job, stay; cross-validation
+    keeps all rows of one job in one fold: calibration.job_groups.)"""
+    first: dict[tuple[str, str], Run] = {}
+    unique, copies = [], []
+    for run in runs:
+        seen = first.setdefault((run.job_path, run.fingerprint), run)
+        if seen is run:
+            unique.append(run)
+        else:
+            copies.append(f"{run.source}: row {run.row}: the same job and measurements as {seen.source} "
+                          f"row {seen.row}; counted once")
+    return unique, copies
 
 
 def _read_file(path: Path, hardware: str | None) -> tuple[list[Run], list[str]]:
@@ -143,7 +169,7 @@ def _read_vtrain(path: Path, hardware: str | None) -> tuple[list[Run], list[str]
         job = row_to_job(r, gpu)
         seconds = float(r.measured_ms) / 1e3
         runs.append(Run(job, path.name, int(r.row), "", seconds, None, None, False, path.stem,
-                        fingerprint(job, seconds, None, None, False)))
+                        fingerprint(job, seconds, None, None, False), time_column="iteration time (ms)"))
     return runs, list(data.problems)
 
 
@@ -230,7 +256,7 @@ def _entry_to_run(path: Path, number: int, entry: dict[str, Any], loader: _JobLo
     if unknown:
         raise _RowProblem(str(unknown[0]), f"unknown key; a run has {', '.join(KNOWN_COLUMNS)}")
     oom = _flag(entry.get("oom"), "oom")
-    seconds = _time(entry, oom)
+    seconds, time_column = _time(entry, oom)
     peak = _memory(entry, "peak_memory_GiB")
     reserved = _memory(entry, "reserved_GiB")
     if peak is not None and reserved is not None and reserved < peak:
@@ -239,13 +265,25 @@ def _entry_to_run(path: Path, number: int, entry: dict[str, Any], loader: _JobLo
     for column in ("iteration_ms_min", "iteration_ms_max"):
         _number(entry.get(column), column, positive=True)
     job_path = str(entry.get("job") or "").strip()
-    job, measured_gpu = loader.load(job_path)
+    job, measured_gpu, capacity = loader.load(job_path)
+    for column, value in (("peak_memory_GiB", peak), ("reserved_GiB", reserved)):
+        _within_capacity(column, value, capacity, measured_gpu)
     tag = "" if entry.get("tag") is None else str(entry["tag"]).strip()
     return Run(job, path.name, number, job_path, seconds, peak, reserved, oom, tag,
-               fingerprint(job, seconds, peak, reserved, oom), measured_gpu)
+               fingerprint(job, seconds, peak, reserved, oom), measured_gpu, time_column)
 
 
-def _time(entry: dict[str, Any], oom: bool) -> float | None:
+def _within_capacity(column: str, value: float | None, capacity: float, gpu: str) -> None:
+    """A measured peak cannot exceed the memory of the GPU it was measured on."""
+    if value is None or value <= capacity:
+        return
+    gib = value / GiB
+    hint = (f" (if the value is in MiB, it is {gib / 1024:.1f} GiB)" if gib / 1024 <= capacity / GiB else "")
+    raise _RowProblem(column, f"{gib:g} GiB is more than the {capacity / GiB:g} GiB of {gpu}, the GPU "
+                              f"its job file names; give GiB{hint}")
+
+
+def _time(entry: dict[str, Any], oom: bool) -> tuple[float | None, str]:
     given = {c: _number(entry.get(c), c, positive=True) for c in TIME_COLUMNS}
     present = {c: v for c, v in given.items() if v is not None}
     if oom:
@@ -253,14 +291,14 @@ def _time(entry: dict[str, Any], oom: bool) -> float | None:
             column = next(iter(present))
             raise _RowProblem(column, "a run that ran out of memory has no time; empty the cell or "
                                       "set oom to false")
-        return None
+        return None, ""
     if not present:
         raise _RowProblem("iteration_ms", "no measured time; give iteration_ms (or iteration_s), or "
                                           "oom: true for a run that ran out of memory")
     if len(present) == 2:
         raise _RowProblem("iteration_s", "both iteration_s and iteration_ms are given; keep one")
     column, value = next(iter(present.items()))
-    return value if column == "iteration_s" else value / 1e3
+    return (value if column == "iteration_s" else value / 1e3), column
 
 
 def _memory(entry: dict[str, Any], column: str) -> float | None:
@@ -301,10 +339,10 @@ class _JobLoader:
 
     base: Path
     hardware: str | None
-    cache: dict[str, tuple[Job, str] | str] = field(default_factory=dict)
+    cache: dict[str, tuple[Job, str, float] | str] = field(default_factory=dict)
 
-    def load(self, job_path: str) -> tuple[Job, str]:
-        """The job (on `hardware` if given) and the GPU its file names."""
+    def load(self, job_path: str) -> tuple[Job, str, float]:
+        """The job (on `hardware` if given), the GPU its file names and that GPU's memory (bytes)."""
         if not job_path:
             raise _RowProblem("job", "empty; give the job file's path relative to the runs file")
         if job_path not in self.cache:
@@ -314,7 +352,7 @@ class _JobLoader:
             raise _RowProblem("job", hit)
         return hit
 
-    def _load(self, job_path: str) -> tuple[Job, str] | str:
+    def _load(self, job_path: str) -> tuple[Job, str, float] | str:
         path = self.base / job_path
         if path.is_dir():
             return f"{job_path} is a directory ({path}); name the job file inside it"
@@ -322,8 +360,8 @@ class _JobLoader:
             return f"job file {job_path} does not exist (looked for {path})"
         try:
             job = load_job(path)
-            gpu = job.hardware.name
-            return (with_overrides(job, hardware=self.hardware) if self.hardware else job), gpu
+            gpu, capacity = job.hardware.name, job.hardware.memory_bytes
+            return (with_overrides(job, hardware=self.hardware) if self.hardware else job), gpu, capacity
         except ConfigError as exc:
             where = f" on --hardware {self.hardware}" if self.hardware else ""
             return f"job file {job_path} does not validate{where}: {exc}"

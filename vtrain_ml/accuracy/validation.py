@@ -63,7 +63,8 @@ class Validation:
     def to_dict(self) -> dict[str, Any]:
         columns = ["source", "row", "job", "tag", "tp", "dp", "pp", "measured_ms", "predicted_ms", "ape",
                    "measured_GiB", "predicted_GiB", "memory_ape", "measured_reserved_GiB",
-                   "predicted_reserved_GiB", "oom", "predicted_fits", "in_sample"]
+                   "predicted_reserved_GiB", "oom", "predicted_fits", "predicted_required_GiB",
+                   "fit_decided_by", "in_sample"]
         rows = self.table[columns].astype(object).where(self.table[columns].notna(), None)
         return {"time": self.time.to_dict(), "memory": self.memory.to_dict(),
                 "reserved": self.reserved.to_dict(), "oom": self.oom.to_dict(),
@@ -94,6 +95,8 @@ def validate(runs: Runs, predictions: list[Prediction]) -> Validation:
     table["predicted_GiB"] = [p.peak_allocated_bytes / GiB for p in predictions]
     table["predicted_reserved_GiB"] = [p.peak_reserved_bytes / GiB for p in predictions]
     table["predicted_fits"] = [p.fits for p in predictions]
+    table["predicted_required_GiB"] = [p.required_bytes / GiB for p in predictions]
+    table["fit_decided_by"] = [p.decided_by for p in predictions]
     timed = table.measured_ms.notna()
     table["ape"] = np.where(timed, (table.predicted_ms - table.measured_ms).abs() / table.measured_ms, np.nan)
     table["signed_error"] = np.where(timed, (table.predicted_ms - table.measured_ms) / table.measured_ms,

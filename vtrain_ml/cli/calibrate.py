@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -21,17 +23,21 @@ from vtrain_ml.accuracy.calibration import (
     PARAMS,
     BoundNote,
     Fit,
+    affected_masks,
     bound_notes,
-    cross_validate_folds,
-    fit,
+    calibrate_with_folds,
+    evaluation_cap,
+    job_groups,
     with_params,
 )
+from vtrain_ml.accuracy.plausibility import implausible_times, refuse_implausible
 from vtrain_ml.accuracy.plots import before_after, check_plot_path, save_figure
 from vtrain_ml.accuracy.predict import Score, predict_ms, score
 from vtrain_ml.accuracy.rank_times import JitterFit, effective_kernels, fit_jitter, read_rank_times
 from vtrain_ml.accuracy.runs import Runs, read_runs
 from vtrain_ml.cli.common import add_common, run
 from vtrain_ml.cli.validate import report_problems
+from vtrain_ml.outputs import check_file_output
 
 
 def parser() -> argparse.ArgumentParser:
@@ -69,24 +75,11 @@ def _freeze(text: str) -> tuple[str, ...]:
     return names
 
 
-class Progress:
-    """Progress lines on stderr: at most one every `every_s` seconds during a fit."""
-
-    def __init__(self, label: str, every_s: float = 5.0) -> None:
-        self.label, self.every_s, self.start, self.last = label, every_s, time.monotonic(), 0.0
-
-    def __call__(self, evaluations: int, mape: float) -> None:
-        now = time.monotonic()
-        if now - self.last >= self.every_s:
-            self.last = now
-            sys.stderr.write(f"  {self.label}: {evaluations} evaluations, train MAPE {mape:.2%}, "
-                             f"{now - self.start:.0f} s\n")
-
-
 def _main(args: argparse.Namespace) -> int:
     if args.folds == 1 or args.folds < 0:
         raise ConfigError(f"--folds={args.folds}: use 0 (no cross-validation) or k >= 2")
     freeze = _freeze(args.freeze)
+    check_file_output("--out", args.out, example="my-gpu.yaml")
     if args.plot:
         check_plot_path(args.plot)
     base = resolve_hardware(args.hardware)
@@ -108,19 +101,19 @@ def _main(args: argparse.Namespace) -> int:
     if not timed:
         raise ConfigError(f"no row of {', '.join(args.runs)} has a measured time (OOM rows have none); "
                           "calibration fits times")
-    if args.folds and len(timed) < args.folds:
-        raise ConfigError(f"--folds={args.folds} needs at least that many timed rows (got {len(timed)})")
+    distinct = len(set(job_groups([r.job for r in timed]).tolist()))
+    if args.folds and distinct < args.folds:
+        same = "; rows of one job count once: they stay in one fold" if distinct < len(timed) else ""
+        raise ConfigError(f"--folds={args.folds} needs at least that many timed rows (got {distinct}{same})")
     _warn_other_gpus(runs, base)
     jobs = [r.job for r in timed]
     measured = np.array([r.iteration_s * 1e3 for r in timed])  # type: ignore[operator]
     before = predict_ms(jobs, base)
+    refuse_implausible(implausible_times(timed, (before / 1e3).tolist()), len(timed))
     sys.stderr.write(f"start ({base.name}): MAPE {score(before, measured).mape:.2%} on {len(jobs)} timed rows"
                      + (f" ({len(runs.runs) - len(jobs)} rows without a time are not used)"
                         if len(runs.runs) > len(jobs) else "") + "\n")
-    sys.stderr.write(f"fitting up to {len(PARAMS) - len(freeze)} parameters to {len(jobs)} rows...\n")
-    fitted = fit(jobs, measured, base, freeze=freeze, progress=Progress("fit"))
-    sys.stderr.write(f"  fit: done, {fitted.evaluations} evaluations, train MAPE {fitted.train_mape:.2%}\n")
-    out_of_fold = _cross_validate(args, jobs, measured, base, freeze)
+    fitted, out_of_fold = _fit_and_cross_validate(args, jobs, measured, base, freeze)
     cv = score(out_of_fold, measured) if out_of_fold is not None else None
     notes = bound_notes(jobs, measured, base, fitted)
     for note in notes:
@@ -167,21 +160,59 @@ def _warn_other_gpus(runs: Runs, base: HardwareSpec) -> None:
                          f"{base.name}; pass the GPU they ran on with --hardware\n")
 
 
-def _cross_validate(args: argparse.Namespace, jobs: list, measured: np.ndarray, base: HardwareSpec,
-                    freeze: tuple[str, ...]) -> np.ndarray | None:
-    if not args.folds:
-        return None
-    sys.stderr.write(f"{args.folds}-fold cross-validation ({args.folds} more fits, "
-                     f"{'all cores' if args.jobs == -1 else f'{args.jobs} processes'})...\n")
-    predicted, start = np.empty(len(jobs)), time.monotonic()
-    folds = cross_validate_folds(jobs, measured, base, args.folds, args.seed, n_jobs=args.jobs, freeze=freeze)
-    for done, (test, values) in enumerate(folds, start=1):
-        predicted[test] = values
-        elapsed = time.monotonic() - start
-        sys.stderr.write(f"  fold {done}/{args.folds} done: MAPE {score(values, measured[test]).mape:.2%} on "
-                         f"its {len(test)} held-out rows, {elapsed:.0f} s, about "
-                         f"{elapsed / done * (args.folds - done):.0f} s left\n")
-    return predicted
+def _fit_and_cross_validate(args: argparse.Namespace, jobs: list, measured: np.ndarray, base: HardwareSpec,
+                            freeze: tuple[str, ...]) -> tuple[Fit, np.ndarray | None]:
+    """The fit on every row and the k folds, as k + 1 parallel fits, each capped in simulations
+    (calibration.evaluation_cap): the ETA is a bound from that cap and the measured time of one
+    simulation of the rows, not an average of folds that may differ tenfold."""
+    fitted_params = tuple(p for p in PARAMS if p.name not in freeze)
+    began = time.monotonic()
+    masks = affected_masks(jobs, base, fitted_params)
+    per_evaluation = (time.monotonic() - began) / max(1, 1 + 2 * len(fitted_params))
+    free = sum(bool(m.any()) for m in masks.values())
+    cap, fits, workers = evaluation_cap(free), 1 + args.folds, _workers(args.jobs)
+    total = _bound(fits, workers, cap, per_evaluation)
+    sys.stderr.write(f"fitting {free} parameters to {len(jobs)} rows"
+                     + (f" and {args.folds} folds" if args.folds else "")
+                     + f": {fits} fits in {workers} process(es), each at most {cap} simulations of its rows "
+                     f"(~{per_evaluation:.2f} s each here): at most ~{total}\n")
+    predicted, fitted = np.empty(len(jobs)), None
+    start = time.monotonic()
+    tasks = calibrate_with_folds(jobs, measured, base, args.folds, args.seed, n_jobs=args.jobs, freeze=freeze,
+                                 masks=masks)
+    for done, (test, value) in enumerate(tasks, start=1):
+        left = _left(fits - done, workers, cap, per_evaluation, (time.monotonic() - start) / done)
+        if isinstance(value, Fit):
+            fitted = value
+            stop = f"stopped at its cap of {cap}" if value.capped else "converged"
+            what = (f"fit on all {len(jobs)} rows done: {value.evaluations} simulations ({stop}), train MAPE "
+                    f"{value.train_mape:.2%}")
+        else:
+            assert test is not None
+            predicted[test] = value
+            what = (f"fold {done - (fitted is not None)}/{args.folds} done: MAPE "
+                    f"{score(value, measured[test]).mape:.2%} on its {len(test)} held-out rows")
+        sys.stderr.write(f"  {what}, {time.monotonic() - start:.0f} s; {left}\n")
+    assert fitted is not None
+    return fitted, (predicted if args.folds else None)
+
+
+def _workers(n_jobs: int) -> int:
+    cores = os.cpu_count() or 1
+    return max(1, cores + 1 + n_jobs if n_jobs < 0 else n_jobs)
+
+
+def _left(fits: int, workers: int, cap: int, per_evaluation_s: float, per_fit_s: float) -> str:
+    """What is left: the pace so far (fits done in parallel), and the bound from the cap."""
+    if not fits:
+        return "done"
+    typical = math.ceil(fits / workers) * per_fit_s * workers
+    return f"about {typical:.0f} s left (at most ~{_bound(fits, workers, cap, per_evaluation_s)})"
+
+
+def _bound(fits: int, workers: int, cap: int, per_evaluation_s: float) -> str:
+    """Time for `fits` capped fits on `workers` processes (rounds of fits times a fit's cap)."""
+    return f"{math.ceil(fits / workers) * cap * per_evaluation_s:.0f} s" if fits else "0 s"
 
 
 def _rank_times(args: argparse.Namespace) -> JitterFit:

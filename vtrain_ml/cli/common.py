@@ -4,14 +4,24 @@ into one line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import logging
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from simulator.errors import VTrainError
 
 MODULE_PREFIX = "python -m vtrain_ml."
+# Optional dependencies (top-level import name) -> the pyproject extra that installs them. A
+# command that needs one and does not find it says which extra to install, in one line.
+EXTRAS = {"optuna": "surrogate", "xgboost": "surrogate", "sklearn": "surrogate", "pyarrow": "surrogate",
+          "mlflow": "surrogate", "matplotlib": "surrogate", "torch": "profile",
+          "transformers": "huggingface", "megatron": "megatron", "dask": "dask", "distributed": "dask",
+          "ray": "ray"}
 # libraries that log at INFO on their own handlers (MLflow's database migrations, ...): quiet
 # unless --debug, so that a command's stderr is its own progress and errors
 NOISY_LOGGERS = ("mlflow", "alembic", "optuna")
@@ -24,6 +34,32 @@ def add_common(parser: argparse.ArgumentParser) -> None:
 def script_name(command: str) -> str:
     """The console script of a command (`search` -> `vtrain-search`, see pyproject.toml)."""
     return f"vtrain-{command}"
+
+
+def missing_extra(exc: ModuleNotFoundError, command: str) -> str | None:
+    """The one line for an optional dependency that is not installed (None: not one of ours)."""
+    module = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(module)
+    if extra is None:
+        return None
+    return (f"{command} needs {module}, which the '{extra}' extra installs: "
+            f"pip install 'vtrain-ml[{extra}]'")
+
+
+def needs(*modules: str) -> None:
+    """Import the optional modules a command needs before it starts any work; a missing one
+    raises ModuleNotFoundError, which `run` turns into the extra to install."""
+    for module in modules:
+        importlib.import_module(module)
+
+
+def report_missing_extra(exc: ModuleNotFoundError, command: str) -> int:
+    """Exit code 2 and the extra to install, or re-raise an import error that is not ours."""
+    line = missing_extra(exc, command)
+    if line is None:
+        raise exc
+    sys.stderr.write(f"error: {line}\n")
+    return 2
 
 
 def invoked_as(command: str) -> str:
@@ -55,23 +91,53 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
             for p in action.choices.values()]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill PID`), raised in the main thread like Ctrl-C, so that a command's clean-up
+    (`finally` blocks: checkpoints, stopping worker processes) runs before it exits."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(main: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser,
         argv: Sequence[str] | None) -> int:
     """Parse, configure logging, run; a `VTrainError` becomes one stderr line and exit code 2."""
+    command = script_name(parser.prog.removeprefix(MODULE_PREFIX).split()[0])
     name_the_script(parser)
     args = parser.parse_args(argv)
+    if isinstance(getattr(args, "command", None), str):
+        command += f" {args.command}"
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.debug:
         for name in NOISY_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
     try:
-        return main(args)
+        with _sigterm_raises():
+            return main(args)
     except VTrainError as exc:
         if args.debug:
             raise
         sys.stderr.write(f"error: {exc}\n")
         return 2
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        return 130
+    except ModuleNotFoundError as exc:
+        if args.debug:
+            raise
+        return report_missing_extra(exc, command)
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        sys.stderr.write("terminated\n" if terminated else "interrupted\n")
+        return 143 if terminated else 130

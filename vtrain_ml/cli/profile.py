@@ -20,6 +20,7 @@ from simulator.graph.ops import Op
 from simulator.job.catalog import resolve_hardware
 from simulator.job.enums import CollectiveKind, Precision
 from vtrain_ml.cli.common import add_common, run
+from vtrain_ml.outputs import check_dir_output
 
 ATTENTION = {"unfused": (False,), "flash": (True,), "both": (False, True)}
 SEQUENCE_PARALLEL = {"off": (False,), "on": (True,), "both": (False, True)}
@@ -291,6 +292,7 @@ COMMANDS = {"ops": _ops, "collectives": _collectives, "import-nccl-tests": _impo
 
 
 def _main(args: argparse.Namespace) -> int:
+    check_dir_output("--out", args.out)
     return COMMANDS[args.command](args)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from simulator.errors import ConfigError
 from simulator.fileio import write_json_atomic, write_text_atomic
 from vtrain_ml.cli.common import add_common, run
+from vtrain_ml.outputs import check_dir_output, check_file_output
 from vtrain_ml.scheduler.cache import DEFAULT_CACHE, CurveCache
 from vtrain_ml.scheduler.generate import GeneratorConfig, generate_rows, trace_yaml
 from vtrain_ml.scheduler.policies import PolicyName
@@ -31,6 +32,7 @@ from vtrain_ml.scheduler.trace import Trace, load_trace, trace_from_rows
 
 DEFAULT_GPUS = 1024
 DEFAULT_GPU = "a100-80gb"
+PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")  # formats matplotlib's Agg writes
 
 
 def parser() -> argparse.ArgumentParser:
@@ -142,9 +144,22 @@ def _track(args: argparse.Namespace, result: ScheduleResult, compared: list[Sche
             tracking.log_artifact(args.trace_out)
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every path the run will write, before the oracle's minutes of simulation."""
+    check_file_output("--plot", args.plot, suffixes=PLOT_SUFFIXES, example="schedule.png")
+    check_file_output("--trace", args.trace_out, example="schedule.json")
+    if not args.no_cache:
+        check_dir_output("--cache", args.cache)
+
+
 def _main(args: argparse.Namespace) -> int:
+    _check_outputs(args)
+    if args.gpus is not None and args.gpus < 1:
+        raise ConfigError(f"--gpus={args.gpus}: a cluster needs at least one GPU")
+    if args.jobs == 0:
+        raise ConfigError("--jobs=0: give a number of processes (1, 2, ...) or -1 for all cores")
     trace = _trace(args)
-    cluster = make_cluster(args.gpus or trace.cluster.gpus or DEFAULT_GPUS,
+    cluster = make_cluster(args.gpus if args.gpus is not None else trace.cluster.gpus or DEFAULT_GPUS,
                            args.gpu or trace.cluster.gpu or DEFAULT_GPU)
     cache = CurveCache(None if args.no_cache else args.cache)
     progress = _progress(args.quiet)
@@ -191,6 +206,7 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    check_file_output("--out", args.out, suffixes=(".yaml", ".yml"), example="trace.yaml")
     config = GeneratorConfig(jobs=args.jobs, seed=args.seed, gpus=args.gpus, gpu=args.gpu, load=args.load,
                              deadline_factor=tuple(args.deadline_factor), gpu_hours=tuple(args.gpu_hours))
     command = "python -m vtrain_ml.schedule generate " + shlex.join(

@@ -26,6 +26,7 @@ from vtrain_ml import batch
 from vtrain_ml.cli.common import add_common, run
 from vtrain_ml.jobs import Overrides, Sweep, apply
 from vtrain_ml.memory_fit import advice
+from vtrain_ml.outputs import check_file_output
 
 INT_OPTIONS = {"num_gpus": "--num-gpus", "tp": "--tp", "pp": "--pp", "dp": "--dp", "cp": "--cp",
                "ep": "--ep",
@@ -41,17 +42,23 @@ INT_HELP = {"num_gpus": "GPU count (dp follows: num_gpus / (tp*cp*pp))", "tp": "
             "pp": "pipeline-parallel size", "dp": "data-parallel size (the GPU count follows)",
             "micro_batch_size": "micro-batch size", "global_batch_size": "global batch size",
             "virtual_stages": "model chunks per stage (> 1: interleaved 1F1B)"}
+PARTIAL_FAILURE = 3  # exit code of a batch in which some rows failed (documented in --help)
+EXIT_CODES = ("exit codes: 0 every job simulated (a batch's rows that vTrain's own validate_config "
+              "rejects too count as done, status 'rejected'); 2 bad input, or no job of a batch "
+              f"could be simulated; {PARTIAL_FAILURE} a batch ran but some rows failed (status "
+              "'error', each with its reason in the table, --csv and --json)")
 BOOL_WORDS = {"on": (True,), "true": (True,), "yes": (True,), "off": (False,), "false": (False,),
               "no": (False,), "both": (False, True)}
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m vtrain_ml.simulate", description=__doc__.split("\n\n")[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES)
     p.add_argument("jobs", nargs="+", metavar="JOB_OR_DIR",
                    help="job files (.yaml/.json, native or vTrain) or directories of them")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    p.add_argument("--csv", metavar="FILE", help="write one row per job and variant to a CSV file")
+    p.add_argument("--csv", metavar="FILE", help="write one row per job and variant to a CSV file "
+                                                "(one job: its one row, beside the report)")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of the iteration (one job)")
     p.add_argument("--profile", metavar="DIR", help="cost kernels from a measured profile directory")
     p.add_argument("--strict", action="store_true",
@@ -140,13 +147,6 @@ def _simulator(args: argparse.Namespace,
     return with_profile
 
 
-def _check_output(flag: str, path: str) -> None:
-    target = Path(path)
-    if target.is_dir():
-        example = target / ("iteration.json" if flag == "--trace" else "results.csv")
-        raise ConfigError(f"{flag} {path} is a directory; give a file name, e.g. {example}")
-
-
 def _write(flag: str, path: str, write: Callable[[], None]) -> None:
     try:
         write()
@@ -164,6 +164,9 @@ def _single(args: argparse.Namespace, path: Path, overrides: Overrides) -> int:
     fit_advice = advice(job, result, run=run_job)
     if args.trace:
         _write("--trace", args.trace, lambda: write_json_atomic(args.trace, chrome_trace(result, job)))
+    if args.csv:  # the same one-row CSV a batch of one would write
+        row = batch.ok_row(batch.Task(path, overrides), result, loaded.notes)
+        _write("--csv", args.csv, lambda: write_text_atomic(args.csv, batch.to_csv([row])))
     if args.json:
         data = {**result.to_dict(), "notes": list(loaded.notes), "fit_advice": fit_advice}
         sys.stdout.write(json.dumps(data, indent=1) + "\n")
@@ -174,6 +177,8 @@ def _single(args: argparse.Namespace, path: Path, overrides: Overrides) -> int:
                                                           in traced.items()) + "\n")
         if args.trace:
             sys.stdout.write(f"\n  trace written to {args.trace} (open in ui.perfetto.dev)\n")
+        if args.csv:
+            sys.stdout.write(f"\n  one row written to {args.csv}\n")
     return 0
 
 
@@ -202,19 +207,30 @@ def _many(args: argparse.Namespace, files: list[Path], sweep: Sweep) -> int:
         sys.stdout.write(f"{batch.summary(rows)}; rows written to {args.csv}\n")
     else:
         sys.stdout.write(batch.rows_table(rows) + "\n\n" + batch.summary(rows) + "\n")
-    if batch.counts(rows)["ok"]:
-        return 0
-    first = rows[0]
-    sys.stderr.write(f"error: none of the {len(rows)} jobs could be simulated; the first, "
-                     f"{first['path']}: {first['error']}\n")
-    return 2
+    return _batch_exit_code(rows)
+
+
+def _batch_exit_code(rows: list[dict[str, Any]]) -> int:
+    """0: every row simulated (or rejected exactly where vTrain's own validate_config rejects
+    it); 3: some rows failed (each row says why); 2: none could be simulated."""
+    counts = batch.counts(rows)
+    if not counts["ok"]:
+        first = rows[0]
+        sys.stderr.write(f"error: none of the {len(rows)} jobs could be simulated; the first, "
+                         f"{first['path']}: {first['error']}\n")
+        return 2
+    if counts["error"]:
+        first = next(r for r in rows if r["status"] == "error")
+        sys.stderr.write(f"warning: {counts['error']} of {len(rows)} jobs failed (exit code "
+                         f"{PARTIAL_FAILURE}); the first, {first['path']}: {first['error']}\n")
+        return PARTIAL_FAILURE
+    return 0
 
 
 def _main(args: argparse.Namespace) -> int:
     sweep = sweep_from_args(args)
-    for flag, path in (("--trace", args.trace), ("--csv", args.csv)):
-        if path:
-            _check_output(flag, path)
+    check_file_output("--trace", args.trace, example="iteration.json")
+    check_file_output("--csv", args.csv, example="results.csv")
     sources = [Path(j) for j in args.jobs]
     if len(sources) == 1 and not sources[0].is_dir() and sweep.size == 1:
         return _single(args, sources[0], next(iter(sweep.variants())))

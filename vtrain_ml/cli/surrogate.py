@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vtrain_ml.cli.common import add_common, run
+from vtrain_ml.cli.common import add_common, needs, run
+from vtrain_ml.outputs import check_dir_output
 
 
 def _add_generate(sub: Any) -> None:
@@ -34,6 +35,9 @@ def _add_generate(sub: Any) -> None:
     g.add_argument("--backend", choices=["loky", "dask", "ray"], default="loky",
                    help="joblib backend; dask/ray use the cluster in DASK_SCHEDULER_ADDRESS / RAY_ADDRESS")
     g.add_argument("--chunk-size", type=int, default=500, help="samples per Parquet chunk")
+    g.add_argument("--checkpoint-s", type=float, default=10.0, metavar="S",
+                   help="save finished samples at least every S seconds (default 10), so that a "
+                        "killed run resumes from there")
     g.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -109,7 +113,22 @@ def _hardware(names: Sequence[str]) -> dict[str, Any]:
     return by_name
 
 
+def _check_jobs(jobs: int) -> None:
+    """joblib's n_jobs: -1 all cores, -2 all but one, ...; 0 means nothing and is refused."""
+    if jobs == 0:
+        from simulator.errors import ConfigError
+
+        raise ConfigError("--jobs 0: give a number of workers (1, 2, ...) or -1 for all cores")
+
+
 def _generate(args: argparse.Namespace) -> int:
+    check_dir_output("--out", args.out)
+    _check_jobs(args.jobs)
+    if args.n < 1 or args.chunk_size < 1:
+        from simulator.errors import ConfigError
+
+        flag, value = ("--n", args.n) if args.n < 1 else ("--chunk-size", args.chunk_size)
+        raise ConfigError(f"{flag} {value}: give a positive number of samples")
     from surrogate.artifact import hardware_source
     from surrogate.generate import Backend, GenerateConfig, generate
     from surrogate.space import Method, default_space_path, load_space
@@ -120,7 +139,7 @@ def _generate(args: argparse.Namespace) -> int:
     hardware = _hardware(names)
     sources = {name: hardware_source(given) for name, given in zip(hardware, names, strict=True)}
     config = GenerateConfig(space, hardware, args.n, args.seed, Method(args.method),
-                            args.chunk_size, args.jobs, Backend(args.backend), sources)
+                            args.chunk_size, args.jobs, Backend(args.backend), sources, args.checkpoint_s)
     report = generate(config, args.out, resume=args.resume, progress=not args.no_progress)
     s = report.rejections
     sys.stdout.write(
@@ -162,6 +181,8 @@ def _track(args: argparse.Namespace, result: Any) -> str:
 
 
 def _train(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    check_dir_output("--out", args.out)
+    _check_jobs(args.jobs)
     from surrogate.workflow import TrainConfig, train
 
     xgb = {"n_jobs": args.jobs, "learning_rate": args.learning_rate, "max_depth": args.max_depth}
@@ -204,18 +225,31 @@ def _predict(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 
 def _retrain(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    check_dir_output("--out", args.out)
+    check_dir_output("--samples-out", args.samples_out)
+    _check_jobs(args.jobs)
     from surrogate.workflow import RetrainConfig, retrain
 
     r = retrain(args.model, args.out, RetrainConfig(args.hardware, args.n, args.seed, args.jobs,
                                                     args.resume, not args.no_progress), args.samples_out)
     old, new = r["old_model_on_new_test"], r["new_model_on_new_test"]
+    old_text = (_metrics_text(old) if old is not None else
+                f"  not compared: it was saved with schema_version {r['old_schema_version']}, whose "
+                "features this vtrain-ml no longer computes")
     text = (f"new samples {r['samples']}; new model {r['model']} (trained in {r['train_seconds']:.1f} s)\n"
-            f"old model on the new hardware's held-out test:\n{_metrics_text(old)}\n"
+            f"old model on the new hardware's held-out test:\n{old_text}\n"
             f"new model on the same rows:\n{_metrics_text(new)}")
     return r, text
 
 
+# what each sub-command imports from the `surrogate` extra (checked before any work)
+NEEDS = {"generate": ("pyarrow",), "train": ("xgboost", "sklearn", "pyarrow"),
+         "evaluate": ("xgboost", "pyarrow"), "predict": ("xgboost",),
+         "retrain": ("xgboost", "sklearn", "pyarrow")}
+
+
 def _main(args: argparse.Namespace) -> int:
+    needs(*NEEDS[args.command])
     if args.command == "generate":
         return _generate(args)
     handlers = {"train": _train, "evaluate": _evaluate, "predict": _predict, "retrain": _retrain}

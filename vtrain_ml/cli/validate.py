@@ -12,11 +12,13 @@ from pathlib import Path
 import pandas as pd
 
 from simulator.fileio import write_text_atomic
+from vtrain_ml.accuracy.plausibility import implausible_memory, implausible_times, refuse_implausible
 from vtrain_ml.accuracy.plots import check_plot_path, measured_vs_predicted, save_figure
 from vtrain_ml.accuracy.predict import ProfileModels, Score, predict
 from vtrain_ml.accuracy.runs import Runs, read_runs
 from vtrain_ml.accuracy.validation import Validation, validate
 from vtrain_ml.cli.common import add_common, run
+from vtrain_ml.outputs import check_file_output
 
 
 def parser() -> argparse.ArgumentParser:
@@ -39,13 +41,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _main(args: argparse.Namespace) -> int:
+    check_file_output("--out", args.out, example="validation.csv")
     if args.plot:
         check_plot_path(args.plot)
     runs = read_runs(args.runs, args.hardware)
     report_problems(runs)
     runs.require_rows()
     profile = ProfileModels(Path(args.profile)) if args.profile else None
-    result = validate(runs, predict([r.job for r in runs.runs], profile=profile))
+    predictions = predict([r.job for r in runs.runs], profile=profile)
+    refuse_implausible(implausible_times(runs.runs, [p.iteration_s for p in predictions])
+                       or implausible_memory(runs.runs, [p.peak_allocated_bytes for p in predictions]),
+                       len(runs.runs))
+    result = validate(runs, predictions)
     warn_in_sample(result, runs)
     hardware = ", ".join(sorted({r.job.hardware.name for r in runs.runs}))
     if args.out:
@@ -161,11 +168,15 @@ def _oom(result: Validation) -> list[str]:
     lines = [f"out of memory ({ran} runs ran, {oom} ran out of memory):",
              "                    measured ran   measured OOM",
              f"  predicted fits    {o.fits_ran:12d}   {o.fits_oom:12d}",
-             f"  predicted OOM     {o.oom_ran:12d}   {o.oom_oom:12d}"]
+             f"  predicted OOM     {o.oom_ran:12d}   {o.oom_oom:12d}",
+             "  (predicted to fit: what the caching allocator must reserve for the allocated peak, plus "
+             "the context, is within the GPU's memory)"]
     for label, pick in (("ran out of memory but predicted to fit", t.oom & t.predicted_fits),
                         ("predicted not to fit but ran", ~t.oom & ~t.predicted_fits)):
         for _, r in t[pick].iterrows():
-            lines.append(f"  {label}: {_name(r)} (predicted {r.predicted_reserved_GiB:.1f} GiB)")
+            lines.append(f"  {label}: {_name(r)} (predicted {r.predicted_GiB:.1f} GiB allocated, "
+                         f"{r.predicted_required_GiB:.1f} GiB to reserve with the context; decided by "
+                         f"the {r.fit_decided_by} bytes)")
     return lines
 
 

@@ -65,7 +65,7 @@ class JobRun:
 
     def view(self) -> JobView:
         return JobView(self.id, self.work.arrival_s, self.work.deadline_s, self.remaining, self.levels,
-                       self.gpus, self.started, self.work.priority, self.request)
+                       self.gpus, self.started, self.work.priority, self.request, self.restart_until)
 
 
 class ClusterSimulation:

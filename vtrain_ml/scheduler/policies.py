@@ -1,14 +1,15 @@
-"""Scheduling policies: pure functions from the cluster's state to GPU counts per job.
+"""Scheduling policies: from the cluster's state to GPU counts per job.
 
-- `ElasticPolicy` -- ElasticFlow (Gu et al., ASPLOS'23): admission control by minimum
-  satisfactory share (`timeline.minimum_share`, jobs in deadline order), then spare GPUs to the
-  jobs where they buy the most, one level at a time (``allocate_free_gpus`` / ``get_marginal``
-  in ElasticFlow's ``scheduler/scheduler.py``). The gain of moving a job from a to b GPUs is
-  the predicted reduction of its remaining time (a restart included) per added GPU, times its
+- `ElasticPolicy` -- ElasticFlow (Gu et al., ASPLOS'23): admission control that keeps its
+  promises (`commitments`: a newcomer is admitted only if a window of its minimum share fits in
+  the GPUs no admitted job's window holds, a restart included), then spare GPUs to the jobs where
+  they buy the most, one level at a time (``allocate_free_gpus`` / ``get_marginal`` in
+  ElasticFlow's ``scheduler/scheduler.py``). The gain of moving a job from a to b GPUs is the
+  predicted reduction of its remaining time (a restart included) per added GPU, times its
   priority; a job that holds no GPUs is started first (deadline order), as ElasticFlow's
-  infinite marginal gain does -- at its planned share (or what it held), not at one GPU, since
-  growing it to its share later would cost a restart that ElasticFlow's model does not have.
-  Jobs that cannot meet their deadline are rejected at arrival and never run.
+  infinite marginal gain does -- at its committed share, not at one GPU, since growing it to its
+  share later would cost a restart. Jobs that cannot meet their deadline are rejected at arrival
+  and never run; with an exact oracle, no admitted job misses its deadline.
 - `FixedRequestPolicy` -- FIFO or EDF with fixed GPU requests, no preemption: the queue is
   served in order and stops at the first job that does not fit (ElasticFlow's
   ``one_queue_fifo_sim_jobs`` / EDF baselines). Every job is accepted.
@@ -22,11 +23,18 @@ import heapq
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from vtrain_ml.scheduler.commitments import (
+    Commitment,
+    find_commitment,
+    ledger,
+    may_leave_quota,
+    trimmed,
+)
 from vtrain_ml.scheduler.curve import Levels
-from vtrain_ml.scheduler.timeline import EPS_S, FreeTimeline, Reservation, minimum_share
+from vtrain_ml.scheduler.timeline import EPS_S, FreeTimeline
 
 
 class PolicyName(StrEnum):
@@ -46,6 +54,7 @@ class JobView:
     started: bool  # has run before (a new allocation costs a restart)
     priority: float = 1.0
     request: int = 0  # fixed request of the FIFO/EDF baselines (0: cannot run)
+    restart_until_s: float = 0.0  # a restart under way ends then (no progress before)
 
 
 @dataclass(frozen=True)
@@ -88,52 +97,106 @@ class FixedRequestPolicy(Policy):
 
 
 class ElasticPolicy(Policy):
+    """ElasticFlow's admission control with kept promises (`commitments`), then the spare GPUs
+    by marginal gain. One instance per simulation: it remembers its commitments."""
+
     name = PolicyName.ELASTIC
 
     def __init__(self, restart_s: float = 0.0, slot_s: float = 0.0) -> None:
-        """`slot_s`: ElasticFlow's ``scheduling_slot`` -- the least time between re-plans that no
-        arrival or completion triggers; shares are planned to end `slot_s` before the deadline,
-        so that a reservation starting up to one slot late still finishes in time."""
+        """`slot_s`: ElasticFlow's ``scheduling_slot``, kept as a safety margin: every window
+        ends `slot_s` before its job's deadline."""
         self.restart_s = restart_s
         self.slot_s = slot_s
+        self.commitments: dict[int, Commitment] = {}
 
-    def plan(self, now: float, jobs: Sequence[JobView], capacity: int) -> dict[int, Reservation | None]:
-        """Minimum satisfactory shares in deadline order on one free-GPU timeline."""
-        timeline = FreeTimeline(now, capacity)
-        out: dict[int, Reservation | None] = {}
-        for job in sorted(jobs, key=lambda j: (j.deadline_s, j.arrival_s, j.id)):
-            out[job.id] = minimum_share(timeline, job.levels, job.remaining, job.deadline_s - self.slot_s,
-                                        self.restart_s, job.current, job.started)
-        return out
+    def _commit(self, timeline: FreeTimeline, job: JobView) -> bool:
+        found = find_commitment(timeline, job, job.deadline_s - self.slot_s, self.restart_s)
+        if found is None:
+            return False
+        self.commitments[job.id] = found
+        a, b = timeline.split(found.start_s), timeline.split(found.end_s)
+        timeline.free[a:b] -= found.quota
+        return True
+
+    def _replan_with(self, now: float, capacity: int, admitted: Sequence[JobView], newcomer: JobView
+                     ) -> bool:
+        """Admit `newcomer` by moving other windows: first those not yet open, then all. The
+        moved jobs and the newcomer get new windows in deadline order, from their state now
+        (a move they would make is a restart in their new window), around the windows that stay;
+        all of them must fit, else nothing changes. A window is a promise about its job's
+        deadline, not about its place."""
+        for movable in (lambda c: not c.entered and not c.open_at(now), lambda c: True):
+            moved = [j for j in admitted if (c := self.commitments.get(j.id)) is not None and movable(c)]
+            if not moved:
+                continue
+            ids = {j.id for j in moved}
+            before = self.commitments
+            self.commitments = {jid: c for jid, c in before.items() if jid not in ids}
+            timeline = ledger(now, capacity, self.commitments.values())
+            order = sorted([*moved, newcomer], key=lambda j: (j.deadline_s, j.arrival_s, j.id))
+            if all(self._commit(timeline, job) for job in order):
+                return True
+            self.commitments = before
+        return False
+
+    def _renew(self, now: float, active: Sequence[JobView]) -> None:
+        """Forget finished jobs and expired windows, shorten windows not yet open."""
+        kept: dict[int, Commitment] = {}
+        for job in active:
+            c = self.commitments.get(job.id)
+            if c is not None and not c.over_at(now):
+                kept[job.id] = trimmed(c, job, now, self.restart_s)
+        self.commitments = kept
 
     def decide(self, now: float, active: Sequence[JobView], arrived: Sequence[JobView],
                capacity: int) -> Decision:
-        admitted = list(active)
-        plan: dict[int, Reservation | None] | None = None  # of `admitted`, computed when needed
-        rejected: list[int] = []
+        self._renew(now, active)
+        timeline = ledger(now, capacity, self.commitments.values())
+        # an admitted job without a window (given to this policy running, or whose window ended
+        # unfinished because the oracle was wrong) gets a new one if it can, else spare GPUs only
+        for job in sorted((j for j in active if j.id not in self.commitments),
+                          key=lambda j: (j.deadline_s, j.arrival_s, j.id)):
+            self._commit(timeline, job)
+        admitted, rejected = list(active), []
         for job in arrived:
-            trial = self.plan(now, [*admitted, job], capacity)
-            late = [j.id for j in admitted if trial[j.id] is None]
-            if late and plan is None:
-                plan = self.plan(now, admitted, capacity)
-            # admit when the newcomer meets its deadline and every admitted job that could
-            # meet its own still can
-            if trial[job.id] is not None and all(plan is None or plan[i] is None for i in late):
+            if self._commit(timeline, job) or self._replan_with(now, capacity, admitted, job):
                 admitted.append(job)
-                plan = trial
+                timeline = ledger(now, capacity, self.commitments.values())
             else:
                 rejected.append(job.id)
-        if plan is None:
-            plan = self.plan(now, admitted, capacity)
-        gpus = {j.id: (r.gpus_now if (r := plan[j.id]) else 0) for j in admitted}
+        gpus = self._allocate(now, admitted, capacity)
+        starts = [c.start_s for c in self.commitments.values() if c.start_s > now + EPS_S]
+        return Decision(gpus, tuple(rejected), min(starts) if starts else None)
+
+    def _allocate(self, now: float, jobs: Sequence[JobView], capacity: int) -> dict[int, int]:
+        """Quotas of the open windows first, then what jobs hold beyond them where the spare
+        GPUs allow (no restart), then the rest of the spare GPUs by marginal gain."""
+        windows = {j.id: c for j in jobs if (c := self.commitments.get(j.id)) and c.open_at(now)}
+        gpus = {j.id: windows[j.id].quota if j.id in windows else 0 for j in jobs}
         spare = capacity - sum(gpus.values())
-        assert spare >= 0
-        targets = {j.id: j.current if j.current else (r.quota if (r := plan[j.id]) else 0) for j in admitted}
-        fill_spare(gpus, admitted, spare, self.restart_s, targets)
-        # re-plan when a reservation begins for a job that holds less than its share by then
-        later = [r.start_s for jid, r in plan.items()
-                 if r is not None and r.start_s > now + EPS_S and gpus[jid] < r.quota]
-        return Decision(gpus, tuple(rejected), max(min(later), now + self.slot_s) if later else None)
+        assert spare >= 0, "open windows exceed the cluster"
+
+        def may_leave(job: JobView) -> bool:
+            c = windows.get(job.id)
+            return c is None or may_leave_quota(c, job, now, self.restart_s)
+
+        def may_keep(job: JobView) -> bool:  # holding more than the quota, with no move now
+            c = windows.get(job.id)
+            return c is None or c.entered or may_leave(job)
+
+        for job in sorted(jobs, key=lambda j: (j.deadline_s, j.arrival_s, j.id)):
+            extra = job.current - gpus[job.id]
+            if 0 < extra <= spare and may_keep(job) and job.levels.floor(job.current) >= 0 \
+                    and int(job.levels.gpus[job.levels.floor(job.current)]) == job.current:
+                gpus[job.id] = job.current
+                spare -= extra
+        growing = [j for j in jobs if may_leave(j)]
+        targets = {j.id: (c.quota if (c := self.commitments.get(j.id)) else 0) for j in growing
+                   if j.current == 0}
+        fill_spare(gpus, growing, spare, self.restart_s, targets)
+        for jid, c in windows.items():
+            self.commitments[jid] = replace(c, entered=True)
+        return gpus
 
 
 def remaining_time(job: JobView, gpus: int, restart_s: float) -> float:

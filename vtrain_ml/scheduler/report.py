@@ -32,6 +32,11 @@ def render_summary(result: ScheduleResult) -> str:
     ]
     if oracle:
         lines.append(f"  oracle                       {oracle}")
+    missed = [j for j in result.jobs if j.outcome.value == "missed"]
+    for j in missed[:3]:
+        lines.append(f"  missed: {j.name} by {_hours((j.finish_s or 0.0) - j.deadline_s)}: {j.why_missed}")
+    if len(missed) > 3:
+        lines.append(f"  ... and {len(missed) - 3} more missed (--json gives each one's why_missed)")
     return "\n".join(lines)
 
 

@@ -45,6 +45,7 @@ class JobOutcome:
     restarts: int
     gpu_seconds: float
     history: tuple[Allocation, ...]
+    why_missed: str = ""  # for a missed job: the oracle's error on the plans it ran, if any
 
     @property
     def jct_s(self) -> float | None:
@@ -59,7 +60,8 @@ class JobOutcome:
                 "deadline_s": self.deadline_s, "iterations": self.iterations,
                 "outcome": self.outcome.value, "finish_s": self.finish_s, "jct_s": self.jct_s,
                 "restarts": self.restarts, "gpu_hours": self.gpu_seconds / 3600, "plans": self.plans,
-                "allocations": [[a.time_s, a.gpus, a.plan] for a in self.history]}
+                "allocations": [[a.time_s, a.gpus, a.plan] for a in self.history],
+                "why_missed": self.why_missed}
 
 
 def outcome_of(run: JobRun) -> JobOutcome:
@@ -72,8 +74,25 @@ def outcome_of(run: JobRun) -> JobOutcome:
         outcome = Outcome.MISSED
     gpu_seconds = sum(a.gpus * (b.time_s - a.time_s) for a, b in itertools.pairwise(history))
     w = run.work
+    why = _why_missed(run) if outcome is Outcome.MISSED else ""
     return JobOutcome(w.name, w.row + 1, w.shape.model.name, w.arrival_s, w.deadline_s, w.iterations,
-                      outcome, run.finish_s, run.restarts, gpu_seconds, history)
+                      outcome, run.finish_s, run.restarts, gpu_seconds, history, why)
+
+
+def _why_missed(run: JobRun) -> str:
+    """The oracle's worst under-prediction on the plans the job ran, or that there was none (a
+    policy without admission control, FIFO / EDF, promises nothing)."""
+    worst: tuple[float, str] | None = None
+    for count in sorted({g for _, g, _ in run.history if g > 0}):
+        plan = run.curve.at(count)
+        excess = plan.iteration_time_s / plan.predicted_time_s - 1
+        if excess > 1e-9 and (worst is None or excess > worst[0]):
+            worst = (excess, f"the oracle predicted {plan.predicted_time_s:.4g} s per iteration on {count} "
+                             f"GPUs ({plan.layout.label}), it ran at {plan.iteration_time_s:.4g} s "
+                             f"(+{excess:.1%})")
+    if worst is not None:
+        return worst[1]
+    return f"no plan it ran was mispredicted; it was re-allocated {run.restarts} times"
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,8 @@ class FreeTimeline:
     def split(self, t: float) -> int:
         """Index of the segment starting at `t`, inserting a breakpoint if needed."""
         i = int(np.searchsorted(self.starts, t, side="right")) - 1
-        if abs(self.starts[i] - t) <= EPS_S:
-            return i
+        if i < 0 or abs(self.starts[i] - t) <= EPS_S:  # at (or, rounded, just before) the start
+            return max(i, 0)
         # concatenation: the same arrays as np.insert, without its generic-axis overhead
         self.starts = np.concatenate((self.starts[:i + 1], (t,), self.starts[i + 1:]))
         self.free = np.concatenate((self.free[:i + 1], self.free[i:i + 1], self.free[i + 1:]))
