@@ -30,7 +30,7 @@ def _worker(url: str, trials: int, *extra: str) -> subprocess.Popen[bytes]:
 @pytest.mark.parametrize("scheme", ["sqlite", "journal"])
 def test_two_processes_work_on_one_study(tmp_path: Path, scheme: str) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}" if scheme == "sqlite" else f"journal:///{tmp_path / 's.log'}"
-    run_search(tiny_config(url, trials=2, verify_every=2), factory=Constant)  # creates the study
+    run_search(tiny_config(url, trials=2, verify_every=2, strategy="optuna"), factory=Constant)  # the study
     workers = [_worker(url, 40, "0", "--resume"), _worker(url, 40, "1", "--resume")]
     for w in workers:
         _, err = w.communicate(timeout=120)
@@ -60,7 +60,7 @@ def test_a_killed_search_resumes_without_losing_finished_trials(tmp_path: Path) 
     os.kill(worker.pid, signal.SIGKILL)
     worker.wait()
     assert len(finished) >= 25, "the worker made too little progress to test anything"
-    report = run_search(tiny_config(url, trials=60), resume=True, factory=Constant)
+    report = run_search(tiny_config(url, trials=60, strategy="optuna"), resume=True, factory=Constant)
     study = optuna.load_study(study_name=name, storage=open_storage(url))
     after = {t.number: tuple(t.values) for t in complete_trials(study)}
     assert all(after.get(n) == v for n, v in finished.items())

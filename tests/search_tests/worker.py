@@ -1,7 +1,9 @@
-"""A search process for the durability tests: `python -m tests.search_tests.worker URL TRIALS [--resume]`.
+"""A search process for the durability tests:
+`python -m tests.search_tests.worker URL TRIALS [SEED] [--resume] [--strategy S] [--oracle]`.
 
-Uses the `Constant` stand-in surrogate so that the processes spend their time in Optuna and the
-storage, which is what these tests exercise.
+With the `Constant` stand-in surrogate (the default) the processes spend their time in Optuna and
+the storage; `--oracle` uses `NoisyOracle` (the exact simulator with a fixed error per plan), for
+tests of what the processes find.
 """
 
 from __future__ import annotations
@@ -9,14 +11,19 @@ from __future__ import annotations
 import sys
 
 from tests.search_tests.conftest import tiny_config
-from tests.search_tests.standins import Constant
+from tests.search_tests.standins import Constant, NoisyOracle
 from vtrain_ml.planner.runner import run_search
 
 
 def main(argv: list[str]) -> int:
     url, trials = argv[0], int(argv[1])
-    config = tiny_config(url, trials=trials, verify_every=10, seed=int(argv[2]) if len(argv) > 2 else 0)
-    run_search(config, resume="--resume" in argv, factory=Constant)
+    seed = int(argv[2]) if len(argv) > 2 and not argv[2].startswith("--") else 0
+    strategy = argv[argv.index("--strategy") + 1] if "--strategy" in argv else "optuna"
+    config = tiny_config(url, trials=trials, verify_every=10, seed=seed, strategy=strategy)
+    factory = (lambda: NoisyOracle(0.05)) if "--oracle" in argv else Constant
+    report = run_search(config, resume="--resume" in argv, factory=factory)
+    best = report.best.exact.iteration_time_s if report.best else float("nan")
+    print(f"best {best!r} exact {report.exact_evaluations}")
     return 0
 
 
