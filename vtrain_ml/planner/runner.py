@@ -230,7 +230,7 @@ def _report(ctx: SearchContext, table: SpaceTable, choice: StrategyChoice, info:
         "refits": ctx.scorer.refits_, "training_rows": len(ctx.scorer.data_), "stopped_early": stopped,
         "patience": config.patience,
         "front_refinement_evaluations": info.get("front_refinement_evaluations", 0),
-        "strategy": choice.to_dict(), "screened": info.get("screened", 0), "outcome": info.get("outcome"),
+        **info, "strategy": choice.to_dict(), "screened": info.get("screened", 0),
         "interrupted": interrupted, **ctx.info}
     complete = choice.strategy is Strategy.ENUMERATE and not interrupted and table.complete
     outcomes = outcomes_from_trials(ctx.space, trials)

@@ -102,10 +102,24 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
             assert path is not None
             sqlite_path = path
             kwargs = {"creator": lambda: _sqlite_connect(sqlite_path)}
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        return _rdb_storage(url, kwargs)
     except Exception as exc:  # SQLAlchemy/driver/OS errors of every kind: one line for the user
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"cannot open storage {url}: {first}") from None
+
+
+def _rdb_storage(url: str, engine_kwargs: dict[str, Any], tries: int = 5) -> optuna.storages.RDBStorage:
+    """Optuna's RDBStorage; two processes opening a new database at once race to create its
+    tables (the loser sees "table ... already exists"), so that error is retried: by then the
+    tables exist and the storage opens them."""
+    for attempt in range(tries):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        except Exception as exc:  # sqlalchemy.exc.OperationalError, without importing SQLAlchemy here
+            if "already exists" not in str(exc) or attempt == tries - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _sqlite_connect(path: Path) -> sqlite3.Connection:
