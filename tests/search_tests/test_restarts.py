@@ -52,8 +52,9 @@ def test_ctrl_c_reports_the_best_plan_so_far_writes_the_csv_and_says_how_to_resu
     recipe = tmp_path / "search.yaml"
     recipe.write_text(yaml.safe_dump(tiny_dict(strategy="optuna", trials=100_000, verify_every=20)))
     url, table = f"journal:///{tmp_path / 's.journal'}", tmp_path / "plans.csv"
-    search = subprocess.Popen([sys.executable, "-m", "vtrain_ml.search", "--config", str(recipe), "--storage", url,
-                               "--csv", str(table)], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+    command = [sys.executable, "-m", "vtrain_ml.search", "--config", str(recipe), "--storage", url,
+               "--csv", str(table)]
+    search = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     name = tiny_config().study_name()
 

@@ -17,7 +17,7 @@ from vtrain_ml.planner.ranking import rank
 from vtrain_ml.planner.report import render_table
 from vtrain_ml.planner.runner import Hooks, run_search
 from vtrain_ml.planner.space import SearchSpace
-from vtrain_ml.planner.study import complete_trials, surrogate_trials
+from vtrain_ml.planner.study import complete_trials, exact_trials, surrogate_trials
 
 
 @pytest.mark.parametrize("strategy", ["screen", "optuna"])
@@ -132,6 +132,23 @@ def test_a_changed_recipe_under_a_used_study_name_gets_a_study_of_its_own(db: st
     assert any("study mine was created by a different search" in n and report.study in n for n in notes)
     again = run_search(changed, factory=Constant)  # the third run finds the renamed study
     assert again.study == report.study and again.exact_evaluations == report.exact_evaluations
+
+
+def test_a_bad_baseline_fails_before_any_work(db: str) -> None:
+    config = tiny_config(db, baseline={"tp": 8, "pp": 8, "dp": 8})  # 512 GPUs > max_gpus=16
+    with pytest.raises(ConfigError, match=r"baseline .* is not a valid plan"):
+        run_search(config, factory=Constant)
+    assert optuna.get_all_study_names(storage=db) == [], "the search started before the check"
+
+
+def test_the_baseline_is_simulated_first_and_the_answer_is_never_slower(db: str) -> None:
+    config = tiny_config(db, strategy="optuna", baseline={"tp": 2, "pp": 2, "dp": 4, "micro_batch_size": 1})
+    report = run_search(config, factory=Constant)  # a useless surrogate: the baseline still counts
+    study = optuna.load_study(study_name=config.study_name(), storage=db)
+    first = min(exact_trials(complete_trials(study)), key=lambda t: t.number)
+    assert first.user_attrs["source"] == "baseline"
+    assert report.best is not None and report.baseline is not None
+    assert report.best.exact.iteration_time_s <= report.baseline.exact.iteration_time_s
 
 
 def test_report_json_has_the_documented_keys(db: str) -> None:

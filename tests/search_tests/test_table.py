@@ -77,7 +77,8 @@ def test_the_table_agrees_with_built_candidates_of_the_case_studies(recipe: str)
 def test_rows_params_and_positions_round_trip() -> None:
     space = SearchSpace(tiny_config())
     whole, sample = SpaceTable(space), SpaceTable.sampled(space, 100, seed=3)
-    assert list(whole.params(i) for i in range(5)) == list(p for _, p in zip(range(5), space.enumerate(), strict=False))
+    first = [p for _, p in zip(range(5), space.enumerate(), strict=False)]
+    assert [whole.params(i) for i in range(5)] == first
     for position in range(len(sample)):
         row = sample.row_of(sample.params(position))
         assert row == sample.rows[position] and sample.positions(np.array([row]))[0] == position

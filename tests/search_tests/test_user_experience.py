@@ -52,7 +52,8 @@ def test_a_search_says_where_its_study_is_and_the_resume_command_it_prints_works
 def test_patience_stops_a_search_whose_best_exact_plan_no_longer_changes() -> None:
     # Constant gives verification nothing to learn from: the best exact plan settles early.
     full = run_search(tiny_config(trials=120, verify_every=10, strategy="optuna"), factory=Constant)
-    early = run_search(tiny_config(trials=120, verify_every=10, patience=2, strategy="optuna"), factory=Constant)
+    early = run_search(tiny_config(trials=120, verify_every=10, patience=2, strategy="optuna"),
+                       factory=Constant)
     assert full.trials == 120 and not full.surrogate["stopped_early"]
     assert early.surrogate["stopped_early"] and early.trials < 120
     assert early.best is not None and "stopped early" in _table(early)

@@ -148,7 +148,8 @@ def _prepare(ctx: SearchContext, table: SpaceTable) -> StrategyChoice:
     screen._mark_done()
     exact_s = store.seconds_per_plan or _stored_seconds(ctx)
     costs = Costs(table.space.size, len(screen.feasible), int((~screen.done).sum()), exact_s,
-                  0.0 if scorer.ready else SURROGATE_STARTUP_S, FIT_S, screen.batch_size())
+                  0.0 if scorer.ready or _surrogate_started() else SURROGATE_STARTUP_S, FIT_S,
+                  screen.batch_size())
     ctx.info["costs"] = {"exact_s_per_plan": exact_s, "enumerate_s": costs.enumerate_s(),
                          "screen_s": costs.screen_s()}
     choice = choose_strategy(config, costs)
@@ -156,6 +157,13 @@ def _prepare(ctx: SearchContext, table: SpaceTable) -> StrategyChoice:
         ctx.teach()
         scorer.refit()
     return choice
+
+
+def _surrogate_started() -> bool:
+    """Whether this process already paid the surrogate's start-up (imported XGBoost)."""
+    import sys
+
+    return "xgboost" in sys.modules
 
 
 def _stored_seconds(ctx: SearchContext) -> float:

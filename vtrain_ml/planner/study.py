@@ -78,7 +78,9 @@ def open_study(config: SearchConfig, resume: bool, hardware_hash: str | None = N
         return OpenedStudy(study, named, f"study {name} already exists for this recipe: continuing it "
                                          f"(its exact evaluations are kept)")
     same_space = study.user_attrs.get("space_hash") == config.space_hash()
-    other = f"{name}-{config.space_hash()}" + (f"-{hardware_hash[:8]}" if same_space and hardware_hash else "")
+    other = f"{name}-{config.space_hash()}"
+    if same_space and hardware_hash:  # a recalibrated GPU: the hardware's hash tells them apart
+        other += f"-{hardware_hash[:8]}"
     if other == name:
         raise ConfigError(f"study '{name}' {problem}; use another --study name")
     opened = open_study(config.model_copy(update={"study": other}), False, hardware_hash)
