@@ -142,6 +142,8 @@ def _prepare(ctx: SearchContext, table: SpaceTable) -> StrategyChoice:
         have = sum(t.user_attrs.get("source") == "sample" for t in store.done.values())
         if have < config.initial_samples and not ctx.stop():
             store.evaluate(screen.sample(config.initial_samples - have, config.seed + have), "sample")
+            if store.others:  # another process simulates part of the sample: its rows are needed
+                store.wait_for_others(set(store.others), WAIT_S)
     elif store.seconds_per_plan is None and not ctx.stop():
         probe = screen.sample(PROBE, config.seed)
         store.evaluate(probe, "exact", scorer.predict(probe))

@@ -199,6 +199,13 @@ class Screening:
                 break
             if ctx.teach() or ctx.scorer.model_ is None:
                 ctx.scorer.refit()
+            if ctx.scorer.model_ is None:  # no exact row yet: others are simulating the sample
+                store.refresh()
+                if not store.others:
+                    outcome = "no exact evaluation to learn from"
+                    break
+                store.wait_for_others(set(store.others), WAIT_S)
+                continue
             self._mark_done()
             rows = len(ctx.scorer.data_)
             full = shortlist is None or confirm or rows >= REGROW * full_rows
