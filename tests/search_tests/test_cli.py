@@ -83,10 +83,10 @@ def test_exhaustive_json_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: 
 def test_search_cli_with_the_real_focused_surrogate(capsys: pytest.CaptureFixture[str],
                                                      tmp_path: Path) -> None:
     path = tmp_path / "search.yaml"
-    path.write_text(yaml.safe_dump(tiny_dict(storage=f"sqlite:///{tmp_path / 's.db'}")))
+    path.write_text(yaml.safe_dump(tiny_dict(storage=f"sqlite:///{tmp_path / 's.db'}", strategy="optuna")))
     assert main(["--config", str(path), "--trials", "30"]) == 0
     captured = capsys.readouterr()
-    assert "training a focused surrogate on 8 exact samples" in captured.err
+    assert "training a focused surrogate on the 8 exact samples" in captured.err
     assert "verify round" in captured.err
     assert "surrogate vs exact" in captured.out
 
@@ -96,7 +96,8 @@ def test_resume_by_study_name_alone_uses_the_stored_settings(capsys: pytest.Capt
                                                               tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
     path = tmp_path / "search.yaml"
-    path.write_text(yaml.safe_dump(tiny_dict(storage=url, study="mine", trials=10, verify_every=10)))
+    path.write_text(yaml.safe_dump(tiny_dict(storage=url, study="mine", trials=10, verify_every=10,
+                                             strategy="optuna")))
     assert main(["--config", str(path), "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
     assert main(["--resume", "--study", "mine", "--storage", url, "--trials", "20", "--json"]) == 0

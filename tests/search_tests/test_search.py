@@ -173,9 +173,10 @@ def test_a_given_surrogate_is_used_instead_of_training_a_focused_one(tmp_path) -
     rows = training_rows(sample, evaluate_exact_many([c.job for c in sample if c.job is not None]))
     path = tmp_path / "surrogate"
     FocusedSurrogate(seed=0).fit(rows).save(path)
-    report = run_search(tiny_config(surrogate=str(path), trials=20, verify_every=10))
+    report = run_search(tiny_config(surrogate=str(path), trials=20, verify_every=10, strategy="screen"))
     assert report.surrogate["focused"] is False
-    # no focused sample: every exact evaluation is a verified candidate
+    # no focused sample: every exact evaluation is a verified candidate (the first few time the
+    # simulator for the choice of strategy, predicted by the given surrogate too)
     assert report.exact_evaluations == report.surrogate["error"]["verified_points"] > 0
     assert report.best is not None
 

@@ -141,7 +141,9 @@ def render(report: SearchReport, config: SearchConfig, args: argparse.Namespace,
         written.insert(0, where_it_lives(config))
         resume = resume_command(command, config)
         if resume:
-            out.append(f"{'resume it' if interrupted else 'resume or extend (add --trials N)'}: {resume}")
+            optuna = (report.surrogate.get("strategy") or {}).get("name") == "optuna"
+            extend = "resume or extend (add --trials N)" if optuna and not interrupted else "resume it"
+            out.append(f"{extend}: {resume}")
     if written:
         out.append("results: " + "; ".join(written))
     sys.stdout.write("\n".join(out) + "\n")

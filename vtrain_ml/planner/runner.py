@@ -80,8 +80,8 @@ def load_surrogate(config: SearchConfig, space: SearchSpace) -> tuple[SurrogateM
     and the sentence that says which. Loaded before the study opens: a damaged file is an error
     that leaves no empty study behind."""
     if not config.surrogate:
-        return None, ("no --surrogate given: training a focused surrogate on "
-                      f"{config.initial_samples} exact samples of the search space")
+        return None, ("no --surrogate given: training a focused surrogate on the "
+                      f"{config.initial_samples} exact samples of the search space and every verified plan")
     from surrogate.model import Surrogate
 
     model = Surrogate.load(config.surrogate)
@@ -111,13 +111,14 @@ def run_search(config: SearchConfig, resume: bool = False, hooks: Hooks | None =
                     min_rows=config.initial_samples)
     ctx = SearchContext(opened.config, space, store, scorer, hooks, stop)
     hooks.started(ctx.config, len(surrogate_trials(complete_trials(opened.study))))
-    for line in (opened.note, note):
-        if line:
-            hooks.message(line)
+    if opened.note:
+        hooks.message(opened.note)
     if baseline is not None and not stop():
         store.evaluate([baseline], "baseline")  # first: the answer can only be better
     choice = _prepare(ctx, table)
     hooks.message(f"strategy {choice.strategy.value}: {choice.reason}")
+    if choice.strategy is not Strategy.ENUMERATE:
+        hooks.message(note)
     info = RUNS[choice.strategy](ctx, table)
     store.refresh()
     if store.others and not stop():
