@@ -105,7 +105,9 @@ def test_a_killed_search_leaves_no_worker_processes_behind() -> None:
         time.sleep(0.2)
         alive = [w for w in workers if Path(f"/proc/{w}").exists()
                  and "zombie" not in Path(f"/proc/{w}/status").read_text().lower()]
-    assert not alive, f"worker processes {alive} outlived the killed search"
+    states = {w: [line.strip() for line in Path(f"/proc/{w}/status").read_text().splitlines()
+                  if line.startswith(("Name", "State", "PPid"))] for w in alive}
+    assert not alive, f"worker processes {states} outlived the killed search"
 
 
 def _search_process(url: str, *extra: str) -> subprocess.Popen[str]:

@@ -114,3 +114,13 @@ def test_every_strategy_records_its_exact_evaluations_in_the_study(db: str) -> N
         exact = exact_trials(complete_trials(study))
         assert len(exact) == report.exact_evaluations > 0
         assert len({t.user_attrs["key"] for t in exact}) == len(exact), "a plan simulated twice"
+
+
+def test_a_space_larger_than_the_screen_limit_is_screened_on_a_sample_and_climbs_to_the_optimum() -> None:
+    config = tiny_config(screen_limit=100)  # 640 combinations: a random sample of 100
+    reference = run_exhaustive(config)
+    found = run_search(config, factory=lambda: NoisyOracle(0.05))
+    assert found.surrogate["strategy"]["name"] == "screen" and found.surrogate["strategy"]["sampled"]
+    assert found.surrogate["neighbours_added"] > 0
+    assert found.best is not None and reference.best is not None
+    assert found.best.plan == reference.best.plan

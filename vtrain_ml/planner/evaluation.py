@@ -124,8 +124,8 @@ def workers(n_jobs: int) -> Any:
 
 def _worker_start(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if os.getppid() != parent:  # not forked by the search process itself: nothing to watch
-        return
+    if os.getppid() != parent:  # loky forks workers from the search process: it is gone already
+        os._exit(0)
 
     def watch() -> None:
         while os.getppid() == parent:

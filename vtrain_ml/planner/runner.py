@@ -138,7 +138,7 @@ def _prepare(ctx: SearchContext, table: SpaceTable) -> StrategyChoice:
     the strategy chosen from what they cost, and the first surrogate fit if it needs one."""
     config, store, scorer = ctx.config, ctx.store, ctx.scorer
     screen = Screening(ctx, table)
-    screen._mark_done()
+    screen.mark_done()
     if not scorer.ready:
         have = sum(t.user_attrs.get("source") == "sample" for t in store.done.values())
         if have < config.initial_samples and not ctx.stop():
@@ -148,7 +148,7 @@ def _prepare(ctx: SearchContext, table: SpaceTable) -> StrategyChoice:
     elif store.seconds_per_plan is None and not ctx.stop():
         probe = screen.sample(PROBE, config.seed)
         store.evaluate(probe, "exact", scorer.predict(probe))
-    screen._mark_done()
+    screen.mark_done()
     exact_s = store.seconds_per_plan or _stored_seconds(ctx)
     costs = Costs(table.space.size, len(screen.feasible), int((~screen.done).sum()), exact_s,
                   0.0 if scorer.ready or _surrogate_started() else SURROGATE_STARTUP_S, FIT_S,
@@ -187,7 +187,7 @@ def _stored_seconds(ctx: SearchContext) -> float:
 def _enumerate(ctx: SearchContext, table: SpaceTable) -> dict[str, Any]:
     """Simulate every plan that passes the static memory bound and has no exact result yet."""
     screen = Screening(ctx, table)
-    screen._mark_done()
+    screen.mark_done()
     todo = [table.candidate(int(screen.feasible[i])) for i in np.flatnonzero(~screen.done)]
     todo = [c for c in todo if c.feasible]
     ctx.hooks.message(f"enumerate: simulating {len(todo):,} plans exactly")
@@ -196,7 +196,37 @@ def _enumerate(ctx: SearchContext, table: SpaceTable) -> dict[str, Any]:
 
 
 def _screen(ctx: SearchContext, table: SpaceTable) -> dict[str, Any]:
-    return Screening(ctx, table).run()
+    """Screen the table; a sampled one then grows by the neighbours of the best exact plans
+    (another value of one knob, or steps along two ordered knobs) and is screened again, until
+    the best exact plan stops changing: a hill-climb from the sample's best on the surrogate."""
+    info = Screening(ctx, table).run()
+    added = 0
+    while not table.complete and not ctx.stop() and info["outcome"] == "converged":
+        before = ctx.best()
+        near = [table.neighbour_rows(row) for row in _best_rows(ctx, table)]
+        new = np.setdiff1d(np.concatenate(near), table.rows) if near else np.zeros(0, dtype=np.int64)
+        if not len(new):
+            break
+        table, added = SpaceTable(ctx.space, np.union1d(table.rows, new)), added + len(new)
+        info = Screening(ctx, table).run()
+        if ctx.best() == before:
+            break
+    return {**info, "neighbours_added": added}
+
+
+def _best_rows(ctx: SearchContext, table: SpaceTable) -> list[int]:
+    """Flat rows of the `verify_top` best feasible exact plans."""
+    from vtrain_ml.planner.objective import constraint_values
+    from vtrain_ml.planner.ranking import rank
+
+    done = list(ctx.store.done.values())
+    evaluations = [trial_exact(t) for t in done]
+    capacity = ctx.space.hardware.memory_bytes
+    constraints = [constraint_values(ctx.config, capacity, e) for e in evaluations]
+    order = [i for i in rank(ctx.config.objective, evaluations, constraints)
+             if all(c <= 0 for c in constraints[i])][: ctx.config.verify_top]
+    rows = [table.row_of(done[i].params) for i in order]
+    return [r for r in rows if r is not None]
 
 
 def _optuna(ctx: SearchContext, table: SpaceTable) -> dict[str, Any]:
@@ -237,7 +267,7 @@ def _report(ctx: SearchContext, table: SpaceTable, choice: StrategyChoice, info:
     interrupted = ctx.stop()
     stopped = info.get("outcome") == "patience"
     details: dict[str, Any] = {
-        "focused": not ctx.scorer._given, "initial_samples": config.initial_samples,
+        "focused": not ctx.scorer.given, "initial_samples": config.initial_samples,
         "refits": ctx.scorer.refits_, "training_rows": len(ctx.scorer.data_), "stopped_early": stopped,
         "patience": config.patience,
         "front_refinement_evaluations": info.get("front_refinement_evaluations", 0),

@@ -61,6 +61,11 @@ class Scorer:
         self._given = model is not None
 
     @property
+    def given(self) -> bool:
+        """A surrogate was given (`--surrogate`), not trained by the search."""
+        return self._given
+
+    @property
     def ready(self) -> bool:
         return self.model_ is not None
 

@@ -137,7 +137,7 @@ class Screening:
         at = np.minimum(at, max(len(self.feasible) - 1, 0))
         return at[(positions >= 0) & (self.feasible[at] == positions)] if len(self.feasible) else at[:0]
 
-    def _mark_done(self) -> None:
+    def mark_done(self) -> None:
         new = set(self.ctx.store.done) - self._marked
         self.done[self._index(new)] = True
         self._marked |= new
@@ -206,7 +206,7 @@ class Screening:
                     break
                 store.wait_for_others(set(store.others), WAIT_S)
                 continue
-            self._mark_done()
+            self.mark_done()
             rows = len(ctx.scorer.data_)
             full = shortlist is None or confirm or rows >= REGROW * full_rows
             bests = self.bests()
@@ -262,7 +262,7 @@ class Screening:
         by_key = {c.key: g for c, g in zip(candidates, guesses, strict=True)}
         for candidate, exact in results:
             self.margin.add(by_key[candidate.key], exact)
-        self._mark_done()
+        self.mark_done()
         return len(results)
 
 
