@@ -34,10 +34,11 @@ def test_no_valid_layout_for_the_gpu_count(capsys: pytest.CaptureFixture[str], t
     assert code == 2
     line = _one_error_line(capsys)
     assert "no feasible layout of mt-nlg-530b on 8 a100-80gb GPUs" in line
-    assert "need more than max_gpus=8 GPUs" in line and "break a layout rule (num_layers=105" in line
-    # the space's pp choices are the divisors of 105 up to 8 (1, 3, 5, 7): tp=8 pp=7 dp=3 with the
-    # distributed optimizer is the fewest GPUs whose weights, gradients and states fit in 80 GiB
-    assert "uses 168 GPUs (tp=8, pp=7, dp=3): raise --max-gpus to at least that" in line
+    assert "need more than max_gpus=8 GPUs" in line
+    assert "break a layout rule (most often: num_layers=105 is not divisible by" in line
+    # with a larger budget the pp choices (divisors of the 105 layers up to it) grow: tp=8 pp=15
+    # on 120 GPUs is the fewest GPUs whose weights, gradients and states fit in 80 GiB
+    assert "uses 120 GPUs (tp=8, pp=15, dp=1): raise --max-gpus to at least that" in line
     assert not re.search(r"\(\d+x\)", line), "counts are in words, not '(12888x)'"
 
 
@@ -82,10 +83,10 @@ def test_exhaustive_json_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: 
 def test_search_cli_with_the_real_focused_surrogate(capsys: pytest.CaptureFixture[str],
                                                      tmp_path: Path) -> None:
     path = tmp_path / "search.yaml"
-    path.write_text(yaml.safe_dump(tiny_dict(storage=f"sqlite:///{tmp_path / 's.db'}")))
+    path.write_text(yaml.safe_dump(tiny_dict(storage=f"sqlite:///{tmp_path / 's.db'}", strategy="optuna")))
     assert main(["--config", str(path), "--trials", "30"]) == 0
     captured = capsys.readouterr()
-    assert "training a focused surrogate on 8 exact samples" in captured.err
+    assert "training a focused surrogate on the 8 exact samples" in captured.err
     assert "verify round" in captured.err
     assert "surrogate vs exact" in captured.out
 
@@ -95,7 +96,8 @@ def test_resume_by_study_name_alone_uses_the_stored_settings(capsys: pytest.Capt
                                                               tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
     path = tmp_path / "search.yaml"
-    path.write_text(yaml.safe_dump(tiny_dict(storage=url, study="mine", trials=10, verify_every=10)))
+    path.write_text(yaml.safe_dump(tiny_dict(storage=url, study="mine", trials=10, verify_every=10,
+                                             strategy="optuna")))
     assert main(["--config", str(path), "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
     assert main(["--resume", "--study", "mine", "--storage", url, "--trials", "20", "--json"]) == 0

@@ -92,6 +92,24 @@ def test_no_feasible_layout_fails_early_with_reasons() -> None:
         check_feasible(SearchSpace(config))
 
 
+def test_the_no_plan_diagnosis_says_how_many_gpus_a_huge_model_needs_on_one_gpu() -> None:
+    # on 1 GPU the derived pp and dp lists hold 1 only; with more GPUs they grow, so more GPUs
+    # do help: 530B needs tp=8 x pp=15 before its model states fit in 80 GiB
+    config = tiny_config(model="mt-nlg-530b", max_gpus=1, global_batch=1920,
+                         space={"tp": [1, 2, 4, 8], "distributed_optimizer": [False, True]})
+    with pytest.raises(InfeasibleConfigError) as error:
+        check_feasible(SearchSpace(config))
+    assert "do not help" not in str(error.value)
+    assert "uses 120 GPUs (tp=8, pp=15, dp=1): raise --max-gpus to at least that" in str(error.value)
+
+
+def test_the_no_plan_diagnosis_says_when_more_gpus_truly_do_not_help() -> None:
+    config = tiny_config(model="mt-nlg-530b", max_gpus=1, global_batch=1920,
+                         space={"tp": [1], "pp": [1], "dp": [1], "distributed_optimizer": [False]})
+    with pytest.raises(InfeasibleConfigError, match="More GPUs in the budget do not help"):
+        check_feasible(SearchSpace(config))
+
+
 def test_every_trial_sees_the_same_choice_lists() -> None:
     a, b = SearchSpace(tiny_config()), SearchSpace(tiny_config(trials=5))
     assert a.knobs == b.knobs

@@ -13,15 +13,16 @@ from tests.search_tests.standins import Constant, NoisyOracle
 from vtrain_ml.planner.config import Objective
 from vtrain_ml.planner.evaluation import evaluate_exact
 from vtrain_ml.planner.exhaustive import run_exhaustive
+from vtrain_ml.planner.ranking import rank
 from vtrain_ml.planner.report import render_table
-from vtrain_ml.planner.runner import run_search
+from vtrain_ml.planner.runner import Hooks, run_search
 from vtrain_ml.planner.space import SearchSpace
-from vtrain_ml.planner.study import complete_trials, surrogate_trials
-from vtrain_ml.planner.verify import rank
+from vtrain_ml.planner.study import complete_trials, exact_trials, surrogate_trials
 
 
-def test_search_finds_the_exhaustive_optimum_with_fewer_exact_evaluations() -> None:
-    config = tiny_config()
+@pytest.mark.parametrize("strategy", ["screen", "optuna"])
+def test_search_finds_the_exhaustive_optimum_with_fewer_exact_evaluations(strategy: str) -> None:
+    config = tiny_config(strategy=strategy)
     reference = run_exhaustive(config)
     found = run_search(config, factory=lambda: NoisyOracle(0.05))
     assert found.best is not None and reference.best is not None
@@ -62,7 +63,7 @@ def test_a_useless_surrogate_never_makes_an_out_of_memory_plan_best() -> None:
 
 def test_verification_records_exact_trials_and_refits_on_a_growing_set(db: str) -> None:
     oracle = NoisyOracle(0.05)
-    config = tiny_config(db)
+    config = tiny_config(db, strategy="optuna")
     report = run_search(config, factory=lambda: oracle)
     assert oracle.fit_rows_ == sorted(oracle.fit_rows_) and len(set(oracle.fit_rows_)) >= 3
     assert oracle.fit_rows_[0] == config.initial_samples
@@ -102,22 +103,59 @@ def test_rank_puts_feasible_first_and_maximizes_parameters() -> None:
 
 
 def test_resume_continues_without_losing_finished_trials(db: str) -> None:
-    first = run_search(tiny_config(db, trials=20), factory=lambda: NoisyOracle(0.05))
+    first = run_search(tiny_config(db, trials=20, strategy="optuna"), factory=lambda: NoisyOracle(0.05))
     study = optuna.load_study(study_name=tiny_config().study_name(), storage=db)
     before = {t.number: t.values for t in complete_trials(study)}
-    second = run_search(tiny_config(db, trials=40), resume=True, factory=lambda: NoisyOracle(0.05))
+    second = run_search(tiny_config(db, trials=40, strategy="optuna"), resume=True,
+                        factory=lambda: NoisyOracle(0.05))
     after = {t.number: t.values for t in complete_trials(study)}
     assert all(after[n] == v for n, v in before.items())
     assert second.trials == 40 and first.trials == 20
     assert second.exact_evaluations > first.exact_evaluations
 
 
-def test_resume_of_a_missing_study_and_restart_of_an_existing_one_are_clear_errors(db: str) -> None:
+def test_resume_of_a_missing_study_is_a_clear_error(db: str) -> None:
     with pytest.raises(ConfigError, match=r"no study .* to resume"):
         run_search(tiny_config(db), resume=True, factory=Constant)
-    run_search(tiny_config(db, trials=5, verify_every=5), factory=Constant)
-    with pytest.raises(ConfigError, match=r"already exists .* --resume"):
-        run_search(tiny_config(db, trials=5), factory=Constant)
+
+
+def test_running_a_search_twice_continues_its_study_and_simulates_nothing_again(db: str) -> None:
+    notes: list[str] = []
+    first = run_search(tiny_config(db), factory=lambda: NoisyOracle(0.05))
+    second = run_search(tiny_config(db), factory=lambda: NoisyOracle(0.05), hooks=Hooks(message=notes.append))
+    assert any("already exists for this recipe: continuing it" in n for n in notes)
+    assert second.study == first.study
+    assert second.exact_evaluations == first.exact_evaluations  # every plan was simulated once
+    assert first.best is not None and second.best is not None
+    assert second.best.plan == first.best.plan
+
+
+def test_a_changed_recipe_under_a_used_study_name_gets_a_study_of_its_own(db: str) -> None:
+    notes: list[str] = []
+    run_search(tiny_config(db, study="mine"), factory=Constant)
+    changed = tiny_config(db, study="mine", global_batch=64)
+    report = run_search(changed, factory=Constant, hooks=Hooks(message=notes.append))
+    assert report.study == f"mine-{changed.space_hash()}"
+    assert any("study mine was created by a different search" in n and report.study in n for n in notes)
+    again = run_search(changed, factory=Constant)  # the third run finds the renamed study
+    assert again.study == report.study and again.exact_evaluations == report.exact_evaluations
+
+
+def test_a_bad_baseline_fails_before_any_work(db: str) -> None:
+    config = tiny_config(db, baseline={"tp": 8, "pp": 8, "dp": 8})  # 512 GPUs > max_gpus=16
+    with pytest.raises(ConfigError, match=r"baseline .* is not a valid plan"):
+        run_search(config, factory=Constant)
+    assert optuna.get_all_study_names(storage=db) == [], "the search started before the check"
+
+
+def test_the_baseline_is_simulated_first_and_the_answer_is_never_slower(db: str) -> None:
+    config = tiny_config(db, strategy="optuna", baseline={"tp": 2, "pp": 2, "dp": 4, "micro_batch_size": 1})
+    report = run_search(config, factory=Constant)  # a useless surrogate: the baseline still counts
+    study = optuna.load_study(study_name=config.study_name(), storage=db)
+    first = min(exact_trials(complete_trials(study)), key=lambda t: t.number)
+    assert first.user_attrs["source"] == "baseline"
+    assert report.best is not None and report.baseline is not None
+    assert report.best.exact.iteration_time_s <= report.baseline.exact.iteration_time_s
 
 
 def test_report_json_has_the_documented_keys(db: str) -> None:
@@ -142,9 +180,10 @@ def test_a_given_surrogate_is_used_instead_of_training_a_focused_one(tmp_path) -
     rows = training_rows(sample, evaluate_exact_many([c.job for c in sample if c.job is not None]))
     path = tmp_path / "surrogate"
     FocusedSurrogate(seed=0).fit(rows).save(path)
-    report = run_search(tiny_config(surrogate=str(path), trials=20, verify_every=10))
+    report = run_search(tiny_config(surrogate=str(path), trials=20, verify_every=10, strategy="screen"))
     assert report.surrogate["focused"] is False
-    # no focused sample: every exact evaluation is a verified candidate
+    # no focused sample: every exact evaluation is a verified candidate (the first few time the
+    # simulator for the choice of strategy, predicted by the given surrogate too)
     assert report.exact_evaluations == report.surrogate["error"]["verified_points"] > 0
     assert report.best is not None
 

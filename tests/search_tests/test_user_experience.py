@@ -29,7 +29,8 @@ def _recipe(tmp_path: Path, **overrides: object) -> str:
 def test_a_search_says_where_its_study_is_and_the_resume_command_it_prints_works(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # the default storage is runs/studies/<study>.journal here
-    recipe = _recipe(tmp_path, trials=10, verify_every=10, baseline={"tp": 2, "pp": 2, "dp": 4})
+    recipe = _recipe(tmp_path, trials=10, verify_every=10, baseline={"tp": 2, "pp": 2, "dp": 4},
+                     strategy="optuna")
     assert main(["--config", recipe]) == 0
     out, err = capsys.readouterr()
     name = tiny_config().study_name()
@@ -50,8 +51,9 @@ def test_a_search_says_where_its_study_is_and_the_resume_command_it_prints_works
 
 def test_patience_stops_a_search_whose_best_exact_plan_no_longer_changes() -> None:
     # Constant gives verification nothing to learn from: the best exact plan settles early.
-    full = run_search(tiny_config(trials=120, verify_every=10), factory=Constant)
-    early = run_search(tiny_config(trials=120, verify_every=10, patience=2), factory=Constant)
+    full = run_search(tiny_config(trials=120, verify_every=10, strategy="optuna"), factory=Constant)
+    early = run_search(tiny_config(trials=120, verify_every=10, patience=2, strategy="optuna"),
+                       factory=Constant)
     assert full.trials == 120 and not full.surrogate["stopped_early"]
     assert early.surrogate["stopped_early"] and early.trials < 120
     assert early.best is not None and "stopped early" in _table(early)
@@ -75,8 +77,9 @@ def _dominated(report: SearchReport) -> list[str]:
     return bad
 
 
-def test_a_searched_pareto_front_has_no_dominated_point_and_covers_the_exhaustive_one() -> None:
-    config = tiny_config(objective="pareto", trials=60, verify_every=20)
+@pytest.mark.parametrize("strategy", ["screen", "optuna"])
+def test_a_searched_pareto_front_has_no_dominated_point_and_covers_the_exhaustive_one(strategy: str) -> None:
+    config = tiny_config(objective="pareto", trials=60, verify_every=20, strategy=strategy)
     found = run_search(config, factory=lambda: NoisyOracle(0.05))
     reference = run_exhaustive(config)
     assert found.pareto and not _dominated(found) and not found.complete
@@ -92,7 +95,7 @@ def test_a_small_pareto_space_is_enumerated_and_a_searched_front_is_called_parti
     assert main(["--config", recipe, "--json"]) == 0
     enumerated = json.loads(capsys.readouterr().out)
     assert enumerated["mode"] == "exhaustive" and enumerated["complete"]
-    assert main(["--config", recipe, "--enumerate-below", "0"]) == 0
+    assert main(["--config", recipe, "--enumerate-below", "0", "--strategy", "optuna"]) == 0
     out, err = capsys.readouterr()
     assert "warning: the Pareto front is partial" in err and "--exhaustive" in err
     assert "fastest on the front:" in out and "cheapest on the front:" in out

@@ -10,7 +10,9 @@ for a GPU budget.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from simulator.errors import ConfigError
@@ -47,15 +49,21 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
                                     "changed for N verification rounds (default: run every trial)"),
     "enumerate_below": ("--enumerate-below", int, "pareto: simulate every plan of a space with at most "
                                                   "this many valid plans (default 1000; 0: always search)"),
+    "strategy": ("--strategy", str, "auto (default: the cheapest for this space and simulator) | enumerate "
+                                    "| screen | optuna"),
+    "screen_limit": ("--screen-limit", int, "most plans the surrogate scores at once; a larger space is "
+                                            "screened on a random sample (default 5,000,000)"),
 }
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m vtrain_ml.search",
-        description="Surrogate-driven Optuna search for the fastest, cheapest or Pareto-optimal "
-                    "training layout; candidates are verified with the exact simulator, and the "
-                    "answer is always the simulator's.")
+        description="Search for the fastest, cheapest or Pareto-optimal training layout: every plan "
+                    "simulated exactly when that is cheapest, else scored by a surrogate (every plan "
+                    "at once, or Optuna trials in a huge space) with the best verified by the exact "
+                    "simulator; the answer is always the simulator's. Ctrl-C stops it with the best "
+                    "plan so far and the command that resumes it.")
     p.add_argument("--config", metavar="FILE", help="search recipe (YAML); flags override it")
     for field, (flag, kind, text) in FLAGS.items():
         p.add_argument(flag, dest=field, type=kind, help=text)
@@ -109,6 +117,35 @@ def _pareto_enumeration(config: SearchConfig, progress: Progress) -> tuple[bool,
     return False, valid
 
 
+class StopRequest:
+    """Ctrl-C (SIGINT) and SIGTERM ask the search to stop at its next step instead of killing it:
+    it then reports the best plan so far, writes the outputs asked for and prints the resume
+    command (`stop()` is what the planner asks). A second Ctrl-C aborts at once."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.signal: str | None = None
+
+    def __call__(self) -> bool:
+        return self.signal is not None
+
+    def _handle(self, number: int, frame: object) -> None:
+        if self.signal is not None and number == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(number).name
+        self.say(f"{self.signal}: stopping after the current step and reporting the best plan so far "
+                 f"(Ctrl-C again to abort)")
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        previous = {n: signal.signal(n, self._handle) for n in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+
 def _main(args: argparse.Namespace) -> int:
     import optuna
 
@@ -118,6 +155,7 @@ def _main(args: argparse.Namespace) -> int:
     progress = Progress(args.quiet or args.json)
     command = invoked_as("search")
     enumerate_all, valid_plans = (True, None) if args.exhaustive else _pareto_enumeration(config, progress)
+    stop = StopRequest(progress.message)
     try:
         if enumerate_all:
             from vtrain_ml.planner.exhaustive import run_exhaustive
@@ -126,21 +164,24 @@ def _main(args: argparse.Namespace) -> int:
         else:
             from vtrain_ml.planner.runner import Hooks, run_search
 
-            def started(done: int) -> None:
+            def started(opened: SearchConfig, done: int) -> None:
+                nonlocal config
+                config = opened  # the study's real name (a changed recipe gets a new one)
                 progress.message(where_it_lives(config) + (f", resumed at {done} trials" if done else ""))
                 resume = resume_command(command, config)
                 if resume:
-                    progress.message(f"resume it (if stopped) or extend it (--trials N) with: {resume}")
+                    progress.message(f"resume it (if stopped) or extend it with: {resume}")
 
             hooks = Hooks(message=progress.message, verified=progress.verified, trial=progress.trial,
                           started=started)
-            report = run_search(config, resume=args.resume, hooks=hooks)
+            with stop.installed():
+                report = run_search(config, resume=args.resume, hooks=hooks, stop=stop)
     finally:
         progress.close()
     if not args.quiet:
         warn_partial_front(report, valid_plans)
     render(report, config, args, command)
-    return 0
+    return 130 if stop() else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from simulator.errors import ConfigError
 from simulator.fileio import write_text_atomic
 from vtrain_ml.planner.config import MEMORY, Objective, SearchConfig
+from vtrain_ml.planner.ranking import VerifyEvent
 from vtrain_ml.planner.report import SearchReport, pareto_figure, plans_frame, recommendation, render_table
 from vtrain_ml.planner.storage import storage_path
-from vtrain_ml.planner.verify import VerifyEvent
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -79,6 +79,10 @@ class Progress:
         if best:
             where = (f"best exact {best.iteration_time_s:.2f} s/iteration, ${best.cost_usd:,.0f}, "
                      f"{best.num_gpus} GPUs, {best.parameters / 1e9:.1f}B params")
+        if event.remaining is not None:  # screening: no trials, a shrinking set of contenders
+            self.message(f"verify round {event.round}: +{event.verified} exact -> {event.exact_evaluations} "
+                         f"exact evaluations; {where}; {event.remaining:,} plans could still beat it")
+            return
         self.message(f"verify round {event.round}: {event.trials}/{self.total} trials (ETA {self.eta()}), "
                      f"+{event.verified} exact -> {event.exact_evaluations} exact evaluations; {where}")
 
@@ -122,7 +126,10 @@ def render(report: SearchReport, config: SearchConfig, args: argparse.Namespace,
     title = {Objective.TIME: "the fastest plan", Objective.COST: "the cheapest plan",
              Objective.PARETO: "time-versus-cost plans",
              Objective.LARGEST_MODEL: "the largest model trained within the budget"}[config.objective]
-    out = [f"{report.mode} for {title} (exact simulator numbers):", render_table(report, args.sort)]
+    interrupted = report.surrogate.get("interrupted")
+    head = f"{report.mode} for {title} (exact simulator numbers)"
+    out = [head + (", interrupted: the best so far:" if interrupted else ":"),
+           render_table(report, args.sort)]
     if config.objective is Objective.PARETO and report.pareto:
         out.append("\nPareto front (time, cost), no plan on it dominated by any evaluated plan:")
         for o in report.pareto:
@@ -134,7 +141,9 @@ def render(report: SearchReport, config: SearchConfig, args: argparse.Namespace,
         written.insert(0, where_it_lives(config))
         resume = resume_command(command, config)
         if resume:
-            out.append(f"resume or extend (add --trials N): {resume}")
+            optuna = (report.surrogate.get("strategy") or {}).get("name") == "optuna"
+            extend = "resume or extend (add --trials N)" if optuna and not interrupted else "resume it"
+            out.append(f"{extend}: {resume}")
     if written:
         out.append("results: " + "; ".join(written))
     sys.stdout.write("\n".join(out) + "\n")

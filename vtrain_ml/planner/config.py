@@ -43,6 +43,15 @@ class Objective(StrEnum):
     LARGEST_MODEL = "largest_model"  # maximize parameters trained within a wall-clock budget
 
 
+class Strategy(StrEnum):
+    """How the search explores the space (closed choice; `planner.strategy` picks one for AUTO)."""
+
+    AUTO = "auto"  # the cheapest of the three for this space and simulator (planner.strategy)
+    ENUMERATE = "enumerate"  # simulate every plan that passes the static memory bound
+    SCREEN = "screen"  # score every plan (or a large sample) with the surrogate, verify the best
+    OPTUNA = "optuna"  # TPE / NSGA-II trials scored by the surrogate, verified periodically
+
+
 class LayoutSpace(Frozen):
     """Choice lists of the layout knobs. `None` derives the list from the model and batch:
     pp = divisors of the layer count, dp = divisors of the global batch up to `max_dp`."""
@@ -92,6 +101,8 @@ class SearchConfig(Frozen):
     tokens_per_parameter: PositiveFloat | None = None  # Chinchilla: 20
     time_budget_days: PositiveFloat | None = None
     objective: Objective = Objective.TIME
+    strategy: Strategy = Strategy.AUTO
+    screen_limit: PositiveInt = 5_000_000  # most plans scored at once; a larger space: a sample
     space: LayoutSpace = LayoutSpace()
     trials: PositiveInt = 3000
     verify_every: PositiveInt = 100
@@ -117,7 +128,7 @@ class SearchConfig(Frozen):
         keep = self.model_dump(mode="json", exclude={"trials", "verify_every", "verify_top", "storage",
                                                      "study", "n_jobs", "max_exhaustive", "surrogate",
                                                      "baseline", "top", "seed", "patience",
-                                                     "enumerate_below"})
+                                                     "enumerate_below", "strategy", "screen_limit"})
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:10]
 
     def study_name(self) -> str:

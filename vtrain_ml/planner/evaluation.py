@@ -11,6 +11,9 @@ import hashlib
 import math
 import os
 import pickle
+import signal
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -85,24 +88,54 @@ def evaluate_exact(job: Job) -> Evaluation:
 def evaluate_exact_many(jobs: Sequence[Job], n_jobs: int = 1) -> list[Evaluation]:
     """Exact evaluations of many jobs, in order; `n_jobs` > 1 simulates in worker processes.
 
-    The workers (joblib's loky processes, reused between calls) receive the first job once as a
-    pickled blob keyed by its digest, kept in `_BASES`, and per job only the parts that differ
-    from it (`job_deltas`: typically the parallel plan and the cluster). Pickling a whole job
-    costs about a third of its simulation, and a job unpickled per call brings a fresh hardware
-    object, which misses the simulator's memo tables keyed by hardware identity (docs/speed.md).
+    The workers (joblib's loky processes, reused between calls, `workers`) receive the first job
+    once as a pickled blob keyed by its digest, kept in `_BASES`, and per job only the parts that
+    differ from it (`job_deltas`: typically the parallel plan and the cluster). Pickling a whole
+    job costs about a third of its simulation, and a job unpickled per call brings a fresh
+    hardware object, which misses the simulator's memo tables keyed by hardware identity
+    (docs/speed.md).
     """
     if n_jobs <= 1 or len(jobs) < 8:
         return [evaluate_exact(job) for job in jobs]
-    from joblib import Parallel, delayed
-
     base, deltas = job_deltas(jobs)
     blob = pickle.dumps(base, protocol=pickle.HIGHEST_PROTOCOL)
     key = hashlib.sha256(blob).hexdigest()
-    workers = max(1, min(n_jobs if n_jobs > 0 else len(os.sched_getaffinity(0)), len(jobs)))
-    size = max(1, min(CHUNK_JOBS, math.ceil(len(jobs) / (4 * workers))))
+    count = max(1, min(n_jobs, len(jobs)))
+    size = max(1, min(CHUNK_JOBS, math.ceil(len(jobs) / (4 * count))))
     chunks = [deltas[i:i + size] for i in range(0, len(deltas), size)]
-    parts = Parallel(n_jobs=n_jobs)(delayed(_evaluate_chunk)(key, blob, chunk) for chunk in chunks)
+    pool = workers(n_jobs)
+    parts = [f.result() for f in [pool.submit(_evaluate_chunk, key, blob, chunk) for chunk in chunks]]
     return [e for part in parts for e in part]
+
+
+WORKER_IDLE_S = 300  # a worker with nothing to do for this long exits (joblib's default)
+
+
+def workers(n_jobs: int) -> Any:
+    """The reusable pool of `n_jobs` loky worker processes (joblib's executor). Each worker
+    ignores Ctrl-C (the search stops between batches; a terminal's Ctrl-C reaches the whole
+    process group) and exits as soon as its parent process is gone, so that a killed search
+    leaves no idle workers behind (they would otherwise wait out their idle timeout)."""
+    from joblib.externals.loky import get_reusable_executor
+
+    return get_reusable_executor(max_workers=n_jobs, timeout=WORKER_IDLE_S, initializer=_worker_start,
+                                 initargs=(os.getpid(),))
+
+
+def _worker_start(parent: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if os.getppid() != parent:  # loky forks workers from the search process: it is gone already
+        os._exit(0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
+PARENT_POLL_S = 0.5
 
 
 def job_deltas(jobs: Sequence[Job]) -> tuple[Job, list[dict[str, Any]]]:

@@ -60,7 +60,10 @@ def baseline_outcome(space: SearchSpace) -> PlanOutcome | None:
 
 def make_report(space: SearchSpace, mode: str, outcomes: Sequence[PlanOutcome], exact_evaluations: int,
                 trials: int, wall_s: float, surrogate: dict[str, Any] | None = None,
-                study: str | None = None, storage: str | None = None) -> SearchReport:
+                study: str | None = None, storage: str | None = None,
+                baseline: PlanOutcome | None = None, complete: bool | None = None) -> SearchReport:
+    """The report of exact `outcomes`; `baseline`: the hand-picked plan's (simulated here when
+    not given), `complete`: every feasible plan was simulated (default: an exhaustive run)."""
     config = space.config
     best, top, pareto = summarize(config, space.hardware.memory_bytes, outcomes, config.top)
     ranked, n_feasible = ranked_outcomes(config, space.hardware.memory_bytes, outcomes)
@@ -70,6 +73,6 @@ def make_report(space: SearchSpace, mode: str, outcomes: Sequence[PlanOutcome], 
     return SearchReport(
         objective=config.objective, mode=mode, best=best, top=top, pareto=pareto,
         evaluated=tuple(outcomes), exact_evaluations=exact_evaluations, trials=trials, wall_s=wall_s,
-        space_size=space.size, baseline=baseline_outcome(space), surrogate=info, study=study,
+        space_size=space.size, baseline=baseline or baseline_outcome(space), surrogate=info, study=study,
         storage=storage, pruned_values=space.pruned_values, ranked=ranked, n_feasible=n_feasible,
-        complete=mode == "exhaustive")
+        complete=mode == "exhaustive" if complete is None else complete)

@@ -19,7 +19,7 @@ from simulator.job.specs import GiB, Job
 from vtrain_ml.planner.config import Objective, SearchConfig
 from vtrain_ml.planner.evaluation import Evaluation
 from vtrain_ml.planner.objective import constraint_values
-from vtrain_ml.planner.verify import rank
+from vtrain_ml.planner.ranking import rank
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -100,6 +100,8 @@ class SearchReport:
                                                                     for o in self.evaluated),
             "surrogate": self.surrogate, "study": self.study, "storage": self.storage,
             "pruned_values": self.pruned_values, "complete": self.complete,
+            "strategy": self.surrogate.get("strategy"),
+            "interrupted": bool(self.surrogate.get("interrupted")),
         }
 
 
@@ -258,12 +260,21 @@ def render_table(report: SearchReport, sort: str | None = None) -> str:
     lines.append("flags: S sequence parallel, D distributed optimizer, O overlapped grad reduce; "
                  f"cost = {'to train the token budget' if per_train else 'per iteration'}; {order}")
     err = report.surrogate.get("error", {})
-    how = (f"{report.mode}: {report.trials} trials, {report.exact_evaluations} exact evaluations "
-           f"(space of {report.space_size:,} combinations), {report.wall_s:.1f} s")
+    strategy = report.surrogate.get("strategy") or {}
+    screened = report.surrogate.get("screened") or 0
+    how = (f"{report.mode}" + (f" ({strategy['name']})" if strategy else "") + ": "
+           + (f"{report.trials} trials, " if report.trials or not strategy else "")
+           + (f"{screened:,} plans screened by the surrogate, " if screened else "")
+           + f"{report.exact_evaluations} exact evaluations (space of {report.space_size:,} combinations), "
+           f"{report.wall_s:.1f} s")
     if report.surrogate.get("stopped_early"):
         how += (f"; stopped early: the best exact answer did not change for {report.surrogate['patience']} "
                 f"verification rounds")
     lines.append(how)
+    if strategy:
+        lines.append(f"strategy {strategy['name']}: {strategy['reason']}")
+    if report.surrogate.get("interrupted"):
+        lines.append("interrupted: these are the plans simulated so far; resume the study to finish")
     if err.get("verified_points"):
         lines.append(f"surrogate vs exact on {err['verified_points']} verified points: iteration time "
                      f"MAPE {err['time_mape_pct']:.1f}% (max {err['time_max_ape_pct']:.1f}%), "

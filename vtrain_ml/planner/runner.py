@@ -1,6 +1,10 @@
-"""The search, end to end: space -> study -> (focused) surrogate -> Optuna -> verification -> report.
+"""The search, end to end: space -> study -> baseline and exact sample -> the cheapest strategy
+(`planner.strategy`: enumerate, screen or Optuna) -> the report.
 
 The final answer is always the exact simulator's: the report is built from exact trials only.
+Every exact evaluation, whichever strategy makes it, is a trial of the study (so `--resume` and
+a second process on the same study continue with all of them), and `stop()` is asked between
+steps: a stopped search reports what it has and can be resumed.
 """
 
 from __future__ import annotations
@@ -9,60 +13,66 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-import optuna
+import numpy as np
 
-from simulator.errors import InfeasibleConfigError
+from simulator.errors import ConfigError, InfeasibleConfigError
 from simulator.job.catalog import hardware_fingerprint
 from simulator.job.specs import HardwareSpec
-from vtrain_ml.planner.config import Objective, SearchConfig
+from vtrain_ml.planner.config import Objective, SearchConfig, Strategy
+from vtrain_ml.planner.context import Hooks, SearchContext
 from vtrain_ml.planner.diagnosis import no_feasible_plan
-from vtrain_ml.planner.evaluation import evaluate_exact_many
-from vtrain_ml.planner.exhaustive import plan_order
+from vtrain_ml.planner.exact import ExactStore
 from vtrain_ml.planner.objective import SurrogateObjective
-from vtrain_ml.planner.outcomes import make_report, outcomes_from_trials
+from vtrain_ml.planner.outcomes import make_report, outcome, outcomes_from_trials
 from vtrain_ml.planner.report import SearchReport
 from vtrain_ml.planner.scorer import Scorer, SurrogateModel
-from vtrain_ml.planner.space import SearchSpace
-from vtrain_ml.planner.study import (
-    complete_trials,
-    exact_trials,
-    open_study,
-    record_exact,
-    surrogate_trials,
-    trial_exact,
-)
-from vtrain_ml.planner.verify import ExactVerifier, VerifyEvent
+from vtrain_ml.planner.screening import WAIT_S, Screening
+from vtrain_ml.planner.space import Candidate, SearchSpace
+from vtrain_ml.planner.strategy import FIT_S, SURROGATE_STARTUP_S, Costs, StrategyChoice, choose_strategy
+from vtrain_ml.planner.study import complete_trials, exact_trials, open_study, surrogate_trials, trial_exact
+from vtrain_ml.planner.table import SpaceTable
+from vtrain_ml.planner.verify import ExactVerifier
 
 log = logging.getLogger(__name__)
 
+PROBE = 4  # exact plans that time the simulator when a given surrogate needs no training sample
 
-@dataclass(frozen=True)
-class Hooks:
-    """Progress callbacks; the CLI renders them, tests leave them out."""
-
-    message: Callable[[str], None] = lambda text: None
-    verified: Callable[[VerifyEvent], None] = lambda event: None
-    trial: Callable[[int, int], None] = lambda done, total: None  # surrogate trials done of total
-    started: Callable[[int], None] = lambda done: None  # the study is open, holding `done` trials
+__all__ = ["Hooks", "check_feasible", "run_search"]
 
 
-def default_factory(seed: int, hardware: HardwareSpec) -> Callable[[], SurrogateModel]:
+def default_factory(seed: int, hardware: HardwareSpec, predict_jobs: int = 1) -> Callable[[], SurrogateModel]:
     def make() -> SurrogateModel:
         from vtrain_ml.planner.focused import FocusedSurrogate
 
-        return FocusedSurrogate(seed=seed, hardware={hardware.name: hardware})
+        return FocusedSurrogate(seed=seed, hardware={hardware.name: hardware}, predict_jobs=predict_jobs)
 
     return make
 
 
-def check_feasible(space: SearchSpace) -> None:
-    """Fail early, saying why in user terms, when no combination of the space is feasible."""
-    why = no_feasible_plan(space)
+def check_feasible(space: SearchSpace, table: SpaceTable | None = None) -> None:
+    """Fail early, saying why in user terms, when no plan of the space is feasible."""
+    why = no_feasible_plan(space, table)
     if why is not None:
         raise InfeasibleConfigError(why)
+
+
+def baseline_candidate(space: SearchSpace) -> Candidate | None:
+    """The recipe's hand-picked plan, checked before any work (a bad one is a `ConfigError`
+    now, not after the search)."""
+    params = space.config.baseline
+    if params is None:
+        return None
+    names = {k.name for k in space.knobs}
+    unknown = sorted(set(params) - names)
+    if unknown:
+        raise ConfigError(f"baseline has unknown knob(s) {', '.join(unknown)}; "
+                          f"knobs: {', '.join(sorted(names))}")
+    candidate = space.build({k.name: params.get(k.name, k.choices[0]) for k in space.knobs})
+    if not candidate.valid or candidate.job is None:
+        raise ConfigError(f"baseline {params} is not a valid plan: {'; '.join(candidate.reasons)}")
+    return candidate
 
 
 def load_surrogate(config: SearchConfig, space: SearchSpace) -> tuple[SurrogateModel | None, str]:
@@ -70,8 +80,8 @@ def load_surrogate(config: SearchConfig, space: SearchSpace) -> tuple[SurrogateM
     and the sentence that says which. Loaded before the study opens: a damaged file is an error
     that leaves no empty study behind."""
     if not config.surrogate:
-        return None, ("no --surrogate given: training a focused surrogate on "
-                      f"{config.initial_samples} exact samples of the search space")
+        return None, ("no --surrogate given: training a focused surrogate on the "
+                      f"{config.initial_samples} exact samples of the search space and every verified plan")
     from surrogate.model import Surrogate
 
     model = Surrogate.load(config.surrogate)
@@ -83,52 +93,188 @@ def load_surrogate(config: SearchConfig, space: SearchSpace) -> tuple[SurrogateM
     return model, f"scoring with the surrogate {config.surrogate}"
 
 
-def prepare_scorer(config: SearchConfig, space: SearchSpace, study: optuna.Study, hooks: Hooks,
-                   factory: Callable[[], SurrogateModel], given: SurrogateModel | None) -> Scorer:
-    """Training rows from every exact trial already in the study, plus the focused sample."""
-    scorer = Scorer(factory, given, min_rows=config.initial_samples)
-    done = exact_trials(complete_trials(study))
-    scorer.add([space.build(t.params) for t in done], [trial_exact(t) for t in done])
-    have = sum(t.user_attrs.get("source") == "sample" for t in done)
-    if given is None and have < config.initial_samples:
-        exclude = {str(t.user_attrs["key"]) for t in done}
-        batch = sorted(space.sample(config.initial_samples - have, config.seed + have, exclude=exclude),
-                       key=plan_order)
-        exact = evaluate_exact_many([c.job for c in batch if c.job is not None], config.n_jobs)
-        for cand, ev in zip(batch, exact, strict=True):
-            record_exact(study, space, cand, ev, "sample")
-        scorer.add(batch, exact)
-    scorer.refit()
-    return scorer
-
-
 def run_search(config: SearchConfig, resume: bool = False, hooks: Hooks | None = None,
-               factory: Callable[[], SurrogateModel] | None = None) -> SearchReport:
+               factory: Callable[[], SurrogateModel] | None = None,
+               stop: Callable[[], bool] | None = None) -> SearchReport:
+    """Search `config`'s space (see the module docstring); `stop()` true ends it early."""
     start = time.perf_counter()
-    hooks = hooks or Hooks()
+    hooks, stop = hooks or Hooks(), stop or (lambda: False)
     space = SearchSpace(config)
-    check_feasible(space)
+    table = SpaceTable.sampled(space, config.screen_limit, config.seed)
+    check_feasible(space, table)
+    baseline = baseline_candidate(space)
     given, note = load_surrogate(config, space)
-    study = open_study(config, resume, hardware_fingerprint(space.hardware))
-    hooks.started(len(surrogate_trials(complete_trials(study))))
-    hooks.message(note)
-    factory = factory or default_factory(config.seed, space.hardware)
-    scorer = prepare_scorer(config, space, study, hooks, factory, given)
-    verifier = ExactVerifier(space, scorer, config.verify_every, config.verify_top, config.n_jobs,
-                             hooks.verified, target_trials=config.trials, patience=config.patience)
+    opened = open_study(config, resume, hardware_fingerprint(space.hardware))
+    store = ExactStore(opened.study, space, config.n_jobs, stop)
+    store.refresh()
+    scorer = Scorer(factory or default_factory(config.seed, space.hardware, _threads()), given,
+                    min_rows=config.initial_samples)
+    ctx = SearchContext(opened.config, space, store, scorer, hooks, stop)
+    hooks.started(ctx.config, len(surrogate_trials(complete_trials(opened.study))))
+    if opened.note:
+        hooks.message(opened.note)
+    if baseline is not None and not stop():
+        store.evaluate([baseline], "baseline")  # first: the answer can only be better
+    choice = _prepare(ctx, table)
+    hooks.message(f"strategy {choice.strategy.value}: {choice.reason}")
+    if choice.strategy is not Strategy.ENUMERATE:
+        hooks.message(note)
+    info = RUNS[choice.strategy](ctx, table)
+    store.refresh()
+    if store.others and not stop():
+        hooks.message(f"waiting for {len(store.others)} plans other processes are simulating")
+        store.wait_for_others(set(store.others), WAIT_S)
+    return _report(ctx, table, choice, info, baseline, time.perf_counter() - start)
+
+
+def _threads() -> int:
+    import os
+
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def _prepare(ctx: SearchContext, table: SpaceTable) -> StrategyChoice:
+    """The exact training sample (or, with a given surrogate, a probe that times the simulator),
+    the strategy chosen from what they cost, and the first surrogate fit if it needs one."""
+    config, store, scorer = ctx.config, ctx.store, ctx.scorer
+    screen = Screening(ctx, table)
+    screen.mark_done()
+    if not scorer.ready:
+        have = sum(t.user_attrs.get("source") == "sample" for t in store.done.values())
+        if have < config.initial_samples and not ctx.stop():
+            store.evaluate(screen.sample(config.initial_samples - have, config.seed + have), "sample")
+            if store.others:  # another process simulates part of the sample: its rows are needed
+                store.wait_for_others(set(store.others), WAIT_S)
+    elif store.seconds_per_plan is None and not ctx.stop():
+        probe = screen.sample(PROBE, config.seed)
+        store.evaluate(probe, "exact", scorer.predict(probe))
+    screen.mark_done()
+    exact_s = store.seconds_per_plan or _stored_seconds(ctx)
+    costs = Costs(table.space.size, len(screen.feasible), int((~screen.done).sum()), exact_s,
+                  0.0 if scorer.ready or _surrogate_started() else SURROGATE_STARTUP_S, FIT_S,
+                  screen.batch_size())
+    ctx.info["costs"] = {"exact_s_per_plan": exact_s, "enumerate_s": costs.enumerate_s(),
+                         "screen_s": costs.screen_s()}
+    choice = choose_strategy(config, costs)
+    if choice.strategy is not Strategy.ENUMERATE and not ctx.stop():
+        ctx.teach()
+        scorer.refit()
+    return choice
+
+
+def _surrogate_started() -> bool:
+    """Whether this process already paid the surrogate's start-up (imported XGBoost)."""
+    import sys
+
+    return "xgboost" in sys.modules
+
+
+def _stored_seconds(ctx: SearchContext) -> float:
+    """Seconds per exact plan when this process simulated none (a resumed study whose sample is
+    complete): one plan of the study simulated again, timed."""
+    from vtrain_ml.planner.evaluation import evaluate_exact
+
+    done = list(ctx.store.done.values())
+    if not done:
+        return 0.0
+    job = ctx.space.build(done[0].params).job
+    began = time.perf_counter()
+    if job is not None:
+        evaluate_exact(job)
+    return time.perf_counter() - began
+
+
+def _enumerate(ctx: SearchContext, table: SpaceTable) -> dict[str, Any]:
+    """Simulate every plan that passes the static memory bound and has no exact result yet."""
+    screen = Screening(ctx, table)
+    screen.mark_done()
+    todo = [table.candidate(int(screen.feasible[i])) for i in np.flatnonzero(~screen.done)]
+    todo = [c for c in todo if c.feasible]
+    ctx.hooks.message(f"enumerate: simulating {len(todo):,} plans exactly")
+    ctx.store.evaluate(todo, "exact")
+    return {"screened": 0, "outcome": "interrupted" if ctx.stop() else "complete"}
+
+
+def _screen(ctx: SearchContext, table: SpaceTable) -> dict[str, Any]:
+    """Screen the table; a sampled one then grows by the neighbours of the best exact plans
+    (another value of one knob, or steps along two ordered knobs) and is screened again, until
+    the best exact plan stops changing: a hill-climb from the sample's best on the surrogate."""
+    info = Screening(ctx, table).run()
+    added = 0
+    while not table.complete and not ctx.stop() and info["outcome"] == "converged":
+        before = ctx.best()
+        near = [table.neighbour_rows(row) for row in _best_rows(ctx, table)]
+        new = np.setdiff1d(np.concatenate(near), table.rows) if near else np.zeros(0, dtype=np.int64)
+        if not len(new):
+            break
+        table, added = SpaceTable(ctx.space, np.union1d(table.rows, new)), added + len(new)
+        info = Screening(ctx, table).run()
+        if ctx.best() == before:
+            break
+    return {**info, "neighbours_added": added}
+
+
+def _best_rows(ctx: SearchContext, table: SpaceTable) -> list[int]:
+    """Flat rows of the `verify_top` best feasible exact plans."""
+    from vtrain_ml.planner.objective import constraint_values
+    from vtrain_ml.planner.ranking import rank
+
+    done = list(ctx.store.done.values())
+    evaluations = [trial_exact(t) for t in done]
+    capacity = ctx.space.hardware.memory_bytes
+    constraints = [constraint_values(ctx.config, capacity, e) for e in evaluations]
+    order = [i for i in rank(ctx.config.objective, evaluations, constraints)
+             if all(c <= 0 for c in constraints[i])][: ctx.config.verify_top]
+    rows = [table.row_of(done[i].params) for i in order]
+    return [r for r in rows if r is not None]
+
+
+def _optuna(ctx: SearchContext, table: SpaceTable) -> dict[str, Any]:
+    """TPE / NSGA-II trials scored by the surrogate, verified every `verify_every` trials."""
+    config, study = ctx.config, ctx.store.study
+    verifier = ExactVerifier(ctx)
     done = len(surrogate_trials(complete_trials(study)))
-    hooks.trial(done, config.trials)
-    if config.trials > done:
+    ctx.hooks.trial(done, config.trials)
+    if config.trials > done and not ctx.stop():
         counter = itertools.count(done + 1)
-        study.optimize(SurrogateObjective(space, scorer), n_trials=config.trials - done,
-                       callbacks=[verifier, lambda s, t: hooks.trial(next(counter), config.trials)])
-    verifier.verify(study)  # the last candidates seen get verified too
-    refined = verifier.refine_front(study) if config.objective is Objective.PARETO else 0
+        study.optimize(SurrogateObjective(ctx.space, ctx.scorer), n_trials=config.trials - done,
+                       callbacks=[verifier, lambda s, t: ctx.hooks.trial(next(counter), config.trials)])
+    if not ctx.stop():
+        verifier.verify(study)  # the last candidates seen get verified too
+    refined = verifier.refine_front() if config.objective is Objective.PARETO and not ctx.stop() else 0
+    return {"stopped_early": verifier.stopped_early_, "front_refinement_evaluations": refined,
+            "outcome": "interrupted" if ctx.stop() else "patience" if verifier.stopped_early_ else "trials"}
+
+
+RUNS: dict[Strategy, Callable[[SearchContext, SpaceTable], dict[str, Any]]] = {
+    Strategy.ENUMERATE: _enumerate, Strategy.SCREEN: _screen, Strategy.OPTUNA: _optuna,
+}
+
+
+def _report(ctx: SearchContext, table: SpaceTable, choice: StrategyChoice, info: dict[str, Any],
+            baseline: Candidate | None, wall_s: float) -> SearchReport:
+    config, study, store = ctx.config, ctx.store.study, ctx.store
     trials = complete_trials(study)
-    info: dict[str, Any] = {"focused": given is None, "initial_samples": config.initial_samples,
-                            "refits": scorer.refits_, "training_rows": len(scorer.data_),
-                            "stopped_early": verifier.stopped_early_, "patience": config.patience,
-                            "front_refinement_evaluations": refined}
-    return make_report(space, "search", outcomes_from_trials(space, trials), len(exact_trials(trials)),
-                       len(surrogate_trials(trials)), time.perf_counter() - start, info,
-                       study.study_name, config.storage_url())
+    base = None
+    if baseline is not None and baseline.job is not None:
+        trial = store.done.get(baseline.key)
+        exact = trial_exact(trial) if trial is not None else None
+        if exact is None:
+            from vtrain_ml.planner.evaluation import evaluate_exact
+
+            exact = evaluate_exact(baseline.job)
+        base = outcome(ctx.space, baseline, exact)
+    interrupted = ctx.stop()
+    stopped = info.get("outcome") == "patience"
+    details: dict[str, Any] = {
+        "focused": not ctx.scorer.given, "initial_samples": config.initial_samples,
+        "refits": ctx.scorer.refits_, "training_rows": len(ctx.scorer.data_), "stopped_early": stopped,
+        "patience": config.patience,
+        "front_refinement_evaluations": info.get("front_refinement_evaluations", 0),
+        **info, "strategy": choice.to_dict(), "screened": info.get("screened", 0),
+        "interrupted": interrupted, **ctx.info}
+    complete = choice.strategy is Strategy.ENUMERATE and not interrupted and table.complete
+    outcomes = outcomes_from_trials(ctx.space, trials)
+    return make_report(ctx.space, "search", outcomes, len(exact_trials(trials)),
+                       len(surrogate_trials(trials)), wall_s, details, study.study_name,
+                       config.storage_url(), baseline=base, complete=complete)

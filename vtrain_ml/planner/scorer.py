@@ -9,10 +9,12 @@ numerous enough (`min_rows`) to train a focused one.
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import numpy as np
 import pandas as pd
 
 from vtrain_ml.planner.evaluation import Evaluation, evaluation_from_time
@@ -54,8 +56,14 @@ class Scorer:
         self.min_rows = min_rows
         self.data_ = pd.DataFrame()
         self.refits_ = 0
+        self.fit_seconds_: list[float] = []  # wall time of each refit (the first pays the imports)
         self._cache: dict[str, Evaluation] = {}
         self._given = model is not None
+
+    @property
+    def given(self) -> bool:
+        """A surrogate was given (`--surrogate`), not trained by the search."""
+        return self._given
 
     @property
     def ready(self) -> bool:
@@ -69,10 +77,17 @@ class Scorer:
         """Train a fresh surrogate on every exact row (a given one stays until rows suffice)."""
         if len(self.data_) < self.min_rows and (self._given or len(self.data_) == 0):
             return
+        began = time.perf_counter()
         self.model_ = self.factory().fit(self.data_)
+        self.fit_seconds_.append(time.perf_counter() - began)
         self.refits_ += 1
         self._cache.clear()
         log.debug("surrogate refit #%d on %d exact rows", self.refits_, len(self.data_))
+
+    def predict_columns(self, columns: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted (iteration time s, peak memory bytes) of arrays of job columns."""
+        assert self.model_ is not None, "refit() or a given surrogate is needed before predict_columns()"
+        return predict_columns(self.model_, columns)
 
     def predict(self, candidates: list[Candidate]) -> list[Evaluation]:
         todo = [c for c in dict.fromkeys(c.key for c in candidates) if c not in self._cache]
@@ -90,3 +105,18 @@ class Scorer:
                 assert cand.job is not None
                 self._cache[cand.key] = evaluation_from_time(cand.job, max(float(time_s), 1e-9), float(peak))
         return [self._cache[c.key] for c in candidates]
+
+
+def predict_columns(model: SurrogateModel, columns: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(iteration time s, peak memory bytes) of arrays of job columns: the surrogate's batch path
+    (`Surrogate.predict_arrays`) when it has one, else its `predict` on a table."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # extrapolation: verification guards it
+        fast = getattr(model, "predict_arrays", None)
+        if fast is not None:
+            seconds, memory, _ = fast(columns)
+            return np.asarray(seconds, dtype=float), np.asarray(memory, dtype=float)
+        from surrogate.columns import as_array
+
+        table = model.predict(pd.DataFrame({c: as_array(v) for c, v in columns.items()}))
+    return table["iteration_time_s"].to_numpy(dtype=float), table["peak_memory_bytes"].to_numpy(dtype=float)

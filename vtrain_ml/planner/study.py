@@ -10,6 +10,8 @@ no finished trial is lost when a process is killed.
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -23,7 +25,7 @@ from vtrain_ml.planner.objective import DIRECTIONS, constraint_values, objective
 from vtrain_ml.planner.space import Candidate, SearchSpace
 from vtrain_ml.planner.storage import open_storage
 
-EXACT_SOURCES = ("sample", "exact")
+EXACT_SOURCES = ("sample", "exact", "baseline")
 
 
 def sampler_for(config: SearchConfig) -> optuna.samplers.BaseSampler:
@@ -35,41 +37,99 @@ def sampler_for(config: SearchConfig) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=config.seed, multivariate=True, n_startup_trials=10)
 
 
-def open_study(config: SearchConfig, resume: bool, hardware_hash: str | None = None) -> optuna.Study:
-    """Create the study, or load it with `resume` (it must exist and match this search).
+@dataclass(frozen=True)
+class OpenedStudy:
+    """The study a search works on, under the name it really has, and what the user should know
+    about it (None: a new study)."""
+
+    study: optuna.Study
+    config: SearchConfig  # with `study` set to the name opened
+    note: str | None = None
+
+
+def open_study(config: SearchConfig, resume: bool, hardware_hash: str | None = None) -> OpenedStudy:
+    """Create the study, or continue it.
+
+    With `resume` it must exist and match this search (space and hardware hashes). Without it, a
+    study of the same name made by the same recipe is continued (running a command twice does
+    the obvious thing), and one made by another recipe is left alone: the search starts a study
+    of its own, named after its content hash, and says so.
 
     hardware_hash: the content hash of the GPU spec; a recalibrated hardware file keeps its path
-    (and so the study name) but changes every exact result, so resuming across it is refused.
+    (and so the study name) but changes every exact result, so it counts as another recipe.
     """
     storage = open_storage(config.storage_url())
     name = config.study_name()
-    sampler = sampler_for(config)
     if resume:
-        try:
-            study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-        except KeyError:
+        study = _load(storage, name, config)
+        if study is None:
             raise ConfigError(f"no study '{name}' in {config.storage_url()} to resume; "
-                              f"run without --resume to start it") from None
-        stored = study.user_attrs.get("space_hash")
-        if stored != config.space_hash():
-            raise ConfigError(f"study '{name}' was created by a different search (space hash {stored}, "
-                              f"this one {config.space_hash()}); use another --study name")
-        stored_hw = study.user_attrs.get("hardware_hash")
-        if hardware_hash and stored_hw and stored_hw != hardware_hash:
-            raise ConfigError(f"study '{name}' was run on hardware {config.hardware} with hash {stored_hw}; "
-                              f"it now hashes {hardware_hash} (recalibrated?); use another --study name")
-        return study
+                              f"run without --resume to start it")
+        problem = _mismatch(study, config, hardware_hash)
+        if problem:
+            raise ConfigError(f"study '{name}' {problem}; use another --study name")
+        return OpenedStudy(study, config.model_copy(update={"study": name}), f"resuming study {name}")
+    study, created = _create_or_load(storage, name, config, hardware_hash)
+    named = config.model_copy(update={"study": name})
+    if created:
+        return OpenedStudy(study, named)
+    problem = _mismatch(study, config, hardware_hash)
+    if problem is None:
+        return OpenedStudy(study, named, f"study {name} already exists for this recipe: continuing it "
+                                         f"(its exact evaluations are kept)")
+    same_space = study.user_attrs.get("space_hash") == config.space_hash()
+    other = f"{name}-{config.space_hash()}"
+    if same_space and hardware_hash:  # a recalibrated GPU: the hardware's hash tells them apart
+        other += f"-{hardware_hash[:8]}"
+    if other == name:
+        raise ConfigError(f"study '{name}' {problem}; use another --study name")
+    opened = open_study(config.model_copy(update={"study": other}), False, hardware_hash)
+    note = f"study {name} {problem}: using study {other} for this recipe"
+    return OpenedStudy(opened.study, opened.config, note + (f"; {opened.note}" if opened.note else ""))
+
+
+def _load(storage: optuna.storages.BaseStorage, name: str, config: SearchConfig) -> optuna.Study | None:
     try:
-        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler_for(config))
+    except KeyError:
+        return None
+
+
+def _create_or_load(storage: optuna.storages.BaseStorage, name: str, config: SearchConfig,
+                    hardware_hash: str | None) -> tuple[optuna.Study, bool]:
+    """Create the study and write its recipe, or load it when it exists (another process may
+    have created it a moment ago: wait for its recipe to be written); True if created."""
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler_for(config),
                                     directions=list(DIRECTIONS[config.objective]))
     except optuna.exceptions.DuplicatedStudyError:
-        raise ConfigError(f"study '{name}' already exists in {config.storage_url()}; pass --resume to "
-                          f"continue it, or --study NAME to start another") from None
+        loaded = _load(storage, name, config)
+        assert loaded is not None
+        study = loaded
+        deadline = time.monotonic() + RECIPE_WAIT_S
+        while "space_hash" not in study.user_attrs and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return study, False
     study.set_user_attr("space_hash", config.space_hash())
     if hardware_hash:
         study.set_user_attr("hardware_hash", hardware_hash)
     study.set_user_attr("config", json.loads(config.model_dump_json()))
-    return study
+    return study, True
+
+
+RECIPE_WAIT_S = 10.0
+
+
+def _mismatch(study: optuna.Study, config: SearchConfig, hardware_hash: str | None) -> str | None:
+    """Why the study was made by another recipe than `config`'s, or None."""
+    stored = study.user_attrs.get("space_hash")
+    if stored != config.space_hash():
+        return f"was created by a different search (space hash {stored}, this one {config.space_hash()})"
+    stored_hw = study.user_attrs.get("hardware_hash")
+    if hardware_hash and stored_hw and stored_hw != hardware_hash:
+        return (f"was run on hardware {config.hardware} with hash {stored_hw}; it now hashes "
+                f"{hardware_hash} (recalibrated?)")
+    return None
 
 
 def stored_config(url: str, name: str) -> dict[str, Any]:

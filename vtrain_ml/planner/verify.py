@@ -19,120 +19,36 @@ has not changed for that many rounds.
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import optuna
 from optuna.trial import FrozenTrial
 
 from vtrain_ml.planner.config import Objective
-from vtrain_ml.planner.evaluation import Evaluation, evaluate_exact_many
-from vtrain_ml.planner.objective import DIRECTIONS, MAXIMIZE, constraint_values, objective_values
-from vtrain_ml.planner.scorer import Scorer
-from vtrain_ml.planner.space import Candidate, SearchSpace
-from vtrain_ml.planner.study import complete_trials, exact_trials, record_exact, surrogate_trials, trial_exact
+from vtrain_ml.planner.context import SearchContext
+from vtrain_ml.planner.evaluation import Evaluation
+from vtrain_ml.planner.objective import constraint_values, objective_values
+from vtrain_ml.planner.ranking import VerifyEvent, best_signature, dominates, exact_front, rank, spread_rank
+from vtrain_ml.planner.space import Candidate
+from vtrain_ml.planner.study import complete_trials, surrogate_trials, trial_exact
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class VerifyEvent:
-    """What one verification round did (for progress display)."""
-
-    round: int
-    trials: int
-    verified: int
-    exact_evaluations: int
-    best_exact: Evaluation | None
-
-
-def rank(objective: Objective, evaluations: Sequence[Evaluation],
-         constraints: Sequence[Sequence[float]]) -> list[int]:
-    """Indices best-first: feasible before infeasible (by violation), then by objective
-    (non-dominated fronts for Pareto, ties by the first objective), then faster first."""
-    signs = [-1.0 if d is MAXIMIZE else 1.0 for d in DIRECTIONS[objective]]
-    values = [tuple(s * v for s, v in zip(signs, objective_values(objective, e), strict=True))
-              for e in evaluations]
-    violation = [max(0.0, *c) for c in constraints]
-    front = [0] * len(values)
-    if len(signs) > 1:  # fronts among feasible points only: an infeasible plan dominates nothing
-        feasible = [i for i, v in enumerate(violation) if v == 0]
-        for i, level in zip(feasible, _fronts([values[i] for i in feasible]), strict=True):
-            front[i] = level
-    return sorted(range(len(values)), key=lambda i: (violation[i] > 0, violation[i], front[i], values[i],
-                                                     evaluations[i].iteration_time_s))
-
-
-def spread_rank(evaluations: Sequence[Evaluation], constraints: Sequence[Sequence[float]]) -> list[int]:
-    """Indices for picking time-versus-cost candidates: feasible first, then by non-dominated
-    front, and within a front by crowding distance, largest first (extremes are infinite)."""
-    values = [objective_values(Objective.PARETO, e) for e in evaluations]
-    violation = [max(0.0, *c) for c in constraints]
-    feasible = [i for i, v in enumerate(violation) if v == 0]
-    front = [0] * len(values)
-    for i, level in zip(feasible, _fronts([values[i] for i in feasible]), strict=True):
-        front[i] = level
-    crowd = [0.0] * len(values)
-    for level in set(front[i] for i in feasible):
-        members = [i for i in feasible if front[i] == level]
-        for i, distance in zip(members, crowding([values[i] for i in members]), strict=True):
-            crowd[i] = distance
-    return sorted(range(len(values)), key=lambda i: (violation[i] > 0, violation[i], front[i], -crowd[i],
-                                                     values[i]))
-
-
-def crowding(values: Sequence[tuple[float, ...]]) -> list[float]:
-    """NSGA-II crowding distance of points of one front (Deb et al. 2002, Sec. III-B): per
-    objective, the normalized gap between a point's two neighbours; boundary points infinite."""
-    n = len(values)
-    distance = [0.0] * n
-    if n <= 2:
-        return [math.inf] * n
-    for k in range(len(values[0])):
-        order = sorted(range(n), key=lambda i: values[i][k])
-        low, high = values[order[0]][k], values[order[-1]][k]
-        distance[order[0]] = distance[order[-1]] = math.inf
-        if high == low:
-            continue
-        for prev, i, nxt in zip(order, order[1:], order[2:], strict=False):
-            distance[i] += (values[nxt][k] - values[prev][k]) / (high - low)
-    return distance
-
-
-def _fronts(values: Sequence[tuple[float, ...]]) -> list[int]:
-    """Non-dominated sorting (front 0 = Pareto optimal); O(n^2) per front, fine for thousands."""
-    remaining = set(range(len(values)))
-    front_of = [0] * len(values)
-    level = 0
-    while remaining:
-        current = {i for i in remaining if not any(_dominates(values[j], values[i]) for j in remaining)}
-        for i in current:
-            front_of[i] = level
-        remaining -= current
-        level += 1
-    return front_of
-
-
-def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
-    return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
-
-
 class ExactVerifier:
-    """Optuna callback (`study.optimize(..., callbacks=[verifier])`); `verify` also runs alone."""
+    """Optuna callback (`study.optimize(..., callbacks=[verifier])`); `verify` also runs alone.
+    Exact evaluations go through the study's `ExactStore` (claimed, so that processes sharing
+    the study never simulate a plan twice)."""
 
-    def __init__(self, space: SearchSpace, scorer: Scorer, every: int, top: int, n_jobs: int = 1,
-                 on_verify: Callable[[VerifyEvent], None] | None = None, target_trials: int | None = None,
-                 refine_steps: int = 3, patience: int | None = None):
-        self.space = space
-        self.scorer = scorer
-        self.every = every
-        self.top = top
-        self.n_jobs = n_jobs
-        self.on_verify = on_verify
-        self.target_trials = target_trials
+    def __init__(self, ctx: SearchContext, refine_steps: int = 3) -> None:
+        config = ctx.config
+        self.ctx = ctx
+        self.space = ctx.space
+        self.scorer = ctx.scorer
+        self.every = config.verify_every
+        self.top = config.verify_top
+        self.target_trials = config.trials
         self.refine_steps = refine_steps
-        self.patience = patience
+        self.patience = config.patience
         self.rounds_ = 0
         self.stale_rounds_ = 0  # rounds since the best exact answer last changed
         self.stopped_early_ = False
@@ -140,45 +56,49 @@ class ExactVerifier:
         self._best: object = None
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if self.ctx.stop():
+            study.stop()
+            return
         self._finished += 1
         if self._finished % self.every:
             return
         trials = self.verify(study)
         # several processes share the trial budget: stop once the study holds enough trials
-        if self.target_trials is not None and len(surrogate_trials(trials)) >= self.target_trials:
+        if len(surrogate_trials(trials)) >= self.target_trials:
             study.stop()
         elif self.patience is not None and self.stale_rounds_ >= self.patience:
             self.stopped_early_ = True
             study.stop()
 
-    def _track_best(self, study: optuna.Study) -> None:
+    def _track_best(self) -> None:
         """Count rounds in which the best exact answer did not change (for `patience`)."""
-        best = best_signature(self.space, exact_trials(complete_trials(study)))
+        best = best_signature(self.space, list(self.ctx.store.done.values()))
         self.stale_rounds_ = self.stale_rounds_ + 1 if best == self._best and best is not None else 0
         self._best = best
+
+    def _simulate(self, picked: list[tuple[Candidate, Evaluation]]) -> int:
+        results = self.ctx.store.evaluate([c for c, _ in picked], "exact", [p for _, p in picked])
+        if self.ctx.teach():
+            self.scorer.refit()
+        return len(results)
 
     def verify(self, study: optuna.Study) -> list[FrozenTrial]:
         """One round; returns the study's complete trials as read before the round."""
         trials = complete_trials(study)
-        picked = self.pick(trials)
-        exact = evaluate_exact_many([c.job for c, _ in picked if c.job is not None], self.n_jobs)
-        for (candidate, predicted), result in zip(picked, exact, strict=True):
-            record_exact(study, self.space, candidate, result, "exact", predicted)
-        self.scorer.add([c for c, _ in picked], exact)
-        if picked:
-            self.scorer.refit()
+        self.ctx.store.refresh()
+        verified = self._simulate(self.pick(trials))
         self.rounds_ += 1
         if self.patience is not None:
-            self._track_best(study)
-        if self.on_verify:
-            done = exact_trials(trials)
-            self.on_verify(VerifyEvent(self.rounds_, len(surrogate_trials(trials)), len(picked),
-                                       len(done) + len(picked), _best(self.space, done, exact)))
+            self._track_best()
+        self.ctx.hooks.verified(VerifyEvent(self.rounds_, len(surrogate_trials(trials)), verified,
+                                            len(self.ctx.store.done), self.ctx.best()))
         return trials
 
     def pick(self, trials: list[FrozenTrial]) -> list[tuple[Candidate, Evaluation]]:
-        """The `top` best unverified candidates seen by the study, by the current surrogate."""
-        verified = {t.user_attrs.get("key") for t in exact_trials(trials)}
+        """The `top` best candidates seen by the study that no process has simulated or is
+        simulating, by the current surrogate."""
+        store = self.ctx.store
+        verified = set(store.done) | store.others
         seen: dict[str, Candidate] = {}
         for t in surrogate_trials(trials):
             key = t.user_attrs.get("key")
@@ -226,15 +146,18 @@ class ExactVerifier:
             return spread_rank(predicted, constraints)
         return rank(config.objective, predicted, constraints)
 
-    def refine_front(self, study: optuna.Study, max_rounds: int = 10) -> int:
+    def refine_front(self, max_rounds: int = 10) -> int:
         """Verify unverified neighbours of the exact time-versus-cost front that the surrogate
         predicts would join it, until none is left (or `max_rounds`); returns how many."""
         config, capacity = self.space.config, self.space.hardware.memory_bytes
         added = 0
         for _ in range(max_rounds):
-            done = exact_trials(complete_trials(study))
-            verified = {t.user_attrs.get("key") for t in done}
-            front = exact_front(self.space, done)
+            if self.ctx.stop():
+                break
+            store = self.ctx.store
+            store.refresh()
+            verified = set(store.done) | store.others
+            front = exact_front(self.space, list(store.done.values()))
             seen: dict[str, Candidate] = {}
             for t in front:
                 for n in self.space.neighbours(self.space.build(t.params)):
@@ -245,43 +168,11 @@ class ExactVerifier:
             exact = [objective_values(Objective.PARETO, trial_exact(t)) for t in front]
             joining = [i for i, p in enumerate(predicted)
                        if all(c <= 0 for c in constraint_values(config, capacity, p))
-                       and not any(_dominates(e, objective_values(Objective.PARETO, p)) for e in exact)]
+                       and not any(dominates(e, objective_values(Objective.PARETO, p)) for e in exact)]
             if not joining:
                 break
             guesses = [predicted[i] for i in joining]
             order = spread_rank(guesses, [constraint_values(config, capacity, g) for g in guesses])
             chosen = [joining[i] for i in order[: 2 * self.top]]
-            picked = [candidates[i] for i in chosen]
-            results = evaluate_exact_many([c.job for c in picked if c.job is not None], self.n_jobs)
-            for i, result in zip(chosen, results, strict=True):
-                record_exact(study, self.space, candidates[i], result, "exact", predicted[i])
-            self.scorer.add(picked, results)
-            self.scorer.refit()
-            added += len(picked)
+            added += self._simulate([(candidates[i], predicted[i]) for i in chosen])
         return added
-
-
-def exact_front(space: SearchSpace, done: list[FrozenTrial]) -> list[FrozenTrial]:
-    """The exact trials on the time-versus-cost front (feasible, dominated by no feasible one)."""
-    config, capacity = space.config, space.hardware.memory_bytes
-    feasible = [t for t in done if all(c <= 0 for c in constraint_values(config, capacity, trial_exact(t)))]
-    values = [objective_values(Objective.PARETO, trial_exact(t)) for t in feasible]
-    return [t for t, v in zip(feasible, values, strict=True) if not any(_dominates(w, v) for w in values)]
-
-
-def best_signature(space: SearchSpace, done: list[FrozenTrial]) -> object:
-    """What "the best exact answer" is, for patience: the best value, or the exact front's plans."""
-    if space.config.objective is Objective.PARETO:
-        return frozenset(str(t.user_attrs.get("key")) for t in exact_front(space, done)) or None
-    best = _best(space, done, [])
-    return None if best is None else objective_values(space.config.objective, best)
-
-
-def _best(space: SearchSpace, done: list[FrozenTrial], new: list[Evaluation]) -> Evaluation | None:
-    evaluations = [trial_exact(t) for t in done] + list(new)
-    if not evaluations:
-        return None
-    config, capacity = space.config, space.hardware.memory_bytes
-    constraints = [constraint_values(config, capacity, e) for e in evaluations]
-    best = rank(config.objective, evaluations, constraints)[0]
-    return evaluations[best] if all(c <= 0 for c in constraints[best]) else None

@@ -1,0 +1,126 @@
+"""The search picks its strategy from the space's size and the simulator's measured cost, says
+which and why, and every strategy finds what exhaustive enumeration finds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from tests.search_tests.conftest import tiny_config, tiny_dict
+from tests.search_tests.standins import Constant, NoisyOracle
+from vtrain_ml.cli.search import main
+from vtrain_ml.planner import rules
+from vtrain_ml.planner.config import Strategy
+from vtrain_ml.planner.exhaustive import run_exhaustive
+from vtrain_ml.planner.runner import run_search
+from vtrain_ml.planner.space import SearchSpace
+from vtrain_ml.planner.strategy import Costs, choose_strategy
+from vtrain_ml.planner.study import complete_trials, exact_trials
+from vtrain_ml.planner.table import SpaceTable
+
+
+def _costs(**changes: float) -> Costs:
+    base = {"combinations": 560, "feasible": 94, "left": 78, "exact_s": 0.005, "startup_s": 2.0,
+            "fit_s": 0.3, "batch": 60}
+    return Costs(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def test_a_few_cheap_plans_are_enumerated_and_many_are_screened() -> None:
+    config = tiny_config()
+    few = choose_strategy(config, _costs())
+    assert few.strategy is Strategy.ENUMERATE and "simulating them all is cheaper" in few.reason
+    assert "94 plans" in few.reason and "5.0 ms each" in few.reason
+    many = choose_strategy(config, _costs(combinations=2_505_600, feasible=976_752, left=976_452))
+    assert many.strategy is Strategy.SCREEN and not many.sampled and "screening is cheaper" in many.reason
+    slow = choose_strategy(config, _costs(exact_s=2.0, batch=3))  # a measured profile: seconds a plan
+    assert slow.strategy is Strategy.SCREEN
+
+
+def test_a_space_too_large_to_screen_goes_to_optuna_and_a_large_one_is_sampled() -> None:
+    config = tiny_config(screen_limit=1_000_000)
+    huge = choose_strategy(config, _costs(combinations=10**9, feasible=400_000, left=400_000))
+    assert huge.strategy is Strategy.OPTUNA and "0.10% of it" in huge.reason
+    large = choose_strategy(config, _costs(combinations=50_000_000, feasible=400_000, left=400_000))
+    assert large.strategy is Strategy.SCREEN and large.sampled
+    assert "random sample of 1,000,000" in large.reason
+
+
+def test_an_asked_for_strategy_is_used() -> None:
+    for strategy in Strategy:
+        if strategy is not Strategy.AUTO:
+            choice = choose_strategy(tiny_config(strategy=strategy.value), _costs())
+            assert choice.strategy is strategy and "asked for" in choice.reason
+
+
+@pytest.mark.parametrize("objective", ["time", "cost"])
+@pytest.mark.parametrize("strategy", ["enumerate", "screen"])
+def test_each_strategy_finds_the_exhaustive_optimum(strategy: str, objective: str) -> None:
+    config = tiny_config(strategy=strategy, objective=objective)
+    reference = run_exhaustive(config)
+    found = run_search(config, factory=lambda: NoisyOracle(0.05))
+    assert found.best is not None and reference.best is not None
+    assert found.best.plan == reference.best.plan
+    assert found.surrogate["strategy"]["name"] == strategy
+    if strategy == "enumerate":  # every plan that passes the static memory bound, once
+        feasible = int(rules.feasible(SpaceTable(SearchSpace(config))).sum())
+        assert found.complete and found.exact_evaluations == feasible <= reference.exact_evaluations
+
+
+def test_screening_verifies_until_a_wrong_surrogate_cannot_hide_the_optimum() -> None:
+    # 30% errors: the margin grows from the measured errors, so plans predicted up to that much
+    # slower than the best exact one are still simulated
+    config = tiny_config(strategy="screen")
+    reference = run_exhaustive(config)
+    rough = run_search(config, factory=lambda: NoisyOracle(0.3))
+    fine = run_search(config, factory=lambda: NoisyOracle(0.02))
+    assert reference.best is not None and rough.best is not None and fine.best is not None
+    assert rough.best.plan == reference.best.plan == fine.best.plan
+    assert rough.surrogate["time_margin"] > 0.2 > 0.05 > fine.surrogate["time_margin"]
+
+
+def test_screening_finds_the_largest_model_within_the_budget() -> None:
+    config = tiny_config(model=None, strategy="screen", objective="largest_model", tokens_per_parameter=20,
+                         time_budget_days=1, architecture={"num_layers": [4, 8, 12, 16],
+                                                           "hidden_size": [512, 768, 1024, 1536],
+                                                           "head_dim": [64, 128]})
+    reference = run_exhaustive(config)
+    found = run_search(config, factory=lambda: NoisyOracle(0.05))
+    assert reference.best is not None and found.best is not None
+    assert found.best.plan == reference.best.plan
+    assert found.exact_evaluations < reference.exact_evaluations / 2
+
+
+def test_the_report_says_which_strategy_ran_and_why(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = tmp_path / "search.yaml"
+    recipe.write_text(yaml.safe_dump(tiny_dict(storage="memory")))
+    assert main(["--config", str(recipe), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["strategy"]["name"] in {"enumerate", "screen"} and data["strategy"]["reason"]
+    assert main(["--config", str(recipe), "--strategy", "screen"]) == 0
+    out = capsys.readouterr().out
+    assert "search (screen):" in out and "strategy screen: asked for (strategy: screen)" in out
+
+
+def test_every_strategy_records_its_exact_evaluations_in_the_study(db: str) -> None:
+    for strategy in ("enumerate", "screen", "optuna"):
+        config = tiny_config(db, study=f"s-{strategy}", strategy=strategy)
+        report = run_search(config, factory=Constant if strategy == "optuna" else lambda: NoisyOracle(0.05))
+        study = optuna.load_study(study_name=f"s-{strategy}", storage=db)
+        exact = exact_trials(complete_trials(study))
+        assert len(exact) == report.exact_evaluations > 0
+        assert len({t.user_attrs["key"] for t in exact}) == len(exact), "a plan simulated twice"
+
+
+def test_a_space_larger_than_the_screen_limit_is_screened_on_a_sample_and_climbs_to_the_optimum() -> None:
+    config = tiny_config(screen_limit=100)  # 640 combinations: a random sample of 100
+    reference = run_exhaustive(config)
+    found = run_search(config, factory=lambda: NoisyOracle(0.05))
+    assert found.surrogate["strategy"]["name"] == "screen" and found.surrogate["strategy"]["sampled"]
+    assert found.surrogate["neighbours_added"] > 0
+    assert found.best is not None and reference.best is not None
+    assert found.best.plan == reference.best.plan

@@ -1,0 +1,155 @@
+"""The exact evaluations of a study, shared by every strategy and every process working on it.
+
+Every exact simulation is a trial of the study (`planner.study.record_exact`), so a resumed or a
+second process sees every result. Two processes must not simulate one plan twice, so a batch is
+*claimed* first: one RUNNING trial (source "claim") listing the plans' keys. Then the process
+reads the study; a plan is its to simulate when no exact trial holds it yet and no live claim of
+another process with a lower trial number lists it. Trial numbers are handed out by the storage
+in one order every process sees (the journal's log order, the database's sequence), so each plan
+has exactly one winner. Results are recorded chunk by chunk as they come (an interrupted batch
+keeps what it finished) and the claim is then closed (PRUNED: finished without a value; samplers
+skip trials without parameters). A claim whose process is gone is ignored: at once on the same
+host, after `CLAIM_TTL_S` from another one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from vtrain_ml.planner.evaluation import Evaluation, evaluate_exact_many
+from vtrain_ml.planner.space import Candidate, SearchSpace
+from vtrain_ml.planner.study import EXACT_SOURCES, record_exact
+
+log = logging.getLogger(__name__)
+
+CLAIM = "claim"
+CLAIM_TTL_S = 1800.0  # a claim from another host older than this is abandoned
+POLL_S = 0.2
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class ExactStore:
+    """Claims, simulates and records exact evaluations; `done` holds every plan's first exact
+    trial in the study, this process's or another's (`refresh` reads the study again)."""
+
+    study: optuna.Study
+    space: SearchSpace
+    n_jobs: int = 1
+    stop: Callable[[], bool] = lambda: False
+    owner: str = field(default_factory=lambda: uuid.uuid4().hex)
+    done: dict[str, FrozenTrial] = field(default_factory=dict)
+    others: set[str] = field(default_factory=set)  # keys in live claims of other processes
+    chunks: list[tuple[float, int]] = field(default_factory=list)  # (seconds, plans) simulated
+    _seen: int = 0
+
+    @property
+    def evaluated(self) -> int:
+        """Plans this process simulated."""
+        return sum(n for _, n in self.chunks)
+
+    @property
+    def seconds_per_plan(self) -> float | None:
+        """Wall seconds per plan simulated by this process; the first chunk, which pays the
+        simulator's start-up in this process (imports, empty memo tables), is left out when
+        there are others."""
+        steady = self.chunks[1:] or self.chunks
+        plans = sum(n for _, n in steady)
+        return sum(s for s, _ in steady) / plans if plans else None
+
+    def refresh(self) -> list[FrozenTrial]:
+        """Read the study: new exact trials into `done`, live claims of others into `others`;
+        returns every trial read."""
+        trials = self.study.get_trials(deepcopy=False)
+        for t in trials[self._seen:] if len(trials) >= self._seen else trials:
+            key = t.user_attrs.get("key")
+            if t.state is TrialState.COMPLETE and t.user_attrs.get("source") in EXACT_SOURCES:
+                self.done.setdefault(str(key), t)
+        self._seen = len(trials)
+        self.others = {k for t in trials if self._live_claim(t, foreign=True) for k in t.user_attrs["keys"]}
+        self.others -= set(self.done)
+        return trials
+
+    def _live_claim(self, trial: FrozenTrial, foreign: bool) -> bool:
+        attrs = trial.user_attrs
+        if trial.state is not TrialState.RUNNING or attrs.get("source") != CLAIM:
+            return False
+        if foreign and attrs.get("owner") == self.owner:
+            return False
+        if attrs.get("host") == socket.gethostname():
+            return _alive(int(attrs.get("pid", -1)))
+        started = trial.datetime_start.timestamp() if trial.datetime_start else 0.0
+        return time.time() - started < CLAIM_TTL_S
+
+    def claim(self, candidates: Sequence[Candidate]) -> tuple[list[Candidate], int | None]:
+        """The candidates this process won (see the module docstring), and its claim's number."""
+        todo = [c for c in dict((c.key, c) for c in candidates).values() if c.key not in self.done]
+        if not todo:
+            return [], None
+        self.study.add_trial(optuna.trial.create_trial(
+            state=TrialState.RUNNING,
+            user_attrs={"source": CLAIM, "keys": [c.key for c in todo], "owner": self.owner,
+                        "host": socket.gethostname(), "pid": os.getpid()}))
+        trials = self.refresh()
+        mine = max(t.number for t in trials if t.user_attrs.get("owner") == self.owner
+                   and t.state is TrialState.RUNNING)
+        earlier = {k for t in trials if t.number < mine and self._live_claim(t, foreign=True)
+                   for k in t.user_attrs["keys"]}
+        return [c for c in todo if c.key not in self.done and c.key not in earlier], mine
+
+    def evaluate(self, candidates: Sequence[Candidate], source: str,
+                 predicted: Sequence[Evaluation] | None = None,
+                 chunk: int | None = None) -> list[tuple[Candidate, Evaluation]]:
+        """Simulate and record the candidates this process wins; stops between chunks when
+        `stop()` says so. Returns what it simulated, in order."""
+        guess = {c.key: p for c, p in zip(candidates, predicted, strict=True)} if predicted else {}
+        won, number = self.claim(candidates)
+        out: list[tuple[Candidate, Evaluation]] = []
+        size = chunk or max(8, 4 * self.n_jobs)
+        try:
+            for i in range(0, len(won), size):
+                if self.stop():
+                    break
+                part = won[i:i + size]
+                began = time.perf_counter()
+                results = evaluate_exact_many([c.job for c in part if c.job is not None], self.n_jobs)
+                self.chunks.append((time.perf_counter() - began, len(part)))
+                for candidate, result in zip(part, results, strict=True):
+                    record_exact(self.study, self.space, candidate, result, source, guess.get(candidate.key))
+                out += list(zip(part, results, strict=True))
+        finally:
+            if number is not None:
+                self.study.tell(number, state=TrialState.PRUNED)
+            self.refresh()
+        return out
+
+    def wait_for_others(self, keys: set[str], timeout_s: float) -> bool:
+        """Wait until other processes have recorded (or abandoned) `keys`; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while keys & self.others and not self.stop():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+            self.refresh()
+        return True
+
+
+__all__ = ["CLAIM", "ExactStore"]
