@@ -9,15 +9,22 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simulator.costs.analytic import AnalyticKernelModel, CostSource, KernelModel
+from simulator.errors import ProfileError
 from simulator.graph.blocks import BLOCKS, JobGraph, blocks_key
 from simulator.job.catalog import data_dir
-from simulator.job.enums import CollectiveKind
+from simulator.job.enums import CollectiveKind, DataParallelSharding
 from simulator.job.specs import Job
 from simulator.memo import Memo, Pinned, read_only
 from simulator.memory.stages import ORDER_SIGNS
 from simulator.network.collectives import NetworkModel
 from simulator.network.nccl import load_nccl_table
-from simulator.network.topology import Placement, boundaries_crossing_nodes, p2p_placement, tp_placement
+from simulator.network.topology import (
+    Placement,
+    boundaries_crossing_nodes,
+    dp_placement,
+    p2p_placement,
+    tp_placement,
+)
 from simulator.prepare import JOBS, JobStatic, job_static, job_summary
 from simulator.report.metrics import cost_usd, utilization
 from simulator.report.result import SimulationResult, StageReport
@@ -40,7 +47,7 @@ if TYPE_CHECKING:
 
 # Costed blocks (and their table for the chunk grids) of every (blocks, hardware, tp placement,
 # kernel and network model) seen recently: see `_costed_blocks`.
-COSTED: Memo[tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]] = Memo(maxsize=512)
+COSTED: Memo[tuple[tuple[BlockCost, ...], np.ndarray]] = Memo(maxsize=512)
 # The distinct p2p placements of the pipeline boundaries and each boundary's index among them,
 # per (pp, tp, dp, GPUs per node, GPUs): what `topology.pp_placement` reads.
 PLACEMENTS: Memo[tuple[tuple[Placement, ...], np.ndarray]] = Memo(maxsize=512)
@@ -59,7 +66,7 @@ def default_network(job: Job) -> NetworkModel:
 
 
 def default_kernels(job: Job) -> KernelModel:
-    return AnalyticKernelModel(job.hardware, job.training.precision)
+    return AnalyticKernelModel(job.hardware, job.training.precision.base)
 
 
 def simulate(job: Job, kernels: KernelModel | None = None,
@@ -81,7 +88,8 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         costs, coverage = static.per_blocks.get(Pinned(cached_table), lambda: _costs(
             job, graph, costed, cached_table))
     else:
-        costs, coverage = _costs(job, graph, blocks.replace_blocks(graph, *costed), None)
+        costs, coverage = _costs(job, graph, blocks.replace_blocks(graph, *costed[:3]) + costed[3:],
+                                 None)
     p, m = job.parallel.pp, job.num_microbatches
     edge_delays, fixed = static.per_models.get(
         models, lambda: _per_models(job, static, kernels, network))
@@ -152,18 +160,21 @@ def clear_layout_caches() -> None:
 
 def _costed_blocks(job: Job, graph: JobGraph, kernels: KernelModel | None,
                    network: NetworkModel | None
-                   ) -> tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]:
+                   ) -> tuple[tuple[BlockCost, ...], np.ndarray]:
     """The blocks' costs, memoized. They depend on the blocks (`blocks_key`), the hardware
-    (efficiencies included; an immutable object, keyed by identity), the tp group's placement,
-    and the kernel and network models: the default ones are functions of the hardware, the
-    precision (in the training config) and the cluster's bandwidths; a caller's own models
-    enter the key by identity."""
-    key = (blocks_key(job), Pinned(job.hardware), tp_placement(job),
+    (efficiencies included; an immutable object, keyed by identity), the tp group's placement
+    (and the dp group's, when FSDP's collectives are part of the blocks), and the kernel and
+    network models: the default ones are functions of the hardware, the precision (in the
+    training config) and the cluster's bandwidths; a caller's own models enter the key by
+    identity."""
+    key: tuple[object, ...] = (blocks_key(job), Pinned(job.hardware), tp_placement(job),
            Pinned(kernels) if kernels is not None else None,
            Pinned(network) if network is not None else
            (job.intra_node_bandwidth_Bps, job.inter_node_bandwidth_Bps))
+    if job.sharding.level >= DataParallelSharding.OPTIM_GRADS.level:
+        key += (dp_placement(job),)
 
-    def compute() -> tuple[tuple[BlockCost, BlockCost, BlockCost], np.ndarray]:
+    def compute() -> tuple[tuple[BlockCost, ...], np.ndarray]:
         costed = block_costs(job, graph, kernels or default_kernels(job),
                              network or default_network(job))
         return costed, block_table(*costed)
@@ -171,7 +182,7 @@ def _costed_blocks(job: Job, graph: JobGraph, kernels: KernelModel | None,
     return COSTED.get(key, compute)
 
 
-def _costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, BlockCost, BlockCost],
+def _costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, ...],
            table: np.ndarray | None) -> tuple[StageCosts, dict[str, float]]:
     costs = stage_costs(job, graph, costed, table)
     read_only(costs.forward_s, costs.backward_s, *costs.parts.values(),
@@ -251,6 +262,11 @@ def simulate_traced(job: Job, profile: str | Profile, options: TracedOptions | N
 def _simulate(costs: TracedCosts, network: NetworkModel | None) -> SimulationResult:
     from simulator.costs.traced import TracedKernelModel
 
+    precision = costs.job.training.precision
+    if precision.is_low:
+        raise ProfileError(f"a traced profile holds the phases of a 16-bit stack; it cannot cost "
+                           f"training.precision={precision.value} (its quantize kernels and "
+                           f"low-precision GEMMs were never traced); simulate without --profile")
     kernels = TracedKernelModel(costs, costs.fallback)
     result = simulate(costs.job, kernels=kernels, network=network, blocks=costs)
     return replace(result, profile_coverage=costs.coverage())
@@ -275,7 +291,7 @@ def simulate_with_profile(job: Job, path: str, strict: bool = False
         kernels = kernel_model_from_profile(path, job, strict)
         return simulate(job, kernels=kernels, network=network), None
     check_device(profile, job, strict)
-    analytic = AnalyticKernelModel(job.hardware, job.training.precision)
+    analytic = AnalyticKernelModel(job.hardware, job.training.precision.base)
     fallback: KernelModel = analytic
     if profile.ops is not None:
         fallback = ProfiledKernelModel.from_measurements(ops_from_table(profile.ops), analytic)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.costs.analytic import CostSource, KernelModel
-from simulator.graph.ops import Block, CommOp, Op
+from simulator.graph.ops import OVERLAP_BLOCK, Block, CommOp, Op
 from simulator.job.specs import Efficiency
 
 CommTime = Callable[[CommOp], float]  # seconds of one tensor-parallel collective on the job's group
@@ -68,19 +68,26 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
             total += c.seconds
         return total
 
-    def comm(ops: tuple[CommOp, ...]) -> float:
-        """Blocking collectives in full; asynchronous ones only beyond the op they overlap."""
-        return sum(max(0.0, comm_time(op) - seconds.get(op.overlap, 0.0)) if op.overlap
-                   else comm_time(op) for op in ops)
+    def comm(ops: tuple[CommOp, ...], busy: float = 0.0) -> float:
+        """Blocking collectives in full; asynchronous ones only beyond the op they overlap;
+        those on their own stream for the whole direction (`OVERLAP_BLOCK`) together beyond
+        the direction's compute `busy`."""
+        exposed = sum(max(0.0, comm_time(op) - seconds.get(op.overlap, 0.0)) if op.overlap
+                      else comm_time(op) for op in ops if op.overlap != OVERLAP_BLOCK)
+        streamed = [comm_time(op) for op in ops if op.overlap == OVERLAP_BLOCK]
+        return exposed + max(0.0, sum(streamed) - busy) if streamed else exposed
 
     def host(ops: tuple[Op, ...], comms: tuple[CommOp, ...], weight: float) -> float:
+        if block.graph_captured:  # one graph launch replays the kernels and collectives
+            return efficiency.host_overhead_s if ops else 0.0
         launches = sum(op.kernels for op in ops)
         return (launches * weight * efficiency.host_overhead_s
                 + len(comms) * efficiency.collective_overhead_s)
 
-    fwd, fwd_c = compute(block.forward), comm(block.forward_comm)
-    bwd, bwd_c = compute(block.backward), comm(block.backward_comm)
-    rec, rec_c = compute(block.recompute), comm(block.recompute_comm)
+    fwd = compute(block.forward)
+    fwd_c = comm(block.forward_comm, fwd)
+    bwd, rec = compute(block.backward), compute(block.recompute)
+    bwd_c, rec_c = comm(block.backward_comm, bwd + rec), comm(block.recompute_comm)
     w = block.host_cost
     fwd_host = host(block.forward, block.forward_comm, w.forward)
     bwd_host = (host(block.backward, block.backward_comm, w.backward)

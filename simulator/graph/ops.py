@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from simulator.job.enums import CollectiveKind
+from simulator.job.enums import CollectiveKind, Precision
 from simulator.job.framework import MEGATRON_HOST, HostCost
 
 
@@ -27,6 +27,7 @@ class OpKind(StrEnum):
     EMBEDDING = "embedding"
     CROSS_ENTROPY = "cross_entropy"
     OPTIMIZER = "optimizer"  # Adam step over the local parameter shard
+    QUANTIZE = "quantize"  # cast / amax / transpose / Hadamard to a low-precision format
 
 
 class Phase(StrEnum):
@@ -56,10 +57,14 @@ class Op:
     saved_bytes: float = 0.0  # activations kept for backward (forward ops only)
     variant: str = ""
     kernels: float = 1  # launches per micro-batch (fractional: runs in some micro-batches only)
+    precision: Precision | None = None  # a matmul's arithmetic when the recipe runs it low
 
     @property
     def profile_key(self) -> tuple[str, str, str, tuple[int, ...], int]:
         return (self.kind.value, self.variant, self.phase.value, self.shape, self.dtype_bytes)
+
+
+OVERLAP_BLOCK = "*"
 
 
 class CommGroup(StrEnum):
@@ -74,7 +79,10 @@ class CommOp:
     """A collective or point-to-point transfer; `bytes` is the buffer size per GPU (the full,
     gathered tensor for all-gather and reduce-scatter). `overlap` names the compute op of the same
     block that runs while it is in flight (Megatron launches it asynchronously and waits after
-    that op): only the part of its time beyond that op is exposed. Empty: it blocks."""
+    that op): only the part of its time beyond that op is exposed. Empty: it blocks.
+    `OVERLAP_BLOCK`: it runs on its own stream during the whole direction of the block (FSDP's
+    prefetched all-gathers and its reduce-scatters): together such collectives cost what outlasts
+    the direction's compute."""
 
     name: str
     kind: CollectiveKind
@@ -97,3 +105,4 @@ class Block:
     working_bytes: float  # transient during its backward (e.g. the recomputed activations)
     forward_transient_bytes: float = 0.0  # alive only at the end of its forward (loss temps)
     host_cost: HostCost = MEGATRON_HOST  # the stack's host time per launch of each direction
+    graph_captured: bool = False  # replayed from a CUDA graph: one launch per direction

@@ -44,6 +44,14 @@ def layer_params(model: ModelSpec) -> LayerParams:
     return LayerParams(weights + sharded_bias, replicated_bias + 2 * _norm_params(model))
 
 
+def linear_weight_params(model: ModelSpec) -> int:
+    """Weights of one layer's four linear layers (QKV, projection, MLP up and down): the
+    tensors a low-precision recipe quantizes (all split by tp)."""
+    h, f, d = model.hidden_size, model.ffn, model.head_dim
+    qkv_out = h + 2 * model.query_groups * d
+    return h * qkv_out + h * h + h * f * (2 if model.gated_mlp else 1) + f * h
+
+
 def position_params(model: ModelSpec) -> int:
     """Learned position embedding: replicated on every tp rank (Megatron's `Embedding` keeps
     `position_embeddings` as a plain `torch.nn.Embedding`)."""

@@ -9,12 +9,25 @@ from __future__ import annotations
 import difflib
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+)
 
 from simulator.errors import ConfigError
 from simulator.job.enums import (
     Activation,
+    CudaGraphs,
+    DataParallelSharding,
+    Fp4Recipe,
+    Fp8Recipe,
     Framework,
+    GpuArchitecture,
     Norm,
     Optimizer,
     PositionEmbedding,
@@ -77,6 +90,17 @@ class TrainingSpec(Frozen):
     fused_softmax: bool = True  # the stack has Megatron's compiled scale-mask-softmax kernels
     gradient_accumulation_fusion: bool | None = None  # None: the framework's default
     train_tokens: PositiveFloat | None = None  # token budget for time/cost to train
+    # Low precision (simulator.job.precision): Megatron-LM's --fp8-recipe / --fp4-recipe (None:
+    # the GPU's default recipe), --fp8-param-gather, --first-last-layers-bf16 with
+    # --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16, --fp8-dot-product-attention
+    fp8_recipe: Fp8Recipe | None = None
+    fp4_recipe: Fp4Recipe | None = None
+    fp8_param_gather: bool = False
+    first_last_layers_bf16: bool = False
+    num_layers_at_start_in_bf16: NonNegativeInt = 1
+    num_layers_at_end_in_bf16: NonNegativeInt = 1
+    fp8_dot_product_attention: bool = False
+    cuda_graphs: CudaGraphs = CudaGraphs.NONE  # launches captured in CUDA graphs
 
 
 class ParallelPlan(Frozen):
@@ -93,6 +117,10 @@ class ParallelPlan(Frozen):
     bucket_size_mb: PositiveFloat = 25.0
     first_stage_layers: PositiveInt | None = None  # Megatron's --decoder-first-pipeline-num-layers
     last_stage_layers: PositiveInt | None = None  # --decoder-last-pipeline-num-layers
+    # Megatron-FSDP's --data-parallel-sharding-strategy (None: `optim` with the distributed
+    # optimizer, else `no_shard`)
+    data_parallel_sharding: DataParallelSharding | None = None
+    tp_comm_overlap: bool = False  # TE userbuffers: tp all-gather / reduce-scatter under GEMMs
 
 
 class ClusterSpec(Frozen):
@@ -137,6 +165,11 @@ class Efficiency(Frozen):
     # from kernel durations in the H100 traces (../shared/data/traces/h100, mgpt_h2048 logits
     # GEMMs, `cutlass_75_..._align1`: 0.10 forward, 0.14-0.15 backward).
     unaligned_gemm_efficiency: float = Field(0.12, gt=0, le=1)
+    # A low-precision GEMM kernel family's best fraction of ITS peak, relative to
+    # `gemm_max_efficiency` of the 16-bit GEMMs (keys: simulator.job.precision's `gemm_kernel`:
+    # fp8_tensor, fp8_block, mxfp8, nvfp4), from public micro-benchmarks cited in the hardware
+    # file. A family missing here is refused for this GPU.
+    low_precision_gemm_efficiency: dict[str, float] = Field(default_factory=dict)
 
 
 class HardwareSpec(Frozen):
@@ -151,6 +184,10 @@ class HardwareSpec(Frozen):
     num_sms: PositiveInt
     nvlink_bandwidth_GBps: PositiveFloat  # per GPU, per direction
     gpus_per_node: PositiveInt = 8
+    # GPUs that share one NVLink fabric: 8 on HGX/DGX, 72 on GB200/GB300 NVL72 (a compute tray
+    # holds 4); None: the node
+    nvlink_domain: int | None = None
+    architecture: GpuArchitecture | None = None  # decides the low-precision formats it runs
     inter_node_bandwidth_Gbps: PositiveFloat = 800.0  # per node
     price_per_gpu_hour_usd: float = Field(0.0, ge=0)
     reserved_memory_GiB: float = Field(2.0, ge=0)  # CUDA context and NCCL buffers (not allocator)
@@ -185,6 +222,21 @@ class Job(Frozen):
     @property
     def dp(self) -> int:
         return self.parallel.dp or self.cluster.num_gpus // (self.parallel.tp * self.parallel.pp)
+
+    @property
+    def sharding(self) -> DataParallelSharding:
+        """The data-parallel sharding of model states: `parallel.data_parallel_sharding`, or
+        Megatron's `--use-distributed-optimizer` (ZeRO-1) / plain data parallelism."""
+        chosen = self.parallel.data_parallel_sharding
+        if chosen is not None:
+            return chosen
+        return (DataParallelSharding.OPTIM if self.parallel.distributed_optimizer
+                else DataParallelSharding.NO_SHARD)
+
+    @property
+    def shards_optimizer(self) -> bool:
+        """Optimizer states (and fp32 master weights) sharded over dp: ZeRO-1 and above."""
+        return self.sharding.level >= DataParallelSharding.OPTIM.level
 
     @property
     def num_microbatches(self) -> int:

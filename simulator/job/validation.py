@@ -7,9 +7,10 @@ Each rule names the fields, their values and the fix. All violations are reporte
 from __future__ import annotations
 
 from simulator.errors import ConfigError
-from simulator.job.enums import Recompute, Schedule
+from simulator.job.enums import CudaGraphs, DataParallelSharding, Framework, Recompute, Schedule
 from simulator.job.framework import semantics
 from simulator.job.partition import partition_problems
+from simulator.job.precision import precision_problems
 from simulator.job.specs import Job
 
 
@@ -40,7 +41,8 @@ def job_problems(job: Job) -> list[str]:
         )
     if m.ffn % tp:
         problems.append(f"tensor_parallel_size={tp} does not divide ffn_hidden_size={m.ffn}")
-    problems += _pipeline_problems(job) + _framework_problems(job)
+    problems += _pipeline_problems(job) + _framework_problems(job) + precision_problems(job)
+    problems += _sharding_problems(job) + _overlap_problems(job)
     dp = job.dp
     if p.dp is not None and tp * pp * p.dp != c.num_gpus:
         problems.append(
@@ -109,6 +111,43 @@ def _framework_problems(job: Job) -> list[str]:
         problems.append(
             f"training.recompute=selective is Megatron's; with framework={t.framework.value} use "
             f"none or full (torch.utils.checkpoint of whole layers)")
+    return problems
+
+
+def _sharding_problems(job: Job) -> list[str]:
+    """Megatron-FSDP's strategies, as Megatron-LM runs them (its own layer graph)."""
+    p, t = job.parallel, job.training
+    chosen = p.data_parallel_sharding
+    problems = []
+    if chosen is DataParallelSharding.NO_SHARD and p.distributed_optimizer:
+        problems.append("parallel.distributed_optimizer=true is data_parallel_sharding=optim, "
+                        "not no_shard; remove one of them")
+    if job.sharding.level > DataParallelSharding.OPTIM.level and t.framework is not Framework.MEGATRON_LM:
+        problems.append(f"parallel.data_parallel_sharding={job.sharding.value} is modelled for "
+                        f"framework megatron-lm (Megatron-FSDP), not {t.framework.value}; use "
+                        f"optim or no_shard")
+    return problems
+
+
+def _overlap_problems(job: Job) -> list[str]:
+    """What the host no longer does (CUDA graphs) and TE's overlapped tp communication."""
+    p, t = job.parallel, job.training
+    problems = []
+    if p.tp_comm_overlap and not (p.sequence_parallel and p.tp > 1):
+        problems.append("parallel.tp_comm_overlap=true needs sequence_parallel=true and tp > 1 "
+                        "(Megatron: tp communication overlap happens only with sequence "
+                        "parallelism); set both or remove it")
+    megatron_only = {"parallel.tp_comm_overlap": p.tp_comm_overlap,
+                     "training.cuda_graphs": t.cuda_graphs is not CudaGraphs.NONE,
+                     f"training.precision={t.precision.value}": t.precision.is_low}
+    if t.framework is not Framework.MEGATRON_LM:
+        problems += [f"{k} is modelled with Transformer Engine under framework megatron-lm, not "
+                     f"{t.framework.value}; remove it or use megatron-lm"
+                     for k, on in megatron_only.items() if on]
+    hw = job.hardware
+    if hw.nvlink_domain is not None and (hw.nvlink_domain < 1 or hw.nvlink_domain % hw.gpus_per_node):
+        problems.append(f"{hw.name}: nvlink_domain={hw.nvlink_domain} is not a whole number of "
+                        f"nodes of gpus_per_node={hw.gpus_per_node}; fix the hardware file")
     return problems
 
 

@@ -24,7 +24,7 @@ OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights, Adam momentum and varianc
 
 
 def grad_bytes_per_param(precision: Precision) -> int:
-    return 4 if precision is Precision.BF16 else 2
+    return 4 if precision.base is Precision.BF16 else 2
 
 
 def static_bytes_per_param(job: Job) -> float:

@@ -19,22 +19,25 @@ import numpy as np
 from simulator.costs.analytic import AnalyticKernelModel, KernelModel, OpCost
 from simulator.costs.blocks import BlockCost, cost_block
 from simulator.graph.blocks import JobGraph
-from simulator.graph.ops import Block, CommOp, Op
+from simulator.graph.ops import Block, CommGroup, CommOp, Op
 from simulator.job.specs import Job
 from simulator.memo import Memo, Pinned
 from simulator.network.collectives import NetworkModel
-from simulator.network.topology import tp_placement
+from simulator.network.topology import dp_placement, tp_placement
 
 
 class CommTimer:
-    """Times tensor-parallel collectives on the job's tp placement."""
+    """Times a block's collectives: tensor-parallel ones on the job's tp placement, FSDP's
+    data-parallel ones (simulator.graph.fsdp) on its dp placement."""
 
     def __init__(self, job: Job, network: NetworkModel) -> None:
         self._network = network
         self._where = tp_placement(job)
+        self._dp = dp_placement(job)
 
     def __call__(self, op: CommOp) -> float:
-        network, where = self._network, self._where
+        network = self._network
+        where = self._dp if op.group is CommGroup.DP else self._where
         if type(network) is not NetworkModel:
             return network.time(op.kind, op.bytes, where)
         return COMM_TIMES.get((Pinned(network), op.kind, op.bytes, where),
@@ -122,14 +125,18 @@ def memoized(kernels: KernelModel) -> KernelModel:
 
 
 def block_costs(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel
-                ) -> tuple[BlockCost, BlockCost, BlockCost]:
-    """The layer, embedding and head blocks costed once each (simulate memoizes them)."""
+                ) -> tuple[BlockCost, ...]:
+    """The layer, embedding and head blocks costed once each (simulate memoizes them), and a
+    low-precision run's 16-bit layer when it has one."""
     timer = CommTimer(job, network)
     kernels = memoized(kernels)
     eff = job.hardware.efficiency
-    return (cost_block(graph.layer, kernels, timer, eff),
-            cost_block(graph.embedding, kernels, timer, eff),
-            cost_block(graph.head, kernels, timer, eff))
+    costed = (cost_block(graph.layer, kernels, timer, eff),
+              cost_block(graph.embedding, kernels, timer, eff),
+              cost_block(graph.head, kernels, timer, eff))
+    if graph.high_layer is None:
+        return costed
+    return (*costed, cost_block(graph.high_layer, kernels, timer, eff))
 
 
 # The per-block quantities a StageCosts is made of, each gridded over the stage chunks.
@@ -138,28 +145,32 @@ GRID_FIELDS = ("forward", "forward_comm", "backward", "backward_comm", "recomput
                "forward_total", "backward_total")
 
 
-def block_table(layer: BlockCost, emb: BlockCost, head: BlockCost) -> np.ndarray:
-    """(len(GRID_FIELDS), 3) the fields of the layer, embedding and head costs."""
-    return np.array([[getattr(b, f) for b in (layer, emb, head)] for f in GRID_FIELDS])
+def block_table(*blocks: BlockCost) -> np.ndarray:
+    """(len(GRID_FIELDS), n) the fields of the layer, embedding and head costs (and the 16-bit
+    layer's of a low-precision run)."""
+    return np.array([[getattr(b, f) for b in blocks] for f in GRID_FIELDS])
 
 
 def lower(job: Job, graph: JobGraph, kernels: KernelModel, network: NetworkModel,
           blocks: BlockReplacer | None = None) -> StageCosts:
-    layer, emb, head = block_costs(job, graph, kernels, network)
+    costed = block_costs(job, graph, kernels, network)
     if blocks is not None:
-        layer, emb, head = blocks.replace_blocks(graph, layer, emb, head)
-    return stage_costs(job, graph, (layer, emb, head))
+        costed = blocks.replace_blocks(graph, *costed[:3]) + costed[3:]
+    return stage_costs(job, graph, costed)
 
 
-def stage_costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, BlockCost, BlockCost],
+def stage_costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, ...],
                 table: np.ndarray | None = None) -> StageCosts:
     """Compose the chunks' durations from the block costs (`table`: their `block_table`, when
-    the caller has it). Every field is gridded at once, as `chunk_grid` does one by one."""
-    layer, emb, head = costed
+    the caller has it). Every field is gridded at once, as `chunk_grid` does one by one. A
+    low-precision run's 16-bit layers replace that many of their chunks' layers."""
+    layer, emb, head = costed[:3]
     eff = job.hardware.efficiency
     p, v = job.parallel.pp, job.parallel.virtual_stages
     values = block_table(*costed) if table is None else table
     grids = graph.chunk_layers * values[:, 0, None, None]
+    if graph.high_layers is not None and values.shape[1] > 3:
+        grids += graph.high_layers * (values[:, 3, None, None] - values[:, 0, None, None])
     grids[:, 0, 0] += values[:, 1]
     grids[:, p - 1, v - 1] += values[:, 2]
     g = dict(zip(GRID_FIELDS, grids, strict=True))

@@ -47,7 +47,7 @@ def test_memoized_blocks_equal_fresh_ones() -> None:
     clear_caches()
     cached = build_graph(job)
     assert len(BLOCKS) == 1
-    layer, emb, head = build_blocks(job)
+    layer, emb, head, _ = build_blocks(job)
     assert (cached.layer, cached.embedding, cached.head) == (layer, emb, head)
 
 

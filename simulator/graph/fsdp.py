@@ -1,0 +1,59 @@
+"""Megatron-FSDP's collectives of a transformer layer (its FSDP unit) for one micro-batch.
+
+Megatron-LM's default FSDP units are the transformer layers (`distributed/fsdp/
+mcore_fsdp_adapter.py`: `fsdp_unit_modules = [TransformerLayer, ...]` for every strategy but
+`no_shard`); the embedding and the output layer are not units (their parameters stay whole and
+their gradients are reduced after the last backward, simulator.timeline.tail). Per unit and
+micro-batch (`docs/user-guide/features/megatron_fsdp.md`, "Data-Parallel Sharding
+Strategies" and "FSDP Module Hooks"):
+- `optim_grads` (ZeRO-2): the unit's gradients are reduce-scattered after its backward, every
+  micro-batch, overlapped with the backward of the next unit;
+- `optim_grads_params` (ZeRO-3): also, its parameters are all-gathered before its forward and
+  again before its backward (they are resharded after the forward; with recomputation the
+  backward's gather serves the recomputed forward too), prefetched while the previous unit
+  computes.
+Each runs on its own stream beside the compute (`OVERLAP_BLOCK`): per layer only what outlasts
+the layer's compute of that direction is exposed. Parameters travel in their compute dtype
+(quantized with `fp8_param_gather`: the quantized copies each pass needs), gradients in the
+framework's gradient dtype.
+"""
+
+from __future__ import annotations
+
+from simulator.graph.ops import OVERLAP_BLOCK, CommGroup, CommOp
+from simulator.graph.params import layer_params, linear_weight_params
+from simulator.graph.primitives import ShapeContext
+from simulator.job.enums import CollectiveKind, DataParallelSharding
+from simulator.job.specs import Job
+
+AG, RS = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
+
+
+def _op(name: str, kind: CollectiveKind, nbytes: float) -> CommOp:
+    return CommOp(name, kind, nbytes, CommGroup.DP, OVERLAP_BLOCK)
+
+
+def gathered_param_bytes(job: Job, c: ShapeContext, low: bool) -> float:
+    """Bytes of one layer's parameters on one tp rank as FSDP all-gathers them for one pass:
+    16-bit, or with quantized parameters the linear weights in the recipe's format (one copy per
+    pass: the rowwise one before the forward, the columnwise one before the backward)."""
+    params = layer_params(job.model).per_rank(job.parallel.tp)
+    if not (low and c.quantized_params and c.low is not None):
+        return params * c.dt
+    linear = linear_weight_params(job.model) / job.parallel.tp
+    return (params - linear) * c.dt + linear * c.low.bytes_per_element
+
+
+def fsdp_comm(job: Job, c: ShapeContext, low: bool) -> tuple[tuple[CommOp, ...], tuple[CommOp, ...]]:
+    """Forward and backward collectives of one layer under the job's sharding (`low`: the layer
+    runs in the recipe's format)."""
+    sharding = job.sharding
+    if job.dp == 1 or sharding.level < DataParallelSharding.OPTIM_GRADS.level:
+        return (), ()
+    grads = layer_params(job.model).per_rank(job.parallel.tp) * c.grad_bytes
+    backward = (_op("fsdp.grad_reduce_scatter", RS, grads),)
+    if sharding is not DataParallelSharding.OPTIM_GRADS_PARAMS:
+        return (), backward
+    params = gathered_param_bytes(job, c, low)
+    return ((_op("fsdp.param_all_gather", AG, params),),
+            (_op("fsdp.param_all_gather_bwd", AG, params), *backward))
