@@ -27,8 +27,9 @@ from vtrain_ml.jobs import Overrides, apply
 log = logging.getLogger(__name__)
 
 JOB_SUFFIXES = (".json", ".yaml", ".yml")
-COLUMNS = ("path", "variant", "status", "model", "num_gpus", "tp", "pp", "dp", "micro_batch_size",
-           "num_microbatches", "global_batch_size", "schedule", "recompute", "iteration_time_s",
+COLUMNS = ("path", "variant", "status", "model", "gpu", "num_gpus", "tp", "pp", "dp",
+           "micro_batch_size", "num_microbatches", "global_batch_size", "schedule", "recompute",
+           "precision", "low_precision_recipe", "data_parallel_sharding", "iteration_time_s",
            "tokens_per_s", "mfu", "peak_memory_GiB", "memory_capacity_GiB", "fits",
            "cost_per_iteration_usd", "notes", "error")
 
@@ -86,6 +87,10 @@ def result_columns(result: SimulationResult) -> dict[str, Any]:
         "model": j["model"], "num_gpus": j["num_gpus"], "tp": j["tp"], "pp": j["pp"], "dp": j["dp"],
         "micro_batch_size": j["micro_batch_size"], "num_microbatches": result.num_microbatches,
         "global_batch_size": j["global_batch_size"], "schedule": j["schedule"], "recompute": j["recompute"],
+        "gpu": j["gpu"], "precision": j["precision"],
+        "low_precision_recipe": j.get("low_precision_recipe", ""),
+        "data_parallel_sharding": j.get("data_parallel_sharding",
+                                        "optim" if j["distributed_optimizer"] else "no_shard"),
         "iteration_time_s": result.iteration_time_s, "tokens_per_s": result.tokens_per_s, "mfu": result.mfu,
         "peak_memory_GiB": result.peak_memory_bytes / GiB,
         "memory_capacity_GiB": result.memory_capacity_bytes / GiB,

@@ -20,10 +20,14 @@ framework's gradient dtype.
 
 from __future__ import annotations
 
+import numpy as np
+
 from simulator.graph.ops import OVERLAP_BLOCK, CommGroup, CommOp
 from simulator.graph.params import layer_params, linear_weight_params
 from simulator.graph.primitives import ShapeContext
 from simulator.job.enums import CollectiveKind, DataParallelSharding
+from simulator.job.partition import stage_layers
+from simulator.job.precision import high_precision_layers, low_precision
 from simulator.job.specs import Job
 
 AG, RS = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
@@ -57,3 +61,34 @@ def fsdp_comm(job: Job, c: ShapeContext, low: bool) -> tuple[tuple[CommOp, ...],
     params = gathered_param_bytes(job, c, low)
     return ((_op("fsdp.param_all_gather", AG, params),),
             (_op("fsdp.param_all_gather_bwd", AG, params), *backward))
+
+
+def _units(job: Job) -> np.ndarray:
+    """(pp,) parameters of the FSDP units (the transformer layers) one GPU of each stage holds."""
+    return stage_layers(job) * float(layer_params(job.model).per_rank(job.parallel.tp))
+
+
+def tail_reduced_params(job: Job, params_per_stage: np.ndarray) -> np.ndarray:
+    """(pp,) parameters whose gradients are reduced after the last backward: all of them, or
+    under ZeRO-2/3 only those outside the FSDP units (the units' are reduce-scattered per
+    layer in the backward)."""
+    if job.dp > 1 and job.sharding.level >= DataParallelSharding.OPTIM_GRADS.level:
+        return params_per_stage - _units(job)
+    return params_per_stage
+
+
+def gathered_after_step_bytes(job: Job, params_per_stage: np.ndarray, weight_bytes: int
+                              ) -> np.ndarray:
+    """(pp,) bytes the sharded optimizer all-gathers after its step: every updated parameter
+    (ZeRO-1/2), or under ZeRO-3 those outside the units (the units' are gathered by the next
+    forward, per layer). Quantized parameters (`fp8_param_gather`) travel in their format: the
+    rowwise data (and the columnwise copy of a block format, which cannot be transposed)."""
+    zero3 = job.sharding is DataParallelSharding.OPTIM_GRADS_PARAMS
+    params = params_per_stage - _units(job) if zero3 else params_per_stage
+    fmt = low_precision(job)
+    if fmt is None or not job.training.fp8_param_gather or zero3:
+        return params * weight_bytes
+    low_layers = stage_layers(job) - high_precision_layers(job).sum(axis=1)
+    linear = low_layers * (linear_weight_params(job.model) / job.parallel.tp)
+    copies = 1 if fmt.transposes else fmt.copies
+    return (params - linear) * weight_bytes + linear * fmt.bytes_per_element * copies

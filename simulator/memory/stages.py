@@ -41,7 +41,7 @@ from simulator.job.framework import semantics
 from simulator.job.partition import stage_layers
 from simulator.job.specs import GiB, Job
 from simulator.memo import Memo, Pinned
-from simulator.memory.states import BF16, stage_param_counts
+from simulator.memory.states import BF16, model_states
 from simulator.timeline.engine import RoundPlan
 
 # Measured with bench/measure_memory_terms.py on an H100 (PyTorch 2.11, fresh process per job,
@@ -68,6 +68,8 @@ class StageMemory:
     workspace_bytes: float  # cuBLAS workspaces
     context_bytes: float  # CUDA context and communication buffers (outside the allocator)
     moment: str  # forward | backward | optimizer
+    low_precision_weights_bytes: float = 0.0  # FP8/FP4 weight copies, transposes and scales
+    fsdp_unsharded_bytes: float = 0.0  # whole parameters / gradients of the FSDP units in flight
 
     @property
     def allocated_bytes(self) -> float:
@@ -75,7 +77,8 @@ class StageMemory:
         return (self.weights_bytes + self.gradients_bytes + self.main_gradients_bytes
                 + self.optimizer_states_bytes + self.activations_bytes
                 + self.amp_weight_copies_bytes + self.loss_temporaries_bytes + self.working_bytes
-                + self.embedding_gradient_bytes + self.workspace_bytes)
+                + self.embedding_gradient_bytes + self.workspace_bytes
+                + self.low_precision_weights_bytes + self.fsdp_unsharded_bytes)
 
     @property
     def allocator_reserved_bytes(self) -> float:
@@ -100,9 +103,12 @@ class StageMemory:
 
 
 def chunk_activation_bytes(job: Job, graph: JobGraph) -> np.ndarray:
-    """(p, v) activation bytes one micro-batch leaves saved on each stage chunk."""
+    """(p, v) activation bytes one micro-batch leaves saved on each stage chunk (a low-precision
+    run's 16-bit layers save their own)."""
     p, v = job.parallel.pp, job.parallel.virtual_stages
     act = graph.chunk_layers * graph.layer.saved_bytes
+    if graph.high_layer is not None and graph.high_layers is not None:
+        act = act + graph.high_layers * (graph.high_layer.saved_bytes - graph.layer.saved_bytes)
     act[0, 0] += graph.embedding.saved_bytes
     act[p - 1, v - 1] += graph.head.saved_bytes
     return act
@@ -133,7 +139,7 @@ def _order_signs(plan: RoundPlan, p: int, v: int, m: int) -> tuple[np.ndarray, n
 class _Moments:
     """(p,) arrays of the terms that differ between the moments of each stage."""
 
-    static: dict[str, np.ndarray]
+    static: dict[str, np.ndarray]  # weights, optimizer states, quantized weights, FSDP units
     grads_in_flight: np.ndarray  # gradients present while micro-batches are in flight
     grads_all: np.ndarray
     main: np.ndarray
@@ -150,9 +156,8 @@ def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
     p = job.parallel.pp
     fw = semantics(job.training.framework)
     pb = fw.param_bytes(job.training.precision)
-    n = stage_param_counts(job)
-    shard = job.dp if job.parallel.distributed_optimizer else 1
-    grads = pb.gradients * n
+    states = model_states(job)
+    grads = states.gradients
     # eager: allocated by the first backward of the iteration; DDP's buckets are allocated once
     later = (job.num_microbatches > 1) + (job.dp > 1)
     in_flight = grads if fw.persistent_grad_buffer else grads * later
@@ -167,17 +172,21 @@ def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
         tied = job.model.tied_embeddings
         table_grad = (np.arange(p) == 0) * pb.gradients * job.model.vocab_size \
             * job.model.hidden_size * (2 if tied else 1)
+    working = graph.layer.working_bytes
+    if graph.high_layer is not None:
+        working = max(working, graph.high_layer.working_bytes)
     return _Moments(
-        static={"weights_bytes": pb.weights * n,
-                "optimizer_states_bytes": (pb.master_weights + pb.optimizer_states) * n / shard},
+        static={"weights_bytes": states.weights, "optimizer_states_bytes": states.optimizer_states,
+                "low_precision_weights_bytes": states.low_precision_weights,
+                "fsdp_unsharded_bytes": states.fsdp_unsharded},
         grads_in_flight=in_flight, grads_all=grads * (1 + (not fw.persistent_grad_buffer
                                                           and job.dp > 1)),
-        main=pb.main_gradients * n / shard,
+        main=states.main_gradients,
         act=in_flight_peak(plan, chunk_activation_bytes(job, graph), job.num_microbatches),
         amp_forward=amp_forward, amp_saved=amp_saved,
         head_forward=last * graph.head.forward_transient_bytes,
         head_backward=last * graph.head.working_bytes,
-        working=(layers > 0) * graph.layer.working_bytes, table_grad=table_grad)
+        working=(layers > 0) * working, table_grad=table_grad)
 
 
 def stage_memory(job: Job, graph: JobGraph, plan: RoundPlan) -> list[StageMemory]:
@@ -223,13 +232,17 @@ def stage_memory_table(job: Job, graph: JobGraph, plan: RoundPlan) -> MemoryTabl
     chosen = terms[peak, :, np.arange(p)]  # (stage, term)
     weights = mo.static["weights_bytes"]
     states = mo.static["optimizer_states_bytes"]
+    lowp, fsdp = mo.static["low_precision_weights_bytes"], mo.static["fsdp_unsharded_bytes"]
     context = job.hardware.reserved_memory_GiB * GiB
     t = chosen.T  # gradients, main gradients, activations, amp, loss, working, embedding
     # StageMemory.allocated_bytes / total_bytes, term by term in their order
     allocated = weights + t[0] + t[1] + states + t[2] + t[3] + t[4] + t[5] + t[6] + WORKSPACE_BYTES
+    if lowp.any() or fsdp.any():
+        allocated = allocated + lowp + fsdp
     moments = [names[i] for i in peak.tolist()]
     stages = tuple(
-        StageMemory(ws, g, mg, st, a, amp, loss, w, emb, WORKSPACE_BYTES, context, moment)
-        for ws, st, (g, mg, a, amp, loss, w, emb), moment
-        in zip(weights.tolist(), states.tolist(), chosen.tolist(), moments, strict=True))
+        StageMemory(ws, g, mg, st, a, amp, loss, w, emb, WORKSPACE_BYTES, context, moment, lp, fs)
+        for ws, st, (g, mg, a, amp, loss, w, emb), moment, lp, fs
+        in zip(weights.tolist(), states.tolist(), chosen.tolist(), moments, lowp.tolist(),
+               fsdp.tolist(), strict=True))
     return MemoryTable(stages, allocated, allocated + context)

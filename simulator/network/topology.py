@@ -91,7 +91,7 @@ def grad_stats_placement(job: Job) -> Placement:
     pp ranks; Megatron's `get_grad_stats_parallel_group`), and every rank when the distributed
     optimizer shards the gradients over dp."""
     tp, pp, dp, gpn = job.parallel.tp, job.parallel.pp, job.dp, _node_size(job)
-    if job.parallel.distributed_optimizer:
+    if job.shards_optimizer:
         size = tp * pp * dp
         return Placement(size, gpn, math.ceil(size / gpn), gpn)
     size = tp * pp

@@ -150,8 +150,13 @@ def _tail_tasks(result: SimulationResult, job: Job | None) -> list[dict[str, Any
     exposed = tail.dp_exposed_s if tail is not None else dp_total
     embedding = tail.embedding_sync_s if tail is not None else np.zeros(p)
     optimizer = tail.optimizer_s if tail is not None else np.zeros(p)
-    zero = bool(result.job.get("distributed_optimizer"))
-    dp_name = "dp reduce-scatter + all-gather (ZeRO-1)" if zero else "dp gradient all-reduce"
+    sharding = result.job.get("data_parallel_sharding") or (
+        "optim" if result.job.get("distributed_optimizer") else "no_shard")
+    dp_name = {"no_shard": "dp gradient all-reduce",
+               "optim": "dp reduce-scatter + all-gather (ZeRO-1)",
+               "optim_grads": "dp reduce-scatter of non-FSDP-unit gradients + all-gather (ZeRO-2)",
+               "optim_grads_params": "dp reduce-scatter + all-gather of non-FSDP-unit "
+                                     "parameters (ZeRO-3)"}.get(sharding, "dp gradient reduction")
     params = stage_param_counts(job) if job is not None else None
     events: list[dict[str, Any]] = []
     for s in range(p):
@@ -192,6 +197,6 @@ def _embedding_args(job: Job | None) -> dict[str, Any]:
 def _optimizer_args(job: Job | None, params: np.ndarray | None, s: int) -> dict[str, Any]:
     if job is None or params is None:
         return {}
-    shard = job.dp if job.parallel.distributed_optimizer else 1
+    shard = job.dp if job.shards_optimizer else 1
     op = optimizer_op(float(params[s]) / shard, job)
     return {"parameters": int(op.shape[0]), "flops": op.flops, "hbm_bytes": op.bytes}

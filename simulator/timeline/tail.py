@@ -24,6 +24,7 @@ import numpy as np
 
 from simulator.costs.analytic import KernelModel
 from simulator.graph.eager import optimizer_launches
+from simulator.graph.fsdp import gathered_after_step_bytes, tail_reduced_params
 from simulator.graph.ops import Op, OpKind, Phase
 from simulator.graph.params import final_norm_params, padded_vocab
 from simulator.job.enums import CollectiveKind, Norm, Precision
@@ -100,11 +101,11 @@ def compute_tail(job: Job, timeline: Timeline, params_per_stage: np.ndarray,
         fixed = fixed_tail(job, params_per_stage, kernels, network)
     exposed, dp_total = fixed.dp_exposed_s, fixed.dp_comm_s
     if job.dp > 1 and job.parallel.overlap_grad_reduce:
-        kind = (CollectiveKind.REDUCE_SCATTER if job.parallel.distributed_optimizer
+        kind = (CollectiveKind.REDUCE_SCATTER if job.shards_optimizer
                 else CollectiveKind.ALL_REDUCE)
         pb = semantics(job.training.framework).param_bytes(job.training.precision)
-        exposed, dp_total = _overlapped(job, timeline, params_per_stage * pb.gradients, kind,
-                                        network)
+        reduced = tail_reduced_params(job, params_per_stage)
+        exposed, dp_total = _overlapped(job, timeline, reduced * pb.gradients, kind, network)
         if fixed.gather_s is not None:
             exposed = exposed + fixed.gather_s
             dp_total = dp_total + fixed.gather_s
@@ -116,24 +117,24 @@ def fixed_tail(job: Job, params_per_stage: np.ndarray, kernels: KernelModel,
                network: NetworkModel) -> FixedTail:
     p = job.parallel.pp
     pb = semantics(job.training.framework).param_bytes(job.training.precision)
-    grad_bytes = params_per_stage * pb.gradients
+    grad_bytes = tail_reduced_params(job, params_per_stage) * pb.gradients
     dp_total = np.zeros(p)
     exposed = np.zeros(p)
     gather = None
     if job.dp > 1:
         where = dp_placement(job)
-        kind = (CollectiveKind.REDUCE_SCATTER if job.parallel.distributed_optimizer
+        kind = (CollectiveKind.REDUCE_SCATTER if job.shards_optimizer
                 else CollectiveKind.ALL_REDUCE)
         if not job.parallel.overlap_grad_reduce:  # else: compute_tail, from the timeline
             dp_total = per_value(grad_bytes, lambda b: network.time(kind, b, where))
             exposed = dp_total.copy()
-        if job.parallel.distributed_optimizer:
-            gather = per_value(params_per_stage, lambda n: network.time(
-                CollectiveKind.ALL_GATHER, pb.weights * n, where))
+        if job.shards_optimizer:
+            gathered = gathered_after_step_bytes(job, params_per_stage, pb.weights)
+            gather = per_value(gathered, lambda b: network.time(CollectiveKind.ALL_GATHER, b, where))
             if not job.parallel.overlap_grad_reduce:
                 exposed = exposed + gather
                 dp_total = dp_total + gather
-    shard = job.dp if job.parallel.distributed_optimizer else 1
+    shard = job.dp if job.shards_optimizer else 1
     optimizer = per_value(params_per_stage,
                           lambda n: kernels.cost(optimizer_op(n / shard, job)).seconds)
     return FixedTail(exposed, dp_total, gather, _embedding_sync(job, network),
