@@ -133,6 +133,8 @@ class AnalyticKernelModel:
             gpu = max(op.flops / (peak * frac * low), mem_time)
         elif op.kind is OpKind.OPTIMIZER:
             gpu = mem_time
+        elif op.kind is OpKind.QUANTIZE and eff.quantize_memory_efficiency is not None:
+            gpu = op.bytes / (hw.hbm_bandwidth_GBps * 1e9 * eff.quantize_memory_efficiency)
         else:
             gpu = max(mem_time, op.flops / (hw.peak_flops(self.precision) / 16))  # CUDA cores
         return gpu + eff.kernel_launch_s * op.kernels

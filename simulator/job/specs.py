@@ -170,6 +170,12 @@ class Efficiency(Frozen):
     # fp8_tensor, fp8_block, mxfp8, nvfp4), from public micro-benchmarks cited in the hardware
     # file. A family missing here is refused for this GPU.
     low_precision_gemm_efficiency: dict[str, float] = Field(default_factory=dict)
+    # Achievable fraction of HBM bandwidth of the quantize kernels (cast, amax, transpose,
+    # Hadamard; simulator.graph.quantize): they reach far less than a streaming kernel (amax
+    # reductions, transposed and block-scale writes). From Transformer Engine's published GEMM
+    # benchmark (autocast minus pre-quantized time), cited in the hardware file; None: as
+    # `memory_efficiency`.
+    quantize_memory_efficiency: float | None = Field(None, gt=0, le=1)
 
 
 class HardwareSpec(Frozen):
