@@ -227,6 +227,8 @@ def _breakdown(costs: StageCosts, tail: Tail, m: int, c: int, idle: np.ndarray, 
                wait: float) -> dict[str, float]:
     parts = {name: float(m * grid[c].sum()) for name, grid in costs.parts.items()}
     parts["tp_comm"] += float(tail.sp_grad_sync_s[c])
+    if "fsdp_comm" not in parts:
+        parts["fsdp_comm"] = 0.0
     return {
         **parts,
         "pp_comm": float(p2p[c]),

@@ -34,6 +34,10 @@ class BlockCost:
     forward_host_excess: float
     backward_host_excess: float  # window of recompute + backward
     by_source: dict[CostSource, float]  # compute seconds by where the cost came from
+    # the exposed part of `forward_comm` / `backward_comm` that FSDP's data-parallel
+    # collectives add (simulator.graph.fsdp); the rest is tensor-parallel
+    forward_dp_comm: float = 0.0
+    backward_dp_comm: float = 0.0
 
     @property
     def forward_total(self) -> float:
@@ -68,14 +72,17 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
             total += c.seconds
         return total
 
-    def comm(ops: tuple[CommOp, ...], busy: float = 0.0) -> float:
+    def comm(ops: tuple[CommOp, ...], busy: float = 0.0) -> tuple[float, float]:
         """Blocking collectives in full; asynchronous ones only beyond the op they overlap;
         those on their own stream for the whole direction (`OVERLAP_BLOCK`) together beyond
-        the direction's compute `busy`."""
+        the direction's compute `busy`. Returns (all exposed, the streamed ones' share)."""
         exposed = sum(max(0.0, comm_time(op) - seconds.get(op.overlap, 0.0)) if op.overlap
                       else comm_time(op) for op in ops if op.overlap != OVERLAP_BLOCK)
         streamed = [comm_time(op) for op in ops if op.overlap == OVERLAP_BLOCK]
-        return exposed + max(0.0, sum(streamed) - busy) if streamed else exposed
+        if not streamed:
+            return exposed, 0.0
+        beyond = max(0.0, sum(streamed) - busy)
+        return exposed + beyond, beyond
 
     def host(ops: tuple[Op, ...], comms: tuple[CommOp, ...], weight: float) -> float:
         if block.graph_captured:  # one graph launch replays the kernels and collectives
@@ -85,12 +92,12 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
                 + len(comms) * efficiency.collective_overhead_s)
 
     fwd = compute(block.forward)
-    fwd_c = comm(block.forward_comm, fwd)
+    fwd_c, fwd_dp = comm(block.forward_comm, fwd)
     bwd, rec = compute(block.backward), compute(block.recompute)
-    bwd_c, rec_c = comm(block.backward_comm, bwd + rec), comm(block.recompute_comm)
+    (bwd_c, bwd_dp), (rec_c, _) = comm(block.backward_comm, bwd + rec), comm(block.recompute_comm)
     w = block.host_cost
     fwd_host = host(block.forward, block.forward_comm, w.forward)
     bwd_host = (host(block.backward, block.backward_comm, w.backward)
                 + host(block.recompute, block.recompute_comm, w.recompute))
     return BlockCost(fwd, fwd_c, bwd, bwd_c, rec, rec_c, max(0.0, fwd_host - fwd - fwd_c),
-                     max(0.0, bwd_host - bwd - bwd_c - rec - rec_c), dict(by_source))
+                     max(0.0, bwd_host - bwd - bwd_c - rec - rec_c), dict(by_source), fwd_dp, bwd_dp)

@@ -77,7 +77,9 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
                      f"{result.train_tokens:.3g} tokens, {usd(result.cost_to_train_usd)}")
     lines += ["", f"  breakdown (critical stage {result.critical_stage}):"]
     for key in BREAKDOWN_KEYS:
-        value = result.breakdown[key]
+        value = result.breakdown.get(key, 0.0)
+        if key == "fsdp_comm" and not value:
+            continue  # only FSDP (ZeRO-2/3) jobs have it
         lines.append(f"    {key:<18}{duration(value):>14}  {value / it:6.1%}")
     fits = "fits" if result.fits_in_memory else (
         f"DOES NOT FIT: over by {result.memory_overflow_bytes / GiB:.1f} GiB")

@@ -35,6 +35,7 @@ US = 1e6
 THREADS = ("compute", "dp-comm", "compute parts", "pp recv activations", "pp recv gradients", "step")
 _PART_NAMES = {"forward": "forward compute", "backward": "backward compute", "recompute": "recompute",
                "tp_comm": "tp all-reduce", "recompute_tp_comm": "recompute tp all-reduce",
+               "fsdp_comm": "FSDP all-gather / reduce-scatter (exposed)",
                "overhead": "host/framework overhead"}
 
 

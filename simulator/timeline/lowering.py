@@ -142,7 +142,7 @@ def block_costs(job: Job, graph: JobGraph, kernels: KernelModel, network: Networ
 # The per-block quantities a StageCosts is made of, each gridded over the stage chunks.
 GRID_FIELDS = ("forward", "forward_comm", "backward", "backward_comm", "recompute",
                "recompute_comm", "forward_host_excess", "backward_host_excess", "host_excess",
-               "forward_total", "backward_total")
+               "forward_total", "backward_total", "forward_dp_comm", "backward_dp_comm")
 
 
 def block_table(*blocks: BlockCost) -> np.ndarray:
@@ -187,5 +187,11 @@ def stage_costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, ...],
     backward_parts = {"recompute": g["recompute"], "recompute_tp_comm": g["recompute_comm"],
                       "backward": g["backward"], "tp_comm": g["backward_comm"],
                       "overhead": g["backward_host_excess"] + per_microbatch}
+    fsdp_fwd, fsdp_bwd = g["forward_dp_comm"], g["backward_dp_comm"]
+    if fsdp_fwd.any() or fsdp_bwd.any():  # FSDP's exposed per-layer collectives apart
+        parts["tp_comm"] = parts["tp_comm"] - fsdp_fwd - fsdp_bwd
+        parts["fsdp_comm"] = fsdp_fwd + fsdp_bwd
+        forward_parts.update(tp_comm=g["forward_comm"] - fsdp_fwd, fsdp_comm=fsdp_fwd)
+        backward_parts.update(tp_comm=g["backward_comm"] - fsdp_bwd, fsdp_comm=fsdp_bwd)
     return StageCosts(g["forward_total"] + per_microbatch, g["backward_total"] + per_microbatch,
                       parts, layer, emb, head, forward_parts, backward_parts)

@@ -129,3 +129,13 @@ def test_simulate_cli_overrides_precision_recipe_and_gpu(capsys: pytest.CaptureF
     assert simulate_cli.main(["examples/mtnlg_530b.yaml", "--precision", "fp4", "--hardware",
                               "h100-sxm-80gb"]) == 2
     assert "precision=fp4 is not supported on h100-sxm-80gb" in capsys.readouterr().err
+
+
+def test_fsdp_exposed_collectives_are_their_own_breakdown_entry() -> None:
+    slow = job("optim_grads_params")
+    slow["cluster"]["intra_node_bandwidth_GBps"] = 1.0
+    clear_caches()
+    result = simulate(job_from_dict(slow))
+    assert result.breakdown["fsdp_comm"] > 0
+    assert result.breakdown["tp_comm"] == pytest.approx(0.0, abs=1e-12)  # tp = 1
+    assert sum(result.breakdown.values()) == pytest.approx(result.iteration_time_s)
