@@ -108,7 +108,8 @@ def main() -> int:
             check = recipe != "bf16" and (gpu, recipe) not in DERIVED
             if check:
                 errors.append(abs(err))
-            note = "" if check else ("  (GEMM efficiency source)" if recipe == "bf16"
+            source = "b300's bf16 efficiency" if gpu == "b300" else "bf16 from the H100 fit"
+            note = "" if check else (f"  (16-bit; {source})" if recipe == "bf16"
                                      else f"  (derives {DERIVED[(gpu, recipe)]})")
             print(f"  {gpu:<9}{recipe:<11}{te_ms:>8.3f}{ours:>9.3f}{err:>+8.1%}"
                   f"{table['bf16'] / te_ms:>7.2f}{ours16 / ours:>8.2f}{note}")
