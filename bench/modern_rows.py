@@ -251,6 +251,8 @@ def _published_layout(r: dict[str, str], model: dict[str, Any], precision: tuple
         training["fp8_recipe"] = precision[1]
     if "param-gather=True" in r["precision"]:
         training["fp8_param_gather"] = True
+    if "DPA recipe Float8" in r["precision"] or "FP8_DPA=True" in r["precision"]:
+        training["fp8_dot_product_attention"] = True
     graphs = r["cuda_graphs"].lower()
     if graphs and graphs not in ("none", "false", "[]"):
         training["cuda_graphs"] = "full_iteration" if "full_iteration" in graphs else "per_layer"
