@@ -14,7 +14,8 @@ below comes from the shipped defaults and hardware files.
    sequence and CP grow together (Megatron-LM semantics, bf16, ZeRO-1 and all_gather CP stand in).
 3. Published MoE pre-training runs (`data/published/`, held out; read at run time, skipped when
    absent, `--published DIR` elsewhere): tokens/s/GPU of every row this build can express
-   (its GPU has a hardware file, its precision exists here, Megatron-Core without FSDP, the
+   (its GPU has a hardware file, its precision and recipe exist here -- bf16, the fp8 recipes,
+   nvfp4 --, Megatron-Core without FSDP (refused with experts), the
    NVLink domain no larger than a node unless the cluster models one); the others are counted
    by reason.
 4. Llama 3 405B's 128K-token stage (TP 8, CP 16, PP 16, DP 8 on 16,384 H100s; Llama 3 paper
@@ -204,7 +205,7 @@ PRESETS = (("deepseekv3", "deepseek-v3"), ("qwen3moe30b", "qwen3-30b-a3b"),
            ("gptoss120b", "gpt-oss-120b"), ("gptoss20b", "gpt-oss-20b"), ("kimik2", "kimi-k2"),
            ("mixtral8x7b", "mixtral-8x7b"), ("mixtral8x22b", "mixtral-8x22b"))
 GPUS = {"h100": "h100-sxm-80gb", "h200": "h200-141gb", "gb200": "gb200", "gb300": "gb300",
-        "b200": "b200", "b300": "b300", "a100": "a100-80gb"}
+        "b200": "b200", "b300": "b300", "a100": "a100-80gb", "h800": "h800"}
 
 
 def _preset(model: str) -> str | None:
@@ -247,6 +248,8 @@ def published_job(r: pd.Series) -> tuple[dict[str, Any] | None, str]:
         return None, "NVLink domain beyond a node (NVL72) not in this build"
     if isinstance(r.cpu_offload, str) and r.cpu_offload.strip():
         return None, "activation offload not modelled"
+    if _int(r.micro_batch_size) is None or _int(r.global_batch_size) is None:
+        return None, "batch sizes not stated"
     text = f"{r.recipe_overrides} {r.other_overlaps} {r.model}".lower()
     model: dict[str, Any] = {"preset": preset, "seq_length": int(r.seq_len)}
     if "w/o mtp" in text:

@@ -5,7 +5,9 @@ the held-out `data/published` (read at run time, absent until merged). Nothing h
 each row becomes a job from what the source states, and the few settings a source leaves out
 take ONE stated default for all rows of that source (the stack's documented default), listed in
 `ASSUMED`. A row that needs something the simulator does not model becomes a skip with its
-reason (context parallelism and MoE are issue 23's; hybrid-sharded FSDP; CPU offload; ...).
+reason (SimuMax's and torchtitan's MoE and context-parallel rows are bench/bench_moe_cp.py's;
+hybrid-sharded FSDP; CPU offload; ...). The held-out published dense rows with context
+parallelism are simulated here (TE's default p2p exchange).
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def simumax() -> list[Row]:
                             **({"virtual_stages": vp, "schedule": "interleaved_1f1b"} if vp > 1 else {})},
                "cluster": {"gpu": "b200", "num_gpus": int(r["num_gpus"])}}
         skip = "" if dense and r["cp"] == "1" else (
-            "MoE (issue 23)" if not dense else "context parallelism (issue 23)")
+            "MoE (bench/bench_moe_cp.py section 1)" if not dense
+            else "context parallelism (bench/bench_moe_cp.py section 1)")
         measured = {"time_s": float(r["measured_step_ms"]) / 1e3}
         if r["measured_alloc_gib"]:
             measured["alloc_gib"] = float(r["measured_alloc_gib"])
@@ -115,7 +118,8 @@ def torchtitan() -> list[Row]:
         converter = r["precision"].startswith("float8 (converter")  # torchao float8: tensorwise
         prec = TITAN_PRECISION.get(r["precision"].split(" (converter")[0].strip(),
                                    ("fp8", "tensorwise") if converter else None)
-        skip = ("MoE (issue 23)" if r["ep"] else "context parallelism (issue 23)" if r["cp"] not in ("", "1")
+        skip = ("MoE (not compared)" if r["ep"] else
+                "context parallelism (bench/bench_moe_cp.py section 2)" if r["cp"] not in ("", "1")
                 else "GPU not stated" if gpu is None else f"precision {r['precision'][:30]} not a TE recipe"
                 if prec is None else "")
         job = None

@@ -1,11 +1,13 @@
 """Low-precision recipes as data: which format a recipe quantizes to on which GPU generation,
 and the job's resolved recipe.
 
-Transformer Engine runs the 12 GEMMs of a transformer layer's four linear layers (fprop, dgrad,
-wgrad of QKV, attention projection, MLP up and down) in the recipe's format; core attention,
-the embedding, the output layer, norms, activations and softmax stay in bf16
-(`docs/features/low_precision_training/speedups.rst` and `gemm_profiling.rst`, "What GEMMs do
-not cover"). Which ops of the graph run low is `simulator.graph.quantize.LOW_PRECISION_LINEARS`;
+Transformer Engine runs the fprop, dgrad and wgrad GEMMs of every TE linear layer (QKV,
+attention projection, MLP up and down; MLA's projections, the routed and shared experts) in the
+recipe's format; core attention, the router, the embedding, the output layer, norms, activations
+and softmax stay in bf16 (`docs/features/low_precision_training/speedups.rst` and
+`gemm_profiling.rst`, "What GEMMs do not cover"). Which ops of the graph run low is
+`simulator.graph.quantize.LOW_PRECISION_LINEARS`, and which layers a run keeps in bf16
+(`first_last_layers_bf16`) `simulator.job.layer_pattern.job_layer_kinds`;
 what each recipe costs in quantization kernels and bytes follows from the format fields below,
 all from Transformer Engine's `docs/features/low_precision_training/`:
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.job.enums import Fp4Recipe, Fp8Recipe, GpuArchitecture, Precision
+from simulator.job.enums import CpCommType, Fp4Recipe, Fp8Recipe, GpuArchitecture, Precision
 from simulator.job.specs import Job
 
 HOPPER, BLACKWELL = GpuArchitecture.HOPPER, GpuArchitecture.BLACKWELL
@@ -175,11 +177,13 @@ def _option_problems(job: Job, name: str) -> list[str]:
         # (an fp4 run may keep FP8 attention too: MLPerf's NVFP4 Llama 3.1 runs do)
         problems.append("training.fp8_dot_product_attention=true needs flash_attention=true "
                         "(cuDNN's fused FP8 attention); set it")
+    p = job.parallel
     apart = {"model.multi_latent_attention": m.multi_latent_attention,
-             f"parallel.cp={job.parallel.cp}": job.parallel.cp > 1}
+             f"parallel.cp_comm_type={p.cp_comm_type.value}":
+                 p.cp > 1 and p.cp_comm_type is not CpCommType.P2P}
     if t.fp8_dot_product_attention:
         problems += [f"training.fp8_dot_product_attention with {k} is not modelled together yet "
-                     f"(FP8 attention is costed for the fused core without context-parallel "
-                     f"exchanges and with equal query/value head sizes); remove one of them"
+                     f"(FP8 attention is costed for the fused core, with context parallelism "
+                     f"for TE's p2p ring, and equal query/value head sizes); remove one of them"
                      for k, on in apart.items() if on]
     return problems

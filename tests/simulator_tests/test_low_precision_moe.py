@@ -13,7 +13,7 @@ import pytest
 from simulator import job_from_dict, simulate
 from simulator.errors import ConfigError
 from simulator.graph.blocks import build_graph
-from simulator.graph.ops import Block, CommGroup, Op, OpKind
+from simulator.graph.ops import CP_GROUPS, Block, CommGroup, Op, OpKind
 from simulator.job.enums import CollectiveKind, Precision
 from simulator.job.layer_pattern import chunk_kind_counts
 from simulator.network.algorithms import Algo, nvls
@@ -159,8 +159,12 @@ def dense(**parallel: Any) -> dict[str, Any]:
      "data_parallel_sharding=optim_grads_params with model.num_experts is not modelled together"),
     (dense(cp=2, data_parallel_sharding="optim_grads"),
      "data_parallel_sharding=optim_grads with parallel.cp=2 is not modelled together"),
-    (data(training={"fp8_dot_product_attention": True}, parallel={"cp": 2, "ep": 4}),
-     "fp8_dot_product_attention with parallel.cp=2 is not modelled together"),
+    (data(training={"fp8_dot_product_attention": True},
+          parallel={"cp": 2, "ep": 4, "cp_comm_type": "a2a"}),
+     "fp8_dot_product_attention with parallel.cp_comm_type=a2a is not modelled together"),
+    (data(training={"fp8_dot_product_attention": True},
+          model={"multi_latent_attention": True, "q_lora_rank": 384, "kv_lora_rank": 256}),
+     "fp8_dot_product_attention with model.multi_latent_attention is not modelled together"),
     (data(training={"cuda_graphs": "per_layer"}),
      "training.cuda_graphs=per_layer with a dropless MoE model is not modelled"),
 ])
@@ -172,6 +176,22 @@ def test_combinations_not_modelled_together_are_refused(d: dict[str, Any], messa
 def test_fsdp_of_a_dense_job_without_cp_is_still_modelled() -> None:
     job = job_from_dict(dense(data_parallel_sharding="optim_grads_params"))
     assert any(c.group is CommGroup.DP for c in build_graph(job).layer.forward_comm)
+
+
+def test_fp8_attention_with_p2p_context_parallelism_passes_fp8_keys_and_values() -> None:
+    """TE's p2p ring with FP8 attention sends K and V in FP8 (1 byte) and the backward K/V
+    with 16-bit gradients; the ring's steps run at the FP8 peak. Here cp 2: one exchange of
+    the local T / 2 tokens' K and V (4 groups of 64) per direction."""
+    on = job_from_dict(dense(cp=2) | {"training": {**dense()["training"],
+                                                   "fp8_dot_product_attention": True}})
+    layer = build_graph(on).layer
+    kv = T // 2 * 2 * KV  # tokens x (K and V) x group width, per byte
+    sends = {c.name: c.bytes for c in (*layer.forward_comm, *layer.backward_comm)
+             if c.group in CP_GROUPS}
+    assert sends["attn.cp.kv_exchange1"] == kv * 1
+    assert sends["attn.cp.kv_dkv_exchange1"] == kv * 1 + kv * 2
+    steps = [op for op in layer.forward if op.kind is OpKind.FLASH_ATTENTION]
+    assert steps and all(op.precision is Precision.FP8 for op in steps)
 
 
 def test_expert_parallel_all_to_alls_count_in_the_straggler_wait() -> None:
