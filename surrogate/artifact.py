@@ -132,6 +132,7 @@ def load_booster(path: Path, n_features: int) -> Any:
         raise DataError(f"model file {path} is missing; the model folder is incomplete, retrain the model")
     booster = xgb.Booster()
     try:
+        _check_complete(path)
         booster.load_model(str(path))
     except (xgb.core.XGBoostError, OSError, ValueError) as exc:
         first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
@@ -142,6 +143,19 @@ def load_booster(path: Path, n_features: int) -> Any:
         raise DataError(f"model file {path} expects {booster.num_features()} features, its metadata "
                         f"names {n_features}; the folder mixes two models, retrain the model")
     return booster
+
+
+def _check_complete(path: Path) -> None:
+    """A saved model (UBJSON or JSON) is one object: its first byte is `{` and its last `}`.
+    XGBoost 3.2 can crash the process (segmentation fault) on a truncated UBJSON file instead of
+    raising, so a file cut short is refused here, before XGBoost parses it."""
+    with path.open("rb") as f:
+        first = f.read(1)
+        f.seek(0, os.SEEK_END)
+        f.seek(max(f.tell() - 64, 0))
+        last = f.read().rstrip()[-1:]
+    if (first, last) != (b"{", b"}"):
+        raise ValueError("not one complete UBJSON/JSON object: the file is truncated or not a model")
 
 
 def hardware_source(name_or_file: str) -> str:

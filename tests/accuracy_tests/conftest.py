@@ -37,17 +37,23 @@ def write_runs(folder: Path, text: str, name: str = "runs.csv") -> Path:
     return path
 
 
-def synthetic_runs(folder: Path, jobs: dict[str, dict[str, Any]], truth: dict[str, float]) -> Path:
+def synthetic_runs(folder: Path, jobs: dict[str, dict[str, Any]], truth: dict[str, float],
+                   noise: float = 0.0) -> Path:
     """A runs CSV whose times are the simulator's on an H100 whose efficiencies are `truth`: a
-    calibration that works recovers `truth`."""
+    calibration that works recovers `truth`. `noise` > 0 multiplies each time by a seeded
+    normal(1, noise) draw, like run-to-run variation."""
+    import numpy as np
+
     from simulator import job_from_dict, simulate
     from vtrain_ml.accuracy.calibration import with_params
 
+    rng = np.random.default_rng(0)
     lines = ["job,iteration_ms,tag"]
     for name, spec in jobs.items():
         job = job_from_dict(spec)
         job = job.model_copy(update={"hardware": with_params(job.hardware, truth)})
-        lines.append(f"{write_job(folder, name, spec)},{simulate(job).iteration_time_s * 1e3:.6f},{name[:4]}")
+        ms = simulate(job).iteration_time_s * 1e3 * (rng.normal(1.0, noise) if noise else 1.0)
+        lines.append(f"{write_job(folder, name, spec)},{ms:.6f},{name[:4]}")
     return write_runs(folder, "\n".join(lines) + "\n")
 
 

@@ -119,6 +119,19 @@ def test_calibrate_fits_known_parameters_and_records_the_rows_it_saw(tmp_path, c
     assert "2-fold cross-validated MAPE" in captured.out
 
 
+def test_calibrate_on_noisy_runs_reports_a_cross_validated_error_above_the_training_error(tmp_path, capsys):
+    """With 5% run-to-run noise no fit is exact: rows a fold never saw are predicted worse than the
+    rows the full fit saw. (On exactly-fittable runs both are ~0 and a leaking fold would pass.)"""
+    runs = synthetic_runs(tmp_path, SWEEP, TRUTH, noise=0.05)
+    out = tmp_path / "noisy.yaml"
+    assert calibrate([str(runs), "--hardware", "h100-sxm-80gb", "--out", str(out), "--folds", "4",
+                      "--jobs", "1", "--freeze", FREEZE]) == 0
+    record = yaml.safe_load(out.read_text())["calibration"]
+    assert record["train_mape"] > 0.01
+    assert record["cv"]["mape"] > record["train_mape"] * 1.02, record
+    assert f"4-fold cross-validated MAPE {record['cv']['mape']:.2%}" in capsys.readouterr().out
+
+
 def test_validate_with_a_file_calibrated_on_the_same_rows_says_the_error_is_in_sample(tmp_path, capsys):
     runs = synthetic_runs(tmp_path, SWEEP, TRUTH)
     out = tmp_path / "my-h100.yaml"

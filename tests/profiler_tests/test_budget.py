@@ -5,44 +5,67 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import pytest
+
+from profiler import timing
 from profiler.timing import TimingConfig, time_cpu
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class Sleeper:
-    """A kernel that takes `seconds` per call and counts its calls."""
+class Clock:
+    """A stand-in for `time` inside profiler.timing: it moves only when a kernel runs, so the
+    budget logic is checked exactly, whatever else the machine is doing. Durations are powers of
+    two so that the sums are exact in binary."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now_s
+
+    def perf_counter_ns(self) -> int:
+        return round(self.now_s * 1e9)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(timing, "time", fake)
+    return fake
+
+
+class Sleeper:
+    """A kernel that takes `seconds` per call on the clock and counts its calls."""
+
+    def __init__(self, clock: Clock, seconds: float) -> None:
+        self.clock, self.seconds = clock, seconds
         self.calls = 0
 
     def __call__(self) -> None:
         self.calls += 1
-        time.sleep(self.seconds)
+        self.clock.now_s += self.seconds
 
 
-def test_repeats_and_warmup_stop_when_the_budget_is_spent() -> None:
-    kernel = Sleeper(0.04)
-    began = time.perf_counter()
-    stats = time_cpu(kernel, TimingConfig(warmup=3, min_repeats=5, max_repeats=30, budget_s=0.2))
-    spent = time.perf_counter() - began
-    # 3 warm-up + 5 minimum repeats would take 0.32 s; no call starts that would pass 0.2 s
-    assert spent < 0.2 + 0.04, spent
-    assert stats.repeats >= 1 and kernel.calls <= 5
+def test_repeats_and_warmup_stop_when_the_budget_is_spent(clock: Clock) -> None:
+    kernel = Sleeper(clock, 1 / 16)
+    stats = time_cpu(kernel, TimingConfig(warmup=3, min_repeats=5, max_repeats=30, budget_s=0.25))
+    # 3 warm-up + 5 minimum repeats would take 0.5 s; no call starts that would pass 0.25 s:
+    # the 3 warm-ups and one repeat end exactly at the budget
+    assert (kernel.calls, stats.repeats, stats.median_s) == (4, 1, 1 / 16)
+    assert clock.now_s == 0.25
 
 
-def test_a_call_longer_than_the_budget_runs_once_and_is_the_sample() -> None:
-    kernel = Sleeper(0.15)
-    stats = time_cpu(kernel, TimingConfig(warmup=3, min_repeats=5, max_repeats=30, budget_s=0.05))
-    assert kernel.calls == 1 and stats.repeats == 1 and stats.median_s >= 0.15
+def test_a_call_longer_than_the_budget_runs_once_and_is_the_sample(clock: Clock) -> None:
+    kernel = Sleeper(clock, 1 / 8)
+    stats = time_cpu(kernel, TimingConfig(warmup=3, min_repeats=5, max_repeats=30, budget_s=1 / 32))
+    assert kernel.calls == 1 and stats.repeats == 1 and stats.median_s == 1 / 8
 
 
-def test_no_budget_means_the_repeat_counts_alone() -> None:
-    kernel = Sleeper(0.0)
+def test_no_budget_means_the_repeat_counts_alone(clock: Clock) -> None:
+    kernel = Sleeper(clock, 0.0)
     stats = time_cpu(kernel, TimingConfig(warmup=2, min_repeats=3, max_repeats=7, budget_s=0))
     assert (kernel.calls, stats.repeats) == (9, 7)
 

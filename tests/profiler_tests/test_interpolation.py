@@ -47,7 +47,11 @@ def test_other_phase_of_a_measured_kind_borrows_the_kind_correction():
     measured = [(_gemm(1024, 1024, 1024), 3.0 * ANALYTIC.seconds(_gemm(1024, 1024, 1024)))]
     model = ProfiledKernelModel.from_measurements(measured, ANALYTIC)
     wgrad = _gemm(1024, 1024, 1024, Phase.BACKWARD_WEIGHT)
-    assert model.cost(wgrad).source is CostSource.INTERPOLATED
+    cost = model.cost(wgrad)
+    assert cost.source is CostSource.INTERPOLATED
+    # the forward GEMM measured 3x its analytic time: the unmeasured weight-gradient GEMM of the
+    # same kind is 3x its own analytic time too
+    assert cost.seconds == pytest.approx(3.0 * ANALYTIC.seconds(wgrad))
 
 
 def test_kinds_never_measured_fall_back_to_analytic():

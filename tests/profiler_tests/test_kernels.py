@@ -21,7 +21,33 @@ def test_every_selected_op_runs_on_cpu_with_random_inputs():
     for op in sel.unique:
         kernel = make_kernel(op, sel.row_hints.get(op.profile_key, 0),
                              Inputs(torch.device("cpu"), torch.bfloat16, 0))
-        kernel()
+        _check_output(op, kernel())
+
+
+def _tensors(result) -> list[torch.Tensor]:  # type: ignore[no-untyped-def]
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, tuple | list):
+        return [t for r in result for t in _tensors(r)]
+    return []
+
+
+SAME_SIZE = {OpKind.DROPOUT, OpKind.SOFTMAX}  # one output element per input element
+
+
+def _check_output(op, result) -> None:  # type: ignore[no-untyped-def]
+    """The kernel computed what the op says: a GEMM's [batch,] M x N output, a pointwise op's
+    element count, and finite values (random inputs never make NaN or inf)."""
+    tensors = _tensors(result)
+    assert all(torch.isfinite(t.float()).all() for t in tensors), op
+    if op.kind is OpKind.OPTIMIZER:
+        return  # updates the parameters in place
+    assert tensors, op
+    if op.kind in (OpKind.GEMM, OpKind.BMM):
+        batch, m, n, _ = op.shape
+        assert tensors[0].shape == ((batch, m, n) if op.kind is OpKind.BMM or batch > 1 else (m, n)), op
+    elif op.kind in SAME_SIZE or (op.kind is OpKind.NORM and not op.variant.endswith("_wgrad")):
+        assert tensors[0].numel() == op.shape[0], op
 
 
 def test_inputs_are_random_and_seeded():
@@ -56,7 +82,7 @@ def test_megatron_fallback_and_small_kernels_run_forward_and_backward():
            if op.variant in ("unfused_fp32", "small", "copy", "masked_fill")]
     assert {op.variant for op in ops} == {"unfused_fp32", "small", "copy", "masked_fill"}
     for op in ops:
-        make_kernel(op, 256, Inputs(torch.device("cpu"), torch.bfloat16, 0))()
+        _check_output(op, make_kernel(op, 256, Inputs(torch.device("cpu"), torch.bfloat16, 0))())
 
 
 def test_quantize_kernels_of_a_low_precision_recipe_run_on_cpu():
@@ -65,4 +91,4 @@ def test_quantize_kernels_of_a_low_precision_recipe_run_on_cpu():
     for variant in ("mxfp8", "delayed_transpose"):
         op = Op("qkv.quantize_input", OpKind.QUANTIZE, Phase.FORWARD, (4096,), 2, 4096.0, 4.0 * 4096, 0.0,
                 variant)
-        make_kernel(op, 64, Inputs(torch.device("cpu"), torch.bfloat16, 0))()
+        _check_output(op, make_kernel(op, 64, Inputs(torch.device("cpu"), torch.bfloat16, 0))())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -98,21 +99,26 @@ def test_the_traced_job_reproduces_its_unprofiled_iteration(megatron):
     """The profiler's cost taken out, the traced 2-layer job comes back to its unprofiled
     iteration (`simulator.costs.traced_host.host_scale`): on a quiet machine the profiler makes this
     CPU trace ~30% longer than the unprofiled median. The design's one exception: the profiler
-    only ever adds host time, so an unprofiled median that is not shorter than the profiled
-    iteration (another process took the core while it was timed, as in a loaded parallel test
-    run) is not explained by host time, and the prediction is the one made without it."""
+    only ever adds host time, so an unprofiled iteration that is not shorter than the profiled one
+    (another process took the core while it was timed) is not explained by host time, and the
+    prediction is the one made without it. Both branches run here on measurements set by the
+    test, so that which one is checked does not depend on this machine's load."""
     profile = read_profile(megatron)
-    row = profile.traces.set_index("recompute").loc["none"]
-    measured, profiled = float(row["measured_iteration_s"]), float(row["iteration_s"])
-    predicted = simulate_traced(_job(2), profile).iteration_time_s
-    blind = read_profile(megatron)
-    blind.traces["measured_iteration_s"] = float("nan")
-    without = simulate_traced(_job(2), blind).iteration_time_s
-    if measured <= 0.9 * profiled:  # the profiler's cost is visible: the usual case
-        assert predicted == pytest.approx(measured, rel=0.05)
-    else:  # a disturbed measurement: either agreed with (within its spread) or set aside
-        assert predicted == pytest.approx(measured, rel=0.05) or predicted == pytest.approx(without)
+    traces = profile.traces
+    mine = traces["recompute"] == "none"
+    profiled = float(traces.loc[mine, "iteration_s"].iloc[0])
+
+    def predicted(measured_s: float) -> float:
+        times = traces["measured_iteration_s"].where(~mine, measured_s)
+        return simulate_traced(_job(2), replace(profile, traces=traces.assign(measured_iteration_s=times))
+                               ).iteration_time_s
+
+    without = predicted(float("nan"))
     assert without < profiled  # the profiler's measured cost per op is taken out either way
+    # the usual case: the profiler's cost visible, the unprofiled iteration shorter -> reproduced
+    assert predicted(0.85 * without) == pytest.approx(0.85 * without, rel=1e-3)
+    # a disturbed measurement, slower than even the profiled iteration: set aside
+    assert predicted(1.2 * profiled) == pytest.approx(without, rel=1e-12)
 
 
 @pytest.mark.parametrize(("args", "words"), [

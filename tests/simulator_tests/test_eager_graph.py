@@ -52,9 +52,19 @@ def _launches(job) -> float:
     return job.num_microbatches * micro + optimizer_op(stage_param_counts(job)[0], job).kernels
 
 
-@pytest.mark.parametrize(("name", "measured"), TRACE_LAUNCHES.items())
+# Host-bound jobs take time in proportion to their launches: 8% is the H100 time target.
+LAUNCH_TOLERANCE = 0.08
+SPLIT_K_MEMSETS = pytest.mark.xfail(strict=True, reason=(
+    "-11.4%: the trace has 364 memsets (~22 per layer and micro-batch, twice the h2048 Llama jobs' "
+    "~11; cuBLAS's split-K GEMM kernels appear only at hidden 4096) and the eager graph counts the "
+    "h2048 number: cuBLAS's per-shape workspace memsets are not modelled"))
+
+
+@pytest.mark.parametrize(("name", "measured"), [
+    pytest.param(name, measured, marks=SPLIT_K_MEMSETS if name.startswith("llama_h4096") else ())
+    for name, measured in TRACE_LAUNCHES.items()])
 def test_launches_per_iteration_match_the_trace(name, measured):
-    assert _launches(load_job(JOBS / f"{name}.yaml")) == pytest.approx(measured, rel=0.12)
+    assert _launches(load_job(JOBS / f"{name}.yaml")) == pytest.approx(measured, rel=LAUNCH_TOLERANCE)
 
 
 @pytest.mark.parametrize(("name", "forward"), [

@@ -90,10 +90,11 @@ def test_stage_work_is_proportional_to_its_layers():
     assert busy[2] / busy[1] == pytest.approx(1.0, rel=0.02)
 
 
-def test_llama3_405b_on_16k_gpus_simulates_with_meta_s_layout():
-    """Meta's published layout: tp 8, pp 16, dp 128 (16,384 H100s), interleaved, 126 layers with
-    7 on the first and last stage, sequence 8192, 16M-token batches (2,048 sequences)."""
-    job = validate_job(job_from_dict({
+def _llama3_405b_on_16k_gpus():
+    """Meta's published layout (Llama 3 paper, Table 4, row "16,384 GPUs, 8K sequence"): tp 8,
+    cp 1, pp 16, dp 128 on 16,384 H100s, interleaved, 126 layers with 7 on the first and last
+    stage, sequence 8192, 16M-token batches (2,048 sequences)."""
+    return validate_job(job_from_dict({
         "model": "llama-3-405b",
         "training": {"global_batch_size": 2048, "micro_batch_size": 1, "precision": "bf16",
                      "recompute": "none", "flash_attention": True},
@@ -102,15 +103,38 @@ def test_llama3_405b_on_16k_gpus_simulates_with_meta_s_layout():
                      "distributed_optimizer": True, "first_stage_layers": 7,
                      "last_stage_layers": 7},
         "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 16384}}))
+
+
+def test_llama3_405b_on_16k_gpus_simulates_with_meta_s_layout():
+    job = _llama3_405b_on_16k_gpus()
     result = simulate(job)
-    assert result.num_microbatches == 16
-    assert len(result.stages) == 16
-    assert 0.2 < result.mfu < 0.6  # Meta reports 38-43% BF16 MFU (Table 4)
-    assert result.iteration_time_s > 0
+    assert result.num_microbatches == 16 and len(result.stages) == 16
+    # MFU is the model's FLOPs over the iteration at the GPUs' dense BF16 peak (989.4 TFLOP/s)
+    peak = 16384 * 989.4e12
+    assert result.mfu == pytest.approx(result.model_flops_per_iteration / result.iteration_time_s / peak)
     # the first and last stages hold one layer fewer than the middle ones
     params = stage_param_counts(job)
     per_layer = layer_params(job.model).per_rank(8)
     assert params[1] == pytest.approx(8 * per_layer)
+
+
+@pytest.mark.xfail(strict=True, reason="the simulator gives 51.3% MFU for Meta's 41% (Table 4): what "
+                                       "costs Meta the rest at 16K GPUs is not modelled (its 3-layer "
+                                       "RoCE Clos fabric at datasheet bus efficiency, stragglers, the "
+                                       "FSDP-style data parallelism's exposed communication)")
+def test_llama3_405b_mfu_is_meta_s_41_percent_within_10_percent():
+    assert simulate(_llama3_405b_on_16k_gpus()).mfu == pytest.approx(0.41, rel=0.10)
+
+
+@pytest.mark.xfail(strict=True, reason="Meta trained this layout on 80 GB H100s; the simulator puts "
+                                       "81.7 GiB allocated on the fullest stage (68 GB of activations: "
+                                       "interleaving with 16 micro-batches on 16 stages keeps every "
+                                       "micro-batch in flight). Not modelled: Meta's pipeline schedule "
+                                       "with a tunable number of micro-batches in flight and its early "
+                                       "freeing of stage inputs and outputs (Llama 3 paper, section "
+                                       "3.3.2)")
+def test_llama3_405b_layout_fits_in_80_gb():
+    assert simulate(_llama3_405b_on_16k_gpus()).fits_in_memory
 
 
 def test_even_split_still_needs_layers_divisible_by_stages():

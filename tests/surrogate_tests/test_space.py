@@ -6,6 +6,7 @@ import pytest
 
 from simulator.errors import ConfigError
 from simulator.job.catalog import resolve_hardware
+from simulator.job.validation import validate_job
 from surrogate.features import record_to_job
 from surrogate.sampling import draw
 from surrogate.space import load_space, space_from_dict
@@ -30,10 +31,26 @@ def test_constructive_sampling_rejects_few_and_says_why() -> None:
     assert min(gpus) == 8 and max(gpus) == 16384
 
 
+def _assert_valid_jobs_of_the_tiny_space(records: list[dict]) -> None:
+    """Each record builds a job that passes validation (record_to_job validates) and lies inside
+    TINY_SPACE's ranges and choices: head_dim 64, or the megatron-gpt-1.7b preset's shape."""
+    for record in records:
+        job = validate_job(record_to_job(record, A100))
+        p, t = job.parallel, job.training
+        assert p.tp * p.pp * job.dp == job.cluster.num_gpus and 8 <= job.cluster.num_gpus <= 64
+        assert p.tp in TINY_SPACE["tp"] and p.pp <= TINY_SPACE["pp_max"]
+        assert p.schedule in TINY_SPACE["schedule"] and job.model.seq_length in TINY_SPACE["seq_length"]
+        assert t.micro_batch_size in TINY_SPACE["micro_batch_size"]
+        assert 1 <= job.num_microbatches <= 32
+        assert t.global_batch_size % (t.micro_batch_size * job.dp) == 0
+        shape = (job.model.num_layers, job.model.hidden_size, job.model.num_attention_heads)
+        assert job.model.hidden_size == 64 * job.model.num_attention_heads or shape == (24, 2304, 24), shape
+
+
 def test_every_sampled_record_is_a_valid_job() -> None:
-    for record in draw(tiny_space(), A100, 100, seed=3).records:
-        job = record_to_job(record, A100)
-        assert job.parallel.tp * job.parallel.pp * job.dp == job.cluster.num_gpus
+    records = draw(tiny_space(), A100, 100, seed=3).records
+    assert len(records) == 100
+    _assert_valid_jobs_of_the_tiny_space(records)
 
 
 def test_sampling_is_deterministic_and_prefix_stable() -> None:
@@ -49,6 +66,8 @@ def test_other_designs_sample_valid_jobs(method: str) -> None:
 
     records = draw(tiny_space(), A100, 30, seed=0, method=Method(method)).records
     assert len(records) == 30
+    _assert_valid_jobs_of_the_tiny_space(records)
+    assert records != draw(tiny_space(), A100, 30, seed=0).records  # not the default (Sobol) design
 
 
 def test_unknown_space_key_names_the_closest_one() -> None:
