@@ -14,7 +14,8 @@ below comes from the shipped defaults and hardware files.
    sequence and CP grow together (Megatron-LM semantics, bf16, ZeRO-1 and all_gather CP stand in).
 3. Published MoE pre-training runs (`data/published/`, held out; read at run time, skipped when
    absent, `--published DIR` elsewhere): tokens/s/GPU of every row this build can express
-   (its GPU has a hardware file, its precision exists here, Megatron-Core without FSDP, the
+   (its GPU has a hardware file, its precision and recipe exist here -- bf16, the fp8 recipes,
+   nvfp4 --, Megatron-Core without FSDP (refused with experts), the
    NVLink domain no larger than a node unless the cluster models one); the others are counted
    by reason.
 4. Llama 3 405B's 128K-token stage (TP 8, CP 16, PP 16, DP 8 on 16,384 H100s; Llama 3 paper
@@ -37,10 +38,12 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from modern_rows import precision_and_recipe as modern_precision  # noqa: E402
+
 from simulator import job_from_dict, simulate  # noqa: E402
 from simulator.errors import VTrainError  # noqa: E402
-from simulator.job.catalog import data_dir, hardware_names  # noqa: E402
-from simulator.job.enums import Precision  # noqa: E402
+from simulator.job.catalog import data_dir, hardware_names, resolve_hardware  # noqa: E402
+from simulator.job.enums import GpuArchitecture, Precision  # noqa: E402
 from simulator.job.specs import ClusterSpec, GiB  # noqa: E402
 
 MODERN = ROOT.parent / "shared" / "data" / "modern"
@@ -202,7 +205,7 @@ PRESETS = (("deepseekv3", "deepseek-v3"), ("qwen3moe30b", "qwen3-30b-a3b"),
            ("gptoss120b", "gpt-oss-120b"), ("gptoss20b", "gpt-oss-20b"), ("kimik2", "kimi-k2"),
            ("mixtral8x7b", "mixtral-8x7b"), ("mixtral8x22b", "mixtral-8x22b"))
 GPUS = {"h100": "h100-sxm-80gb", "h200": "h200-141gb", "gb200": "gb200", "gb300": "gb300",
-        "b200": "b200", "b300": "b300", "a100": "a100-80gb"}
+        "b200": "b200", "b300": "b300", "a100": "a100-80gb", "h800": "h800"}
 
 
 def _preset(model: str) -> str | None:
@@ -215,38 +218,49 @@ def _gpu(text: str) -> str | None:
     return GPUS.get(first)
 
 
-def _precision(text: str) -> str | None:
+def _precision(text: str, gpu: str) -> tuple[str, str | None] | None:
+    """(training.precision, its recipe) of a published precision, as bench/modern_rows.py reads
+    the dense rows (DeepSeek-V3's 1x128 / 128x128 "fine-grained" FP8 is the blockwise recipe)."""
+    hopper = resolve_hardware(gpu).architecture is GpuArchitecture.HOPPER
     t = text.lower()
-    name = "bf16" if t.startswith("bf16") else "mxfp8" if "mxfp8" in t else \
-        "nvfp4" if "nvfp4" in t else "fp8" if "fp8" in t else t.split()[0]
-    return name if name in {p.value for p in Precision} else None
+    if "fine-grained" in t or "1x128" in t:
+        return ("fp8", "blockwise") if hopper else ("fp8", "mxfp8")
+    read = modern_precision(text, hopper)
+    if read is None or read[0] not in {p.value for p in Precision}:
+        return None
+    return read
 
 
 def published_job(r: pd.Series) -> tuple[dict[str, Any] | None, str]:
     """The job of one published MoE row, or None and why this build cannot express it."""
-    preset, gpu, precision = _preset(str(r.model)), _gpu(str(r.gpu)), _precision(str(r.precision))
+    preset, gpu = _preset(str(r.model)), _gpu(str(r.gpu))
     if preset is None:
         return None, f"no preset for {r.model}"
     if gpu is None or gpu not in hardware_names():
         return None, f"no hardware file for {str(r.gpu).split()[0]}"
+    precision = _precision(str(r.precision), gpu)
     if precision is None:
         return None, f"precision {str(r.precision).split(' (')[0][:24]} not in this build"
     if not pd.isna(r.fsdp) and float(r.fsdp) > 0:
-        return None, "FSDP not in this build"
+        return None, "FSDP with experts not modelled together (refused)"
     domain = _int(r.nvlink_domain) or 0
     if domain > (_int(r.gpus_per_node) or 8) and "nvlink_domain" not in ClusterSpec.model_fields:
         return None, "NVLink domain beyond a node (NVL72) not in this build"
     if isinstance(r.cpu_offload, str) and r.cpu_offload.strip():
         return None, "activation offload not modelled"
+    if _int(r.micro_batch_size) is None or _int(r.global_batch_size) is None:
+        return None, "batch sizes not stated"
     text = f"{r.recipe_overrides} {r.other_overlaps} {r.model}".lower()
     model: dict[str, Any] = {"preset": preset, "seq_length": int(r.seq_len)}
     if "w/o mtp" in text:
         model["mtp_num_layers"] = 0
     training: dict[str, Any] = {
         "global_batch_size": int(r.global_batch_size), "micro_batch_size": int(r.micro_batch_size),
-        "precision": precision, "flash_attention": True, "recompute": _recompute(r.recompute),
+        "precision": precision[0], "flash_attention": True, "recompute": _recompute(r.recompute),
         "moe_token_dispatcher": "flex" if any(x in text for x in ("hybridep", "deepep")) else "alltoall",
         "moe_overlap_ep_comm": "moe_a2a_overlap=true" in text}
+    if precision[1] is not None and precision[0] == "fp8":
+        training["fp8_recipe"] = precision[1]
     if "tokendrop" in text:
         training.update(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)
     tp, vp = int(r.tp), _int(r.vp) or 1

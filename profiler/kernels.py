@@ -206,6 +206,17 @@ def elementwise(op: Op, row: int, x: Inputs) -> Kernel:
     return lambda: torch.add(a, b)
 
 
+def quantize(op: Op, row: int, x: Inputs) -> Kernel:
+    """A low-precision recipe's quantize kernel (simulator.graph.quantize): the tensor's amax
+    and its cast to FP8 (a transpose variant: the quantized tensor made contiguous transposed).
+    PyTorch's own ops stand in for Transformer Engine's fused kernels."""
+    a = x.rows(op.shape[0], row)
+    if op.variant.endswith("_transpose"):
+        q = a.to(torch.float8_e4m3fn)
+        return lambda: q.t().contiguous()
+    return lambda: (a * (448.0 / a.abs().amax().clamp(min=1e-12))).to(torch.float8_e4m3fn)
+
+
 BUILDERS: dict[OpKind, Callable[[Op, int, Inputs], Kernel]] = {
     OpKind.GEMM: gemm,
     OpKind.BMM: gemm,
@@ -218,6 +229,7 @@ BUILDERS: dict[OpKind, Callable[[Op, int, Inputs], Kernel]] = {
     OpKind.EMBEDDING: embedding,
     OpKind.CROSS_ENTROPY: cross_entropy,
     OpKind.OPTIMIZER: adam,
+    OpKind.QUANTIZE: quantize,
 }
 
 

@@ -21,7 +21,9 @@ import numpy as np
 from simulator.graph.blocks import JobGraph, build_graph
 from simulator.graph.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from simulator.graph.params import active_params, total_params
+from simulator.job.enums import CudaGraphs
 from simulator.job.framework import semantics
+from simulator.job.precision import recipe_name
 from simulator.job.specs import HardwareSpec, Job
 from simulator.memo import Memo, Pinned, read_only
 from simulator.memory.stages import MemoryTable, stage_memory_table
@@ -113,6 +115,7 @@ def job_summary(job: Job) -> dict[str, Any]:
         "recompute": t.recompute.value,
         "flash_attention": t.flash_attention,
         **_parallel_summary(job),
+        **_modern_summary(job),
     }
 
 
@@ -126,4 +129,26 @@ def _parallel_summary(job: Job) -> dict[str, Any]:
         out.update(ep=p.ep, expert_tp=job.expert_tp, expert_dp=job.expert_dp,
                    moe_token_dispatcher=job.training.moe_token_dispatcher.value,
                    active_parameters=active_params(job.model))
+    return out
+
+
+def _modern_summary(job: Job) -> dict[str, Any]:
+    """The summary's entries for low precision, FSDP, CUDA graphs and overlapped tp
+    communication, present only when a job uses them (older results keep their keys)."""
+    t, p = job.training, job.parallel
+    out: dict[str, Any] = {}
+    recipe = recipe_name(job)
+    if recipe is not None:
+        out["low_precision_recipe"] = recipe
+        out["fp8_param_gather"] = t.fp8_param_gather
+        if t.first_last_layers_bf16:
+            out["bf16_layers"] = [t.num_layers_at_start_in_bf16, t.num_layers_at_end_in_bf16]
+        if t.fp8_dot_product_attention:
+            out["fp8_dot_product_attention"] = True
+    if p.data_parallel_sharding is not None:
+        out["data_parallel_sharding"] = job.sharding.value
+    if t.cuda_graphs is not CudaGraphs.NONE:
+        out["cuda_graphs"] = t.cuda_graphs.value
+    if p.tp_comm_overlap:
+        out["tp_comm_overlap"] = True
     return out

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simulator.costs.analytic import AnalyticKernelModel, CostSource, KernelModel
-from simulator.costs.comm_groups import group_placements
+from simulator.costs.comm_groups import group_placements, uses_group_placements
+from simulator.errors import ProfileError
 from simulator.graph.blocks import BLOCKS, JobGraph, blocks_key
+from simulator.graph.ops import Block
 from simulator.job.catalog import data_dir
 from simulator.job.enums import CollectiveKind
 from simulator.job.specs import GiB, Job
@@ -67,7 +69,7 @@ def default_network(job: Job, collnet: bool | None = None) -> NetworkModel:
 
 
 def default_kernels(job: Job) -> KernelModel:
-    return AnalyticKernelModel(job.hardware, job.training.precision)
+    return AnalyticKernelModel(job.hardware, job.training.precision.base)
 
 
 def simulate(job: Job, kernels: KernelModel | None = None,
@@ -102,8 +104,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
     idle = np.bincount(plan.stage, weights=timeline.idle, minlength=p)
     p2p = np.bincount(plan.stage, weights=timeline.p2p_exposed, minlength=p)
     breakdown = _breakdown(costs, tail, m, critical, idle, p2p, 0.0)
-    loss = scale_loss(job, costs.layer, graph.layer,
-                      sum(breakdown[k] for k in GPU_BOUND))
+    loss = scale_loss(job, _layer_blocks(job, graph, costs), sum(breakdown[k] for k in GPU_BOUND))
     breakdown["scale_loss"] = loss.total_s
     iteration = float(stage_total.max()) + loss.total_s
     stages = tuple(map(StageReport, range(p), (stage_total - idle).tolist(),
@@ -174,12 +175,13 @@ def _costed_blocks(job: Job, graph: JobGraph, kernels: KernelModel | None,
                    network: NetworkModel | None, static: JobStatic
                    ) -> tuple[tuple[BlockCost, ...], np.ndarray]:
     """The blocks' costs, memoized. They depend on the blocks (`blocks_key`), the hardware
-    (efficiencies included; an immutable object, keyed by identity), the tp group's placement,
-    and the kernel and network models: the default ones are functions of the hardware, the
-    precision (in the training config) and the cluster's bandwidths; a caller's own models
+    (efficiencies included; an immutable object, keyed by identity), the placements of the
+    groups their collectives run on (tp; experts', cp's and FSDP's dp group where the job has
+    them), and the kernel and network models: the default ones are functions of the hardware,
+    the precision (in the training config) and the cluster's bandwidths; a caller's own models
     enter the key by identity."""
     groups = (tuple(group_placements(job).items())
-              if job.model.is_moe or job.parallel.cp > 1 else static.tp_where)
+              if uses_group_placements(job) else static.tp_where)
     key = (blocks_key(job), Pinned(job.hardware), groups,
            Pinned(kernels) if kernels is not None else None,
            Pinned(network) if network is not None else
@@ -228,6 +230,8 @@ def _breakdown(costs: StageCosts, tail: Tail, m: int, c: int, idle: np.ndarray, 
                wait: float) -> dict[str, float]:
     parts = {name: float(m * grid[c].sum()) for name, grid in costs.parts.items()}
     parts["tp_comm"] += float(tail.sp_grad_sync_s[c])
+    if "fsdp_comm" not in parts:
+        parts["fsdp_comm"] = 0.0
     return {
         **parts,
         "pp_comm": float(p2p[c]),
@@ -238,10 +242,16 @@ def _breakdown(costs: StageCosts, tail: Tail, m: int, c: int, idle: np.ndarray, 
     }
 
 
-def _coverage(costs: StageCosts, job: Job, graph: JobGraph) -> dict[str, float]:
+def _layer_blocks(job: Job, graph: JobGraph, costs: StageCosts
+                  ) -> list[tuple[float, BlockCost, Block]]:
+    """Every layer block with how many of it the model runs and its cost."""
     counts = [float(n) for n in graph.layer_counts.sum(axis=(1, 2))] if graph.other_layers \
         else [job.model.num_layers]
-    weighted = [*zip(counts, (costs.layer, *costs.other_layers), strict=True),
+    return list(zip(counts, (costs.layer, *costs.other_layers), graph.layer_blocks, strict=True))
+
+
+def _coverage(costs: StageCosts, job: Job, graph: JobGraph) -> dict[str, float]:
+    weighted = [*((n, cost) for n, cost, _ in _layer_blocks(job, graph, costs)),
                 (1, costs.embedding), (1, costs.head)]
     totals: dict[str, float] = defaultdict(float)
     for weight, block in weighted:
@@ -266,6 +276,11 @@ def simulate_traced(job: Job, profile: str | Profile, options: TracedOptions | N
 def _simulate(costs: TracedCosts, network: NetworkModel | None) -> SimulationResult:
     from simulator.costs.traced import TracedKernelModel
 
+    precision = costs.job.training.precision
+    if precision.is_low:
+        raise ProfileError(f"a traced profile holds the phases of a 16-bit stack; it cannot cost "
+                           f"training.precision={precision.value} (its quantize kernels and "
+                           f"low-precision GEMMs were never traced); simulate without --profile")
     kernels = TracedKernelModel(costs, costs.fallback)
     result = simulate(costs.job, kernels=kernels, network=network, blocks=costs)
     return replace(result, profile_coverage=costs.coverage())
@@ -290,7 +305,7 @@ def simulate_with_profile(job: Job, path: str, strict: bool = False
         kernels = kernel_model_from_profile(path, job, strict)
         return simulate(job, kernels=kernels, network=network), None
     check_device(profile, job, strict)
-    analytic = AnalyticKernelModel(job.hardware, job.training.precision)
+    analytic = AnalyticKernelModel(job.hardware, job.training.precision.base)
     fallback: KernelModel = analytic
     if profile.ops is not None:
         fallback = ProfiledKernelModel.from_measurements(ops_from_table(profile.ops), analytic)

@@ -27,10 +27,11 @@ from vtrain_ml.jobs import Overrides, apply
 log = logging.getLogger(__name__)
 
 JOB_SUFFIXES = (".json", ".yaml", ".yml")
-COLUMNS = ("path", "variant", "status", "model", "num_gpus", "tp", "pp", "dp", "cp", "ep",
+COLUMNS = ("path", "variant", "status", "model", "gpu", "num_gpus", "tp", "pp", "dp", "cp", "ep",
            "expert_tp", "micro_batch_size", "num_microbatches", "global_batch_size", "schedule",
-           "recompute", "iteration_time_s", "tokens_per_s", "mfu", "tp_comm_s", "ep_comm_s",
-           "cp_comm_s", "peak_memory_GiB", "memory_capacity_GiB", "fits",
+           "recompute", "precision", "low_precision_recipe", "data_parallel_sharding",
+           "iteration_time_s", "tokens_per_s", "mfu", "tp_comm_s", "ep_comm_s", "cp_comm_s",
+           "fsdp_comm_s", "peak_memory_GiB", "memory_capacity_GiB", "fits",
            "cost_per_iteration_usd", "notes", "error")
 
 
@@ -94,8 +95,13 @@ def result_columns(result: SimulationResult) -> dict[str, Any]:
         "cp": j.get("cp", 1), "ep": j.get("ep", 1), "expert_tp": j.get("expert_tp", ""),
         "tp_comm_s": result.breakdown["tp_comm"], "ep_comm_s": result.breakdown.get("ep_comm", 0.0),
         "cp_comm_s": result.breakdown.get("cp_comm", 0.0),
+        "fsdp_comm_s": result.breakdown.get("fsdp_comm", 0.0),
         "micro_batch_size": j["micro_batch_size"], "num_microbatches": result.num_microbatches,
         "global_batch_size": j["global_batch_size"], "schedule": j["schedule"], "recompute": j["recompute"],
+        "gpu": j["gpu"], "precision": j["precision"],
+        "low_precision_recipe": j.get("low_precision_recipe", ""),
+        "data_parallel_sharding": j.get("data_parallel_sharding",
+                                        "optim" if j["distributed_optimizer"] else "no_shard"),
         "iteration_time_s": result.iteration_time_s, "tokens_per_s": result.tokens_per_s, "mfu": result.mfu,
         "peak_memory_GiB": result.peak_memory_bytes / GiB,
         "memory_capacity_GiB": result.memory_capacity_bytes / GiB,

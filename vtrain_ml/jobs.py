@@ -39,6 +39,14 @@ LAYOUT_FIELDS: dict[str, tuple[str, str]] = {
     "precision": ("training", "precision"),
     "flash_attention": ("training", "flash_attention"),
     "price_per_gpu_hour_usd": ("cluster", "price_per_gpu_hour_usd"),
+    "fp8_recipe": ("training", "fp8_recipe"),
+    "fp4_recipe": ("training", "fp4_recipe"),
+    "fp8_param_gather": ("training", "fp8_param_gather"),
+    "first_last_layers_bf16": ("training", "first_last_layers_bf16"),
+    "fp8_dot_product_attention": ("training", "fp8_dot_product_attention"),
+    "cuda_graphs": ("training", "cuda_graphs"),
+    "data_parallel_sharding": ("parallel", "data_parallel_sharding"),
+    "tp_comm_overlap": ("parallel", "tp_comm_overlap"),
 }
 # the command-line flag of each override, for labels and messages
 FLAGS: dict[str, str] = {
@@ -49,6 +57,10 @@ FLAGS: dict[str, str] = {
     "global_batch_size": "--global-batch", "recompute": "--recompute", "precision": "--precision",
     "flash_attention": "--flash-attention", "price_per_gpu_hour_usd": "--price",
     "hardware": "--hardware", "train_tokens": "--train-tokens",
+    "fp8_recipe": "--fp8-recipe", "fp4_recipe": "--fp4-recipe",
+    "fp8_param_gather": "--fp8-param-gather", "first_last_layers_bf16": "--first-last-layers-bf16",
+    "fp8_dot_product_attention": "--fp8-dot-product-attention", "cuda_graphs": "--cuda-graphs",
+    "data_parallel_sharding": "--data-parallel-sharding", "tp_comm_overlap": "--tp-comm-overlap",
 }
 
 
@@ -75,6 +87,14 @@ class Overrides:
     precision: str | None = None
     flash_attention: bool | None = None
     price_per_gpu_hour_usd: float | None = None
+    fp8_recipe: str | None = None
+    fp4_recipe: str | None = None
+    fp8_param_gather: bool | None = None
+    first_last_layers_bf16: bool | None = None
+    fp8_dot_product_attention: bool | None = None
+    cuda_graphs: str | None = None
+    data_parallel_sharding: str | None = None
+    tp_comm_overlap: bool | None = None
 
     def given(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}

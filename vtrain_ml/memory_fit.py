@@ -46,7 +46,7 @@ def single_changes(job: Job) -> list[Overrides]:
     """One-flag changes that reduce memory per GPU, cheapest in spirit first."""
     p, t = job.parallel, job.training
     out: list[Overrides] = []
-    if job.dp > 1 and not p.distributed_optimizer:
+    if job.dp > 1 and not job.shards_optimizer:
         out.append(Overrides(distributed_optimizer=True))
     if t.recompute is Recompute.NONE:
         out.append(Overrides(recompute=Recompute.SELECTIVE.value))

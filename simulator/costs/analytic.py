@@ -20,6 +20,7 @@ import numpy as np
 
 from simulator.graph.ops import MATMUL_KINDS, Op, OpKind
 from simulator.job.enums import Precision
+from simulator.job.precision import GEMM_KERNELS
 from simulator.job.specs import HardwareSpec
 
 # Output tiles cuBLAS/CUTLASS choose among for large GEMMs, with their relative throughput
@@ -100,7 +101,11 @@ def gemm_efficiency(batch: Any, m: Any, n: Any, k: Any, num_sms: Any, max_eff: A
 
 @dataclass(frozen=True)
 class AnalyticKernelModel:
-    """Roofline with shape-dependent GEMM efficiency."""
+    """Roofline with shape-dependent GEMM efficiency. `precision` is the job's 16-bit dtype;
+    a matmul the recipe runs low (`op.precision`) uses that precision's peak and its kernel
+    family's efficiency relative to the 16-bit GEMMs (`Efficiency.low_precision_gemm_efficiency`,
+    from public micro-benchmarks cited in the hardware file). Quantize kernels are memory-bound
+    ops like any other (their bytes come from the graph, simulator.graph.quantize)."""
 
     hardware: HardwareSpec
     precision: Precision
@@ -112,7 +117,9 @@ class AnalyticKernelModel:
         hw, eff = self.hardware, self.hardware.efficiency
         mem_time = op.bytes / (hw.hbm_bandwidth_GBps * 1e9 * eff.memory_efficiency)
         if op.kind in MATMUL_KINDS:
-            peak = hw.peak_flops(self.precision)
+            peak = hw.peak_flops(op.precision or self.precision)
+            low = 1.0 if op.precision is None else eff.low_precision_gemm_efficiency[
+                GEMM_KERNELS[op.variant]]
             if op.kind is OpKind.FLASH_ATTENTION:  # (batch*heads, queries, keys, head_dim)
                 batch, sq, skv, d = op.shape
                 top = eff.attention_max_efficiency or eff.gemm_max_efficiency
@@ -123,9 +130,11 @@ class AnalyticKernelModel:
                                              eff.gemm_k_half))
                 if (m % ALIGN or n % ALIGN or k % ALIGN) and op.kind is OpKind.GEMM:
                     frac = min(frac, eff.unaligned_gemm_efficiency)
-            gpu = max(op.flops / (peak * frac), mem_time)
+            gpu = max(op.flops / (peak * frac * low), mem_time)
         elif op.kind is OpKind.OPTIMIZER:
             gpu = mem_time
+        elif op.kind is OpKind.QUANTIZE and eff.quantize_memory_efficiency is not None:
+            gpu = op.bytes / (hw.hbm_bandwidth_GBps * 1e9 * eff.quantize_memory_efficiency)
         else:
             gpu = max(mem_time, op.flops / (hw.peak_flops(self.precision) / 16))  # CUDA cores
         return gpu + eff.kernel_launch_s * op.kernels

@@ -14,7 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.costs.analytic import CostSource, KernelModel
-from simulator.graph.ops import CP_GROUPS, EP_GROUPS, HOST_SYNC, OTHER_DIRECTION, Block, CommOp, Op
+from simulator.graph.ops import (
+    CP_GROUPS,
+    EP_GROUPS,
+    HOST_SYNC,
+    OTHER_DIRECTION,
+    OVERLAP_BLOCK,
+    Block,
+    CommOp,
+    Op,
+)
 from simulator.job.specs import Efficiency
 
 CommTime = Callable[[CommOp], float]  # seconds of one tensor-parallel collective on the job's group
@@ -46,6 +55,11 @@ class BlockCost:
     # sum over the block's kernels of their squared durations (s^2): how much a kernel-time
     # variation adds up to over the block (simulator.timeline.stragglers)
     kernel_square_s2: float = 0.0
+    # the exposed part of `forward_comm` / `backward_comm` that FSDP's data-parallel
+    # collectives add (simulator.graph.fsdp)
+    forward_dp_comm: float = 0.0
+    backward_dp_comm: float = 0.0
+    recompute_dp_comm: float = 0.0
 
     @property
     def ep_comm(self) -> float:
@@ -78,7 +92,7 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
     `collective_overhead_s` per collective call."""
     by_source: dict[CostSource, float] = defaultdict(float)
     seconds: dict[str, float] = {}
-    exposed: dict[str, float] = defaultdict(float)  # "<direction>_<ep|cp>" -> seconds
+    exposed: dict[str, float] = defaultdict(float)  # "<direction>_<ep|cp|dp>" -> seconds
 
     square = [0.0]
 
@@ -92,35 +106,8 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
             square[0] += c.seconds * c.seconds / max(1, op.kernels)
         return total
 
-    def comm(ops: tuple[CommOp, ...], other_direction: float, direction: str) -> float:
-        """Blocking collectives in full; asynchronous ones only beyond the op they overlap;
-        those overlapping the other direction (combined 1F1B) beyond its whole compute."""
-        parts = []
-        hidden = 0.0
-        for op in ops:
-            t = comm_time(op)
-            if op.overlap == OTHER_DIRECTION:
-                hidden += t
-                t = 0.0
-            elif op.overlap:
-                t = max(0.0, t - seconds.get(op.overlap, 0.0))
-            parts.append(t)
-            if op.group in EP_GROUPS:
-                exposed[f"{direction}_ep"] += t
-            elif op.group in CP_GROUPS:
-                exposed[f"{direction}_cp"] += t
-        total = sum(parts)
-        if hidden:
-            left = max(0.0, hidden - other_direction)
-            exposed[f"{direction}_ep"] += left
-            total += left
-        return total
-
     def host(ops: tuple[Op, ...], comms: tuple[CommOp, ...], weight: float) -> float:
-        launches = sum(op.kernels if op.host_launches is None else op.host_launches
-                       for op in ops)
-        return (launches * weight * efficiency.host_overhead_s
-                + len(comms) * efficiency.collective_overhead_s)
+        return _host_s(block, ops, comms, weight, efficiency)
 
     def sync_idle(ops: tuple[Op, ...], weight: float) -> float:
         """After each host synchronization the GPU waits for the host's next launch."""
@@ -128,9 +115,9 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
         return syncs * weight * efficiency.host_overhead_s
 
     fwd, bwd, rec = compute(block.forward), compute(block.backward), compute(block.recompute)
-    fwd_c = comm(block.forward_comm, bwd, "forward")
-    bwd_c = comm(block.backward_comm, fwd, "backward")
-    rec_c = comm(block.recompute_comm, bwd, "recompute")
+    fwd_c = _exposed_s(block.forward_comm, comm_time, seconds, exposed, bwd, "forward", fwd)
+    bwd_c = _exposed_s(block.backward_comm, comm_time, seconds, exposed, fwd, "backward", bwd + rec)
+    rec_c = _exposed_s(block.recompute_comm, comm_time, seconds, exposed, bwd, "recompute")
     w = block.host_cost
     fwd_host = host(block.forward, block.forward_comm, w.forward)
     bwd_host = (host(block.backward, block.backward_comm, w.backward)
@@ -142,4 +129,53 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
                      max(0.0, bwd_host - bwd - bwd_c - rec - rec_c) + rec_sync, dict(by_source),
                      exposed["forward_ep"], exposed["backward_ep"], exposed["recompute_ep"],
                      exposed["forward_cp"], exposed["backward_cp"], exposed["recompute_cp"],
-                     fwd_sync + rec_sync, square[0])
+                     fwd_sync + rec_sync, square[0], exposed["forward_dp"], exposed["backward_dp"],
+                     exposed["recompute_dp"])
+
+
+def _exposed_s(ops: tuple[CommOp, ...], comm_time: CommTime, seconds: dict[str, float],
+               exposed: dict[str, float], other_direction: float, direction: str,
+               busy: float = 0.0) -> float:
+    """Seconds the collectives of one direction add to it: blocking ones in full; asynchronous
+    ones only beyond the op they overlap (`seconds` of the block's ops); those overlapping the
+    other direction (combined 1F1B) beyond its whole compute; those on their own stream for the
+    whole direction (`OVERLAP_BLOCK`: FSDP's) together beyond the direction's compute `busy`.
+    The expert-, context- and data-parallel parts are added to `exposed` as well."""
+    parts = []
+    hidden = streamed = 0.0
+    for op in ops:
+        t = comm_time(op)
+        if op.overlap == OVERLAP_BLOCK:
+            streamed += t
+            continue
+        if op.overlap == OTHER_DIRECTION:
+            hidden += t
+            t = 0.0
+        elif op.overlap:
+            t = max(0.0, t - seconds.get(op.overlap, 0.0))
+        parts.append(t)
+        if op.group in EP_GROUPS:
+            exposed[f"{direction}_ep"] += t
+        elif op.group in CP_GROUPS:
+            exposed[f"{direction}_cp"] += t
+    total = sum(parts)
+    if hidden:
+        left = max(0.0, hidden - other_direction)
+        exposed[f"{direction}_ep"] += left
+        total += left
+    if streamed:
+        beyond = max(0.0, streamed - busy)
+        exposed[f"{direction}_dp"] += beyond
+        total += beyond
+    return total
+
+
+def _host_s(block: Block, ops: tuple[Op, ...], comms: tuple[CommOp, ...], weight: float,
+            efficiency: Efficiency) -> float:
+    """Host dispatch time of one direction's ops and collectives; a block replayed from a CUDA
+    graph is one graph launch."""
+    if block.graph_captured:
+        return efficiency.host_overhead_s if ops else 0.0
+    launches = sum(op.kernels if op.host_launches is None else op.host_launches for op in ops)
+    return (launches * weight * efficiency.host_overhead_s
+            + len(comms) * efficiency.collective_overhead_s)

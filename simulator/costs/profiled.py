@@ -134,7 +134,7 @@ def kernel_model_from_profile(path: str | Path, job: Job, strict: bool = False
                            f"{', '.join(profile.meta.tables) or 'no tables'}); measure ops with "
                            f"`python -m vtrain_ml.profile ops --out {path}`")
     check_device(profile, job, strict)
-    analytic = AnalyticKernelModel(job.hardware, job.training.precision)
+    analytic = AnalyticKernelModel(job.hardware, job.training.precision.base)
     return ProfiledKernelModel.from_measurements(ops_from_table(profile.ops), analytic)
 
 

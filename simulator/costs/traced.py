@@ -92,7 +92,7 @@ class TracedCosts:
     def __init__(self, profile: Profile, job: Job, options: TracedOptions | None = None,
                  fallback: KernelModel | None = None) -> None:
         self.job, self.options = job, options or TracedOptions()
-        self.analytic = AnalyticKernelModel(job.hardware, job.training.precision)
+        self.analytic = AnalyticKernelModel(job.hardware, job.training.precision.base)
         self.fallback = fallback or self.analytic
         traces = load_traces(profile)
         self.deflation = deflation([(t.row, _phases(t)) for t in traces])
@@ -201,7 +201,7 @@ class TracedCosts:
         ref_ops = phase_ops(ref_graph, traced, ref_job)
         job_ops = phase_ops(self.graph, phase, self.job)
         common = {o.name for o in ref_ops} & {o.name for o in job_ops}
-        ref_model = AnalyticKernelModel(ref_job.hardware, ref_job.training.precision)
+        ref_model = AnalyticKernelModel(ref_job.hardware, ref_job.training.precision.base)
         a_ref = analytic_by_class(ref_ops, ref_model)
         a_ref_common = analytic_by_class([o for o in ref_ops if o.name in common], ref_model)
         a_job = analytic_by_class([o for o in job_ops if o.name in common], self.analytic)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from simulator.graph.ops import CommOp, Op, OpKind, Phase
 from simulator.graph.primitives import FP32, MASK_BYTES, ShapeContext, gemm, pointwise
+from simulator.job.enums import Precision
+from simulator.job.precision import FP8_ATTENTION
 from simulator.job.specs import Job
 
 
@@ -69,13 +71,19 @@ def attention_core(job: Job, c: ShapeContext, heads: int, groups: int) -> Attent
     inputs = c.dt * T * d * (heads + 2 * groups)
     if job.training.flash_attention:
         fl = 4.0 * bh * s * s * d / 2  # causal: half of the score matrix is skipped
-        io = (3 * T * heads * d + T * heads * d) * c.dt
+        # FP8 attention (TE's --fp8-dot-product-attention, cuDNN's fused FP8 attention): the
+        # QKV GEMM writes Q, K, V in FP8 and the attention's matmuls run at the FP8 peak
+        fp8 = c.fp8_attention
+        qkv_bytes = 1 if fp8 else c.dt
+        io = 3 * T * heads * d * qkv_bytes + T * heads * d * c.dt
+        saved = c.dt * T * d * (heads + 2 * groups) * (qkv_bytes / c.dt) if fp8 else inputs
         lse = FP32 * bh * s
+        variant, precision = (FP8_ATTENTION, Precision.FP8) if fp8 else ("causal", None)
         flash = Op("flash_attention", OpKind.FLASH_ATTENTION, Phase.FORWARD, (bh, s, s, d), c.dt,
-                   fl, io, inputs + lse, "causal")
+                   fl, io, saved + lse, variant, precision=precision)
         flash_b = Op("flash_attention.bwd", OpKind.FLASH_ATTENTION, Phase.BACKWARD, (bh, s, s, d),
-                     c.dt, 2.5 * fl, 2 * io, 0.0, "causal")
-        return AttentionCore([flash], [flash_b], inputs)
+                     c.dt, 2.5 * fl, 2 * io, 0.0, variant, precision=precision)
+        return AttentionCore([flash], [flash_b], saved)
     fwd: list[Op] = []
     bwd: list[Op] = []
     kv_heads = groups

@@ -5,11 +5,14 @@ Identical layers are costed once: the graph holds one `Block` per kind of layer 
 chunk's cost is `sum over kinds of layers of that kind * the kind's cost`. A dense GPT/Llama job
 has one kind (`JobGraph.layer`); a mixture-of-experts model with dense first layers, or GPT-OSS's
 alternating sliding-window layers, has a few (simulator.job.layer_pattern), and multi-token
-prediction adds one block per depth on the last chunk (simulator.graph.mtp). The blocks come from
+prediction adds one block per depth on the last chunk (simulator.graph.mtp); a low-precision run
+that keeps its first and last layers in bf16 has their 16-bit kinds too. The blocks come from
 the layer modules of this package (dense with its attention and MLP halves, mla, moe/,
 context_parallel, embedding, head; eager for the PyTorch autocast stack) and are memoized per
 model, training and non-layout plan; the stage split and the p2p size are the layout's own. What
-differs between training stacks comes from `simulator.job.framework`.
+differs between training stacks comes from `simulator.job.framework`. FSDP's per-layer
+collectives (simulator.graph.fsdp) join the layer blocks; CUDA graphs (`training.cuda_graphs`)
+capture the layers, or with `full_iteration` every block.
 """
 
 from __future__ import annotations
@@ -21,14 +24,16 @@ import numpy as np
 from simulator.graph import eager as graph_eager
 from simulator.graph.dense import build_layer
 from simulator.graph.embedding import build_embedding
+from simulator.graph.fsdp import fsdp_comm
 from simulator.graph.head import build_head
 from simulator.graph.mtp import build_mtp
 from simulator.graph.ops import Block
-from simulator.graph.primitives import FP32, shape_context
-from simulator.job.enums import Recompute
+from simulator.graph.primitives import FP32, layer_context, shape_context
+from simulator.job.enums import CudaGraphs, DataParallelSharding, Recompute
 from simulator.job.framework import semantics
-from simulator.job.layer_pattern import chunk_kind_counts, layer_kinds
+from simulator.job.layer_pattern import LayerKind, chunk_kind_counts, mtp_kind
 from simulator.job.partition import chunk_layers
+from simulator.job.precision import low_precision
 from simulator.job.specs import Job
 from simulator.memo import Memo
 
@@ -88,12 +93,22 @@ def blocks_key(job: Job) -> tuple[object, ...]:
     """What the layer, embedding and head blocks depend on: the whole model and training
     configs, the parallel plan's non-layout fields, whether the pipeline has one stage (a tied
     embedding's gradients are then summed on it), and for the eager stack the number of
-    micro-batches (its gradient accumulation kernels run from the second one on).
+    micro-batches (its gradient accumulation kernels run from the second one on). A
+    low-precision run adds its format (the GPU generation decides it) and the micro-batches (the
+    weight casts are spread over them; its bf16 layers follow from the model and training
+    configs); FSDP whether dp > 1.
     tests/simulator_tests/test_caches.py checks that layouts sharing a key share their blocks."""
     par = job.parallel
     kept = tuple(v for k, v in par.__dict__.items() if k not in LAYOUT_ONLY)
     eager = semantics(job.training.framework).eager_autocast
-    return job.model, job.training, kept, par.pp == 1, job.num_microbatches if eager else 0
+    key: tuple[object, ...] = (job.model, job.training, kept, par.pp == 1,
+                               job.num_microbatches if eager else 0)
+    low = low_precision(job)
+    if low is not None:
+        key += (low, job.num_microbatches)
+    if job.sharding.level >= DataParallelSharding.OPTIM_GRADS.level:
+        key += (job.dp > 1,)
+    return key
 
 
 def build_graph(job: Job) -> JobGraph:
@@ -121,22 +136,36 @@ def build_blocks(job: Job) -> tuple[Block, Block, Block]:
 def build_all_blocks(job: Job) -> GraphBlocks:
     """Every layer block (one per kind of layer, then one MTP depth), the embedding and the head
     of one micro-batch (not memoized), each carrying the host dispatch cost per launch of the
-    stack that runs it (simulator.job.framework)."""
+    stack that runs it (simulator.job.framework) and whether a CUDA graph replays it."""
     fw = semantics(job.training.framework)
     cost = fw.host_launch_cost
     if fw.eager_autocast:
         layer, emb, head = (replace(b, host_cost=cost) for b in _eager_blocks(job))
         return (layer,), emb, head, ("layer",)
     kinds, _ = chunk_kind_counts(job)
-    layers = [build_layer(job, kind) for kind in kinds]
+    layers = [_layer(job, kind) for kind in kinds]
     emb, head = build_embedding(job), build_head(job)
     labels = [kind.label for kind in kinds] if len(kinds) > 1 else ["layer"]
     if job.model.mtp_num_layers:
-        last = layer_kinds(job.model)[-1]
-        layers.append(build_mtp(job, emb, layers[kinds.index(last)], head))
+        kind = mtp_kind(job)
+        ref = layers[kinds.index(kind)] if kind in kinds else _layer(job, kind)
+        layers.append(build_mtp(job, emb, ref, head))
         labels.append("mtp")
-    emb, head = (replace(b, host_cost=cost) for b in (emb, head))
-    return tuple(replace(b, host_cost=cost) for b in layers), emb, head, tuple(labels)
+    graphs = job.training.cuda_graphs
+    whole = graphs is CudaGraphs.FULL_ITERATION
+    emb, head = (replace(b, host_cost=cost, graph_captured=whole) for b in (emb, head))
+    return (tuple(replace(b, host_cost=cost, graph_captured=whole or graphs is CudaGraphs.PER_LAYER)
+                  for b in layers), emb, head, tuple(labels))
+
+
+def _layer(job: Job, kind: LayerKind) -> Block:
+    """A layer of `kind` with FSDP's per-layer collectives, if any."""
+    block = build_layer(job, kind)
+    fwd, bwd = fsdp_comm(job, layer_context(job, kind.high_precision))
+    if not (fwd or bwd):
+        return block
+    return replace(block, forward_comm=block.forward_comm + fwd,
+                   backward_comm=block.backward_comm + bwd)
 
 
 def _eager_blocks(job: Job) -> tuple[Block, Block, Block]:

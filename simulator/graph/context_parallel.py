@@ -28,7 +28,7 @@ balancing, `get_seq_chunk_ids_for_reordering_*`): every rank then computes the s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from simulator.graph.attention import AttentionCore
 from simulator.graph.fused_attention import (
@@ -37,6 +37,7 @@ from simulator.graph.fused_attention import (
     flash_pair,
     fused_core,
     lse_bytes,
+    qkv_element_bytes,
     window_pairs,
 )
 from simulator.graph.ops import CommGroup, CommOp, Op, OpKind
@@ -91,17 +92,21 @@ def _kv_exchange(name: str, nbytes: float, group: CommGroup, overlap: str = "") 
 def _ring_ops(core: _Core, c: ShapeContext, dims: HeadDims, ring: int, local: int,
               group: CommGroup) -> float:
     """Add the ring's steps and exchanges for `local` tokens per sequence on each of `ring`
-    ranks with heads `dims`; returns the bytes of one K/V exchange."""
+    ranks with heads `dims`; returns the bytes of one 16-bit K/V exchange. With FP8 attention
+    TE passes K/V around the ring in FP8 (their gradients stay 16-bit)."""
     half = local // 2
     kv = dims.kv_bytes(c.b * local, c.dt)
+    kv_sent = dims.kv_bytes(c.b * local, qkv_element_bytes(c)) if c.fp8_attention else kv
     for i in range(ring):
         step = f"{NAME}.step{i}"
         if i == 0:
             core.add(flash_pair(step, c, dims, local, local, causal_pairs(local), 0.0))
             continue
         core.add(flash_pair(step, c, dims, local, half, local * half, 0.0, "cp_step"))
-        core.fwd_comm.append(_kv_exchange(f"{NAME}.kv_exchange{i}", kv, group, f"{NAME}.step{i - 1}"))
-        core.bwd_comm.append(_kv_exchange(f"{NAME}.kv_dkv_exchange{i}", 2 * kv, group,
+        core.fwd_comm.append(_kv_exchange(f"{NAME}.kv_exchange{i}", kv_sent, group,
+                                          f"{NAME}.step{i - 1}"))
+        core.bwd_comm.append(_kv_exchange(f"{NAME}.kv_dkv_exchange{i}",
+                                          kv_sent + kv if c.fp8_attention else 2 * kv, group,
                                           f"{step}.bwd"))
         n = c.b * local * dims.heads * dims.dv  # merge the step's output into the running one
         core.fwd.append(pointwise(f"{NAME}.out_correction{i}", OpKind.ELEMENTWISE, n, c.dt, 2, 1,
@@ -113,7 +118,7 @@ def _ring_ops(core: _Core, c: ShapeContext, dims: HeadDims, ring: int, local: in
 def ring_core(c: ShapeContext, dims: HeadDims, ring: int, group: CommGroup) -> AttentionCore:
     """`p2p`: the ring of `ring` steps over this rank's `c.s` tokens."""
     core = _Core()
-    inputs = dims.qkv_bytes(c.tokens, c.dt)
+    inputs = dims.qkv_bytes(c.tokens, qkv_element_bytes(c))
     kv = _ring_ops(core, c, dims, ring, c.s, group)
     _save_inputs(core, inputs + lse_bytes(c, dims, c.s))
     return core.done(inputs, 4 * kv)  # two receive buffers of K/V and dK/dV (backward)
@@ -122,9 +127,7 @@ def ring_core(c: ShapeContext, dims: HeadDims, ring: int, group: CommGroup) -> A
 def _save_inputs(core: _Core, saved: float) -> None:
     """The first kernel keeps the local Q, K, V and the log-sum-exp for the backward (the other
     ranks' K/V are exchanged again, not kept)."""
-    first = core.fwd[0]
-    core.fwd[0] = Op(first.name, first.kind, first.phase, first.shape, first.dtype_bytes,
-                     first.flops, first.bytes, saved, first.variant, first.kernels)
+    core.fwd[0] = replace(core.fwd[0], saved_bytes=saved)
 
 
 def _a2a_ops(core: _Core, c: ShapeContext, dims: HeadDims, group: CommGroup) -> None:

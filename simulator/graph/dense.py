@@ -6,7 +6,8 @@ produce and accumulate its parameter gradients; and what the recompute mode save
 A layer is two halves: the attention (grouped-query here, or multi-latent attention from
 `simulator.graph.mla`) and the MLP (dense here, or routed experts from `simulator.graph.moe`);
 `simulator.job.layer_pattern.LayerKind` says which. A dense GPT/Llama layer takes exactly the
-path it always took."""
+path it always took. Every Transformer Engine linear runs in a low-precision recipe's format
+(simulator.graph.quantize) unless the kind is kept in 16 bits (`high_precision`)."""
 
 from __future__ import annotations
 
@@ -17,20 +18,19 @@ from simulator.graph.context_parallel import attention_core as fused_attention_c
 from simulator.graph.fused_attention import HeadDims
 from simulator.graph.layer_parts import LayerParts
 from simulator.graph.mla import mla_attention
-from simulator.graph.mlp import dense_mlp
+from simulator.graph.mlp import dense_mlp, mlp_up_spec
 from simulator.graph.moe.layer import moe_mlp
 from simulator.graph.ops import Block, CommOp, Op, OpKind, Phase
 from simulator.graph.primitives import (
     ShapeContext,
     dropout_add,
-    gemm,
     grad_accum_op,
+    layer_context,
     norm_op,
     norm_weight_grad,
     pointwise,
-    shape_context,
 )
-from simulator.graph.tp_comm import column_parallel, row_parallel
+from simulator.graph.quantize import LinearSpec, linear, linear_comm, norm_writes
 from simulator.job.enums import PositionEmbedding, Recompute, SoftmaxType
 from simulator.job.layer_pattern import DENSE, LayerKind
 from simulator.job.specs import Job
@@ -38,17 +38,19 @@ from simulator.job.specs import Job
 
 def build_layer(job: Job, kind: LayerKind = DENSE) -> Block:
     """One transformer layer of `kind` (Megatron's TransformerLayer) for one micro-batch."""
-    m, c = job.model, shape_context(job)
+    m, c = job.model, layer_context(job, kind.high_precision)
     parts = LayerParts()
     acc = c.grad_bytes if c.fused_accumulation else 0
     if m.multi_latent_attention:
         core = mla_attention(job, c, parts, acc)
     else:
         core = _gqa_attention(job, c, parts, acc, kind)
-    parts.add(norm_op(c, "post_attn_norm", m.norm))
     if kind.moe:
+        parts.add(norm_op(c, "post_attn_norm", m.norm))
         moe_mlp(job, c, parts, acc)
     else:
+        up = mlp_up_spec(job, c, acc, m.ffn, "mlp")
+        parts.add(norm_op(c, "post_attn_norm", m.norm, writes=norm_writes(c, up)))
         dense_mlp(job, c, parts, acc, m.ffn, "mlp")
     parts.add(dropout_add(c, "mlp.dropout_add"))
     parts.small_weights.append(norm_weight_grad(job, c, "post_attn_norm"))
@@ -71,10 +73,12 @@ def _gqa_attention(job: Job, c: ShapeContext, parts: LayerParts, acc: int,
     m, t, T = job.model, c.t, c.tokens
     heads, groups, d = m.num_attention_heads // t, m.query_groups // t, m.head_dim
     shard = 1 / t if c.sp else 1.0  # Korthikanti: with SP every saved tensor is split by t
-    parts.add(norm_op(c, "input_norm", m.norm))
     qkv_out = (heads + 2 * groups) * d
-    parts.add(gemm("qkv", T, qkv_out, m.hidden_size, c.dt, 2 * T * m.hidden_size * shard,
-                   accumulate_bytes=acc))
+    qkv = LinearSpec("qkv", T, qkv_out, m.hidden_size, True, True, False, acc)
+    proj = LinearSpec("attn.proj", T, m.hidden_size, heads * d, False, False,
+                      job.training.flash_attention, acc)
+    parts.add(norm_op(c, "input_norm", m.norm, writes=norm_writes(c, qkv)))
+    parts.add_linear(linear(c, qkv, 2 * T * m.hidden_size * shard))
     if m.position_embedding is PositionEmbedding.ROPE:
         parts.add(pointwise("rope", OpKind.ELEMENTWISE, T * (heads + groups) * d, c.dt, 1, 1,
                             variant="rope", bwd_traffic=2.0))
@@ -90,12 +94,9 @@ def _gqa_attention(job: Job, c: ShapeContext, parts: LayerParts, acc: int,
         core = fused_attention_core(job, c, HeadDims(heads, groups, d, d), window)
     parts.fwd.extend(core.forward)
     parts.bwd.extend(core.backward)
-    parts.add(gemm("attn.proj", T, m.hidden_size, heads * d, c.dt, 2 * T * heads * d,
-                   accumulate_bytes=acc))
+    parts.add_linear(linear(c, proj, 2 * T * heads * d))
     parts.add(dropout_add(c, "attn.dropout_add"))
-    nbytes = c.tokens * c.h * c.dt
-    qkv_c = column_parallel("qkv", nbytes, t, c.sp, c.fw.async_tp_grad_allreduce)
-    proj_c = row_parallel("attn.proj", nbytes, t, c.sp)
+    qkv_c, proj_c = linear_comm(c, qkv), linear_comm(c, proj)
     parts.attn_fwd_comm += [*qkv_c.forward, *core.forward_comm, *proj_c.forward]
     parts.attn_bwd_comm += [*proj_c.backward, *core.backward_comm, *qkv_c.backward]
     parts.linears.update({"qkv": (m.hidden_size, qkv_out), "attn.proj": (heads * d, m.hidden_size)})

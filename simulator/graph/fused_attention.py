@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from simulator.graph.attention import AttentionCore
 from simulator.graph.ops import Op, OpKind, Phase
 from simulator.graph.primitives import FP32, ShapeContext
+from simulator.job.enums import Precision
+from simulator.job.precision import FP8_ATTENTION
 from simulator.job.specs import Job
 
 BACKWARD_FLOPS = 2.5  # the backward kernel's FLOPs per forward FLOP (as the plain core)
@@ -62,15 +64,27 @@ def flash_pair(name: str, c: ShapeContext, dims: HeadDims, sq: int, skv: int, pa
                saved: float, variant: str = "causal") -> tuple[Op, Op]:
     """One fused-attention kernel of `b * heads` problems of `sq` queries over `skv` keys that
     computes `pairs` (query, key) pairs per problem, and its backward. Traffic: Q, K, V read and
-    the output written (twice that backward)."""
+    the output written (twice that backward). FP8 attention (`fp8_dot_product_attention`, as
+    simulator.graph.attention): Q, K, V in FP8 and the matmuls at the FP8 peak."""
     bh = c.b * dims.heads
     flops = 2.0 * bh * pairs * (dims.dqk + dims.dv)
     io = c.dt * c.b * (sq * dims.heads * (dims.dqk + dims.dv) + skv * dims.kv_heads * (dims.dqk + dims.dv))
+    if c.fp8_attention:
+        q = qkv_element_bytes(c)
+        io = c.b * (sq * dims.heads * (dims.dqk * q + dims.dv * c.dt)
+                    + skv * dims.kv_heads * (dims.dqk + dims.dv) * q)
+    variant, precision = (FP8_ATTENTION, Precision.FP8) if c.fp8_attention else (variant, None)
     fwd = Op(name, OpKind.FLASH_ATTENTION, Phase.FORWARD, (bh, sq, skv, dims.dqk), c.dt, flops, io,
-             saved, variant)
+             saved, variant, precision=precision)
     bwd = Op(f"{name}.bwd", OpKind.FLASH_ATTENTION, Phase.BACKWARD, (bh, sq, skv, dims.dqk), c.dt,
-             BACKWARD_FLOPS * flops, 2 * io, 0.0, variant)
+             BACKWARD_FLOPS * flops, 2 * io, 0.0, variant, precision=precision)
     return fwd, bwd
+
+
+def qkv_element_bytes(c: ShapeContext) -> int:
+    """Bytes of a Q, K or V element the fused kernel reads and saves: 1 with FP8 attention (the
+    QKV GEMM writes them in FP8), else the 16-bit dtype."""
+    return 1 if c.fp8_attention else c.dt
 
 
 def lse_bytes(c: ShapeContext, dims: HeadDims, tokens_per_sequence: int) -> float:
@@ -83,7 +97,7 @@ def fused_core(job: Job, c: ShapeContext, dims: HeadDims, window: int | None) ->
     `context_parallel.attention_core` transforms it). Saved for the backward: Q, K, V and the
     log-sum-exp."""
     s = c.s
-    inputs = dims.qkv_bytes(c.tokens, c.dt)
+    inputs = dims.qkv_bytes(c.tokens, qkv_element_bytes(c))
     if window is None:
         pairs, skv, variant = causal_pairs(s), s, "causal"
     else:

@@ -33,6 +33,11 @@ class LayerParts:
         self.fwd.append(f)
         self.bwd.extend(b if isinstance(b, list) else [b])
 
+    def add_linear(self, ops: tuple[list[Op], list[Op]]) -> None:
+        """A linear's forward ops and backward ops (simulator.graph.quantize.linear)."""
+        self.fwd.extend(ops[0])
+        self.bwd.extend(ops[1])
+
     @property
     def forward_comm(self) -> tuple[CommOp, ...]:
         return tuple(self.attn_fwd_comm + self.mlp_fwd_comm)

@@ -3,29 +3,34 @@
 the last pipeline stage: the embedding of the input shifted by one more token (the model's own
 table), the norms of that embedding and of the previous depth's hidden state, their
 concatenation projected from 2h to h (`eh_proj`, column-parallel), one transformer layer (of the
-kind of the model's last layer), and the shared output layer with its cross-entropy loss."""
+kind of the model's last layer), and the shared output layer with its cross-entropy loss. Under
+fp8 the projection and the layer run in the recipe (Megatron-Core enters the global fp8 context
+for them, whatever `first_last_layers_bf16` says), under fp4 in bf16
+(simulator.job.layer_pattern.mtp_kind)."""
 
 from __future__ import annotations
 
 from simulator.graph.ops import Block
-from simulator.graph.primitives import gemm, norm_op, shape_context
-from simulator.graph.tp_comm import column_parallel
+from simulator.graph.primitives import layer_context, norm_op
+from simulator.graph.quantize import LinearSpec, linear, linear_comm
+from simulator.job.layer_pattern import mtp_kind
 from simulator.job.specs import Job
 
 
 def build_mtp(job: Job, embedding: Block, layer: Block, head: Block) -> Block:
-    """One MTP depth for one micro-batch, composed from the model's embedding, layer and head
-    blocks (the same kernels on the same shapes) and its own norms and projection."""
-    m, c = job.model, shape_context(job)
+    """One MTP depth for one micro-batch, composed from the model's embedding, layer (of
+    `mtp_kind`) and head blocks (the same kernels on the same shapes) and its own norms and
+    projection."""
+    m, c = job.model, layer_context(job, mtp_kind(job).high_precision)
     acc = c.grad_bytes if c.fused_accumulation else 0
     shard = 1 / c.t if c.sp else 1.0
     e_f, e_b = norm_op(c, "mtp.enorm", m.norm)
     h_f, h_b = norm_op(c, "mtp.hnorm", m.norm)
-    proj_f, proj_b = gemm("mtp.eh_proj", c.tokens, m.hidden_size // c.t, 2 * m.hidden_size, c.dt,
-                          2 * c.tokens * 2 * m.hidden_size * shard, accumulate_bytes=acc)
-    proj_c = column_parallel("mtp.eh_proj", 2 * c.tokens * c.h * c.dt, c.t, c.sp,
-                             c.fw.async_tp_grad_allreduce)
-    own_fwd = (e_f, h_f, proj_f)
+    spec = LinearSpec("mtp.eh_proj", c.tokens, m.hidden_size // c.t, 2 * m.hidden_size, True,
+                      False, False, acc)
+    proj_f, proj_b = linear(c, spec, 2 * c.tokens * 2 * m.hidden_size * shard)
+    proj_c = linear_comm(c, spec)
+    own_fwd = (e_f, h_f, *proj_f)
     own_bwd = (*proj_b, h_b, e_b)
     return Block(
         forward=(*embedding.forward, *own_fwd, *layer.forward, *head.forward),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from simulator.job.enums import CollectiveKind
+from simulator.job.enums import CollectiveKind, Precision
 from simulator.job.framework import MEGATRON_HOST, HostCost
 
 
@@ -27,6 +27,7 @@ class OpKind(StrEnum):
     EMBEDDING = "embedding"
     CROSS_ENTROPY = "cross_entropy"
     OPTIMIZER = "optimizer"  # Adam step over the local parameter shard
+    QUANTIZE = "quantize"  # cast / amax / transpose / Hadamard to a low-precision format
 
 
 # The variant of a small copy the host waits for (MoE's tokens-per-expert counts): after it the
@@ -63,10 +64,14 @@ class Op:
     kernels: float = 1  # launches per micro-batch (fractional: runs in some micro-batches only)
     host_launches: float | None = None  # the host's dispatches when fewer than `kernels` (one
     # call launching several kernels from C++, e.g. a grouped GEMM's per-expert GEMMs)
+    precision: Precision | None = None  # a matmul's arithmetic when the recipe runs it low
 
     @property
     def profile_key(self) -> tuple[str, str, str, tuple[int, ...], int]:
         return (self.kind.value, self.variant, self.phase.value, self.shape, self.dtype_bytes)
+
+
+OVERLAP_BLOCK = "*"
 
 
 class CommGroup(StrEnum):
@@ -96,7 +101,10 @@ class CommOp:
     """A collective or point-to-point transfer; `bytes` is the buffer size per GPU (the full,
     gathered tensor for all-gather and reduce-scatter). `overlap` names the compute op of the same
     block that runs while it is in flight (Megatron launches it asynchronously and waits after
-    that op): only the part of its time beyond that op is exposed. Empty: it blocks."""
+    that op): only the part of its time beyond that op is exposed. Empty: it blocks.
+    `OVERLAP_BLOCK`: it runs on its own stream during the whole direction of the block (FSDP's
+    prefetched all-gathers and its reduce-scatters): together such collectives cost what outlasts
+    the direction's compute."""
 
     name: str
     kind: CollectiveKind
@@ -123,3 +131,4 @@ class Block:
     dispatch_buffer_bytes: float = 0.0  # MoE: permuted and received tokens of one layer
     kv_buffer_bytes: float = 0.0  # context parallelism: K/V received from other cp ranks
     moe_saved_bytes: float = 0.0  # the part of saved_bytes the MoE (router, experts) keeps
+    graph_captured: bool = False  # replayed from a CUDA graph: one launch per direction

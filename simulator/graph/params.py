@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.job.enums import Norm, PositionEmbedding, SoftmaxType
-from simulator.job.layer_pattern import LayerKind, layer_kinds, stage_kind_counts
+from simulator.job.layer_pattern import DENSE, LayerKind, layer_kinds, mtp_kind, stage_kind_counts
+from simulator.job.precision import low_precision
 from simulator.job.specs import Job, ModelSpec
 
 
@@ -156,6 +157,33 @@ def kind_params(model: ModelSpec, kind: LayerKind) -> KindParams:
                       model.num_experts * one, model.moe_router_topk * one)
 
 
+def linear_weight_params(model: ModelSpec, kind: LayerKind = DENSE) -> KindParams:
+    """The weights of one layer of `kind` that a low-precision recipe quantizes (the Transformer
+    Engine linears of simulator.graph.quantize.LOW_PRECISION_LINEARS): the attention's (QKV and
+    projection, or MLA's up and output projections split over tp and its down projections
+    replicated on the tp ranks), the dense MLP's or the shared experts' (split over tp), and the
+    routed experts' fc1 and fc2 (`experts`, over ep x expert_tp). Biases, norms, attention
+    sinks and the router stay 16-bit."""
+    h, d, heads = model.hidden_size, model.head_dim, model.num_attention_heads
+    if model.multi_latent_attention:
+        rope, q_lora, kv_lora = model.qk_pos_emb_head_dim, model.q_lora_rank, model.kv_lora_rank
+        sharded = ((q_lora or h) * heads * (model.qk_head_dim + rope)
+                   + kv_lora * heads * (model.qk_head_dim + model.v_head_dim)
+                   + heads * model.v_head_dim * h)
+        replicated = h * (kv_lora + rope) + (h * q_lora if q_lora else 0)
+    else:
+        q = heads * d
+        sharded, replicated = h * (q + 2 * model.query_groups * d) + q * h, 0
+    gate = 2 if model.gated_mlp else 1
+    ffn = (model.moe_shared_expert_intermediate_size or 0) if kind.moe else model.ffn
+    sharded += h * ffn * gate + ffn * h
+    experts = 0
+    if kind.moe:
+        assert model.num_experts is not None
+        experts = model.num_experts * (h * model.moe_ffn * gate + model.moe_ffn * h)
+    return KindParams(LayerParams(sharded, replicated), experts)
+
+
 def mtp_params(model: ModelSpec) -> int:
     """One multi-token-prediction depth (simulator.graph.mtp): its layer (the kind of the last
     layer), the 2h -> h projection, the two input norms and its final norm; the embedding and
@@ -203,7 +231,7 @@ def active_params(model: ModelSpec) -> int:
 def optimizer_shards(job: Job) -> tuple[int, int]:
     """Ranks the distributed optimizer shards the (dense, expert) states over: dp x cp (Megatron's
     data-parallel group with context parallelism) and expert_dp; 1 without it."""
-    if not job.parallel.distributed_optimizer:
+    if not job.shards_optimizer:
         return 1, 1
     return job.dp * job.parallel.cp, job.expert_dp
 
@@ -222,3 +250,27 @@ def stage_expert_param_counts(job: Job) -> np.ndarray:
     if m.mtp_num_layers:
         counts[-1] += m.mtp_num_layers * kind_params(m, layer_kinds(m)[-1]).experts / split
     return counts
+
+
+def stage_quantized_linear_counts(job: Job) -> tuple[np.ndarray, np.ndarray]:
+    """(pp,) the linear weights per GPU of each stage that the job's recipe quantizes
+    (`linear_weight_params` of its low-precision layers, and of the MTP depths when they run
+    low, with their `eh_proj`): the non-expert ones and the routed experts'; zero for a 16-bit
+    job."""
+    m, p, tp = job.model, job.parallel, job.parallel.tp
+    dense, experts = np.zeros(p.pp), np.zeros(p.pp)
+    if low_precision(job) is None:
+        return dense, experts
+    split = p.ep * job.expert_tp
+    kinds, per_stage = stage_kind_counts(job)
+    for kind, n in zip(kinds, per_stage, strict=True):
+        if not kind.high_precision:
+            weights = linear_weight_params(m, kind)
+            dense = dense + n * weights.dense.per_rank(tp)
+            experts = experts + n * (weights.experts / split)
+    if m.mtp_num_layers and not mtp_kind(job).high_precision:
+        weights = linear_weight_params(m, mtp_kind(job))
+        h = m.hidden_size
+        dense[-1] += m.mtp_num_layers * (weights.dense.per_rank(tp) + 2 * h * h / tp)
+        experts[-1] += m.mtp_num_layers * weights.experts / split
+    return dense, experts

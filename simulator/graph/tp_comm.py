@@ -46,29 +46,44 @@ def _op(name: str, kind: CollectiveKind, nbytes: float, overlap: str = "") -> Co
     return CommOp(name, kind, nbytes, CommGroup.TP, overlap)
 
 
-def column_parallel(name: str, nbytes: float, tp: int, sp: bool, async_allreduce: bool = True
-                    ) -> TpComm:
+def column_parallel(name: str, nbytes: float, tp: int, sp: bool, async_allreduce: bool = True,
+                    *, gathered: float | None = None, overlap_gemm: bool = False,
+                    amax: bool = False) -> TpComm:
     """Collectives of a column-parallel linear `name` (its GEMMs are `name`, `name.dgrad`,
     `name.wgrad`). `async_allreduce`: without SP the input gradient's all-reduce overlaps the
-    weight-gradient GEMM (else it blocks)."""
+    weight-gradient GEMM (else it blocks). Low precision (simulator.graph.quantize): `gathered`,
+    the bytes of the quantized input TE all-gathers instead of the 16-bit one; `amax`, the
+    scale needs the global amax of the sharded input first (a 4-byte all-reduce). Transformer
+    Engine's userbuffers (`overlap_gemm`, Megatron's --tp-comm-overlap) pipeline the forward
+    all-gather with the GEMM in chunks: only what outlasts the GEMM is exposed."""
     if tp == 1:
         return TpComm()
     if not sp:
         overlap = f"{name}.wgrad" if async_allreduce else ""
         return TpComm((), (_op(f"{name}.dgrad_all_reduce", AR, nbytes, overlap),))
-    return TpComm((_op(f"{name}.all_gather", AG, nbytes),),
-                  (_op(f"{name}.wgrad_all_gather", AG, nbytes, f"{name}.dgrad"),
+    moved = nbytes if gathered is None else gathered
+    forward = ((_op(f"{name}.amax_all_reduce", AR, 4.0),) if amax else ()) + \
+        (_op(f"{name}.all_gather", AG, moved, name if overlap_gemm else ""),)
+    return TpComm(forward,
+                  (_op(f"{name}.wgrad_all_gather", AG, moved, f"{name}.dgrad"),
                    _op(f"{name}.dgrad_reduce_scatter", RS, nbytes, f"{name}.wgrad")))
 
 
-def row_parallel(name: str, nbytes: float, tp: int, sp: bool) -> TpComm:
-    """Collectives of a row-parallel linear `name`."""
+def row_parallel(name: str, nbytes: float, tp: int, sp: bool, *, gathered: float | None = None,
+                 overlap_gemm: bool = False, amax: bool = False) -> TpComm:
+    """Collectives of a row-parallel linear `name`. `gathered`: the bytes of the quantized
+    output gradient TE all-gathers under SP; `amax`: its global amax is all-reduced first;
+    `overlap_gemm`: userbuffers overlap the forward reduce-scatter with the GEMM and the
+    backward all-gather with the data-gradient GEMM."""
     if tp == 1:
         return TpComm()
     if not sp:
         return TpComm((_op(f"{name}.all_reduce", AR, nbytes),), ())
-    return TpComm((_op(f"{name}.reduce_scatter", RS, nbytes),),
-                  (_op(f"{name}.grad_all_gather", AG, nbytes),))
+    moved = nbytes if gathered is None else gathered
+    backward = ((_op(f"{name}.grad_amax_all_reduce", AR, 4.0),) if amax else ()) + \
+        (_op(f"{name}.grad_all_gather", AG, moved, f"{name}.dgrad" if overlap_gemm else ""),)
+    return TpComm((_op(f"{name}.reduce_scatter", RS, nbytes, name if overlap_gemm else ""),),
+                  backward)
 
 
 def embedding_comm(nbytes: float, tp: int, sp: bool, learned_positions: bool) -> TpComm:

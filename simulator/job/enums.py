@@ -6,12 +6,77 @@ from enum import StrEnum
 
 
 class Precision(StrEnum):
+    """`training.precision`: the job's arithmetic. fp8 and fp4 run the linear layers' GEMMs low
+    (the recipe's table, simulator.job.precision) and keep weights, activations and every other
+    op in bf16, as Megatron's `--bf16 --fp8-format` / `--fp4-format` do."""
+
     FP16 = "fp16"
     BF16 = "bf16"
+    FP8 = "fp8"
+    FP4 = "fp4"
+
+    @property
+    def base(self) -> Precision:
+        """The 16-bit dtype of weights, activations and every op that does not run low."""
+        return Precision.FP16 if self is Precision.FP16 else Precision.BF16
 
     @property
     def bytes(self) -> int:
+        """Bytes of one element of the 16-bit training dtype (`base`): the activation and weight
+        dtype. A low-precision GEMM's operand bytes come from its recipe's format."""
         return 2
+
+    @property
+    def is_low(self) -> bool:
+        return self in (Precision.FP8, Precision.FP4)
+
+
+class Fp8Recipe(StrEnum):
+    """Megatron-LM's `--fp8-recipe` (Transformer Engine's recipes)."""
+
+    DELAYED = "delayed"  # DelayedScaling: per-tensor scale from an amax history
+    TENSORWISE = "tensorwise"  # Float8CurrentScaling: per-tensor scale from this tensor's amax
+    BLOCKWISE = "blockwise"  # Float8BlockScaling: 1x128 / 128x128 FP32 block scales
+    MXFP8 = "mxfp8"  # MXFP8BlockScaling: 1x32 E8M0 block scales (Blackwell)
+
+
+class Fp4Recipe(StrEnum):
+    """Megatron-LM's `--fp4-recipe`."""
+
+    NVFP4 = "nvfp4"  # NVFP4BlockScaling: 16-element E4M3 block scales, RHT on wgrad operands
+
+
+class DataParallelSharding(StrEnum):
+    """Megatron-FSDP's `--data-parallel-sharding-strategy`: which model states are sharded over
+    the data-parallel ranks (ZeRO-0 to ZeRO-3)."""
+
+    NO_SHARD = "no_shard"
+    OPTIM = "optim"  # ZeRO-1: the distributed optimizer
+    OPTIM_GRADS = "optim_grads"  # ZeRO-2
+    OPTIM_GRADS_PARAMS = "optim_grads_params"  # ZeRO-3 / FSDP
+
+    @property
+    def level(self) -> int:
+        return list(DataParallelSharding).index(self)
+
+
+class CudaGraphs(StrEnum):
+    """`training.cuda_graphs`: which launches are captured in CUDA graphs (Megatron-LM's
+    `--cuda-graph-impl`): none, each transformer layer's forward and backward (`local` /
+    `transformer_engine` per-layer graphs), or the whole forward-backward (`full_iteration`)."""
+
+    NONE = "none"
+    PER_LAYER = "per_layer"
+    FULL_ITERATION = "full_iteration"
+
+
+class GpuArchitecture(StrEnum):
+    """The GPU generation, which decides the low-precision formats its tensor cores run."""
+
+    VOLTA = "volta"
+    AMPERE = "ampere"
+    HOPPER = "hopper"
+    BLACKWELL = "blackwell"
 
 
 class Recompute(StrEnum):

@@ -132,9 +132,10 @@ class FrameworkSemantics:
         """Bytes per parameter of each role for `precision` (see the module docstring)."""
         if self.fp32_parameters:
             return ParamBytes(weights=FP32, gradients=FP32, master_weights=0, main_gradients=0)
-        grad = FP32 if precision is Precision.BF16 else precision.bytes
+        base = precision.base  # fp8 / fp4 keep bf16 weights and fp32 gradient buffers
+        grad = FP32 if base is Precision.BF16 else base.bytes
         copy = FP32 if self.fp32_main_grad_copy_fp16 and grad < FP32 else 0
-        return ParamBytes(weights=precision.bytes, gradients=grad, master_weights=FP32,
+        return ParamBytes(weights=base.bytes, gradients=grad, master_weights=FP32,
                           main_gradients=copy)
 
 

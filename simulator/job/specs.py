@@ -23,7 +23,12 @@ from simulator.errors import ConfigError
 from simulator.job.enums import (
     Activation,
     CpCommType,
+    CudaGraphs,
+    DataParallelSharding,
+    Fp4Recipe,
+    Fp8Recipe,
     Framework,
+    GpuArchitecture,
     Norm,
     Optimizer,
     PositionEmbedding,
@@ -128,6 +133,17 @@ class TrainingSpec(Frozen):
     # The busiest expert rank receives this many times the mean tokens (1 = balanced, the
     # force-balanced benchmark setting); a stated assumption, not a prediction of routing.
     moe_load_imbalance: float = Field(1.0, ge=1.0)
+    # Low precision (simulator.job.precision): Megatron-LM's --fp8-recipe / --fp4-recipe (None:
+    # the GPU's default recipe), --fp8-param-gather, --first-last-layers-bf16 with
+    # --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16, --fp8-dot-product-attention
+    fp8_recipe: Fp8Recipe | None = None
+    fp4_recipe: Fp4Recipe | None = None
+    fp8_param_gather: bool = False
+    first_last_layers_bf16: bool = False
+    num_layers_at_start_in_bf16: NonNegativeInt = 1
+    num_layers_at_end_in_bf16: NonNegativeInt = 1
+    fp8_dot_product_attention: bool = False
+    cuda_graphs: CudaGraphs = CudaGraphs.NONE  # launches captured in CUDA graphs
 
 
 class ParallelPlan(Frozen):
@@ -151,6 +167,10 @@ class ParallelPlan(Frozen):
     bucket_size_mb: PositiveFloat = 25.0
     first_stage_layers: PositiveInt | None = None  # Megatron's --decoder-first-pipeline-num-layers
     last_stage_layers: PositiveInt | None = None  # --decoder-last-pipeline-num-layers
+    # Megatron-FSDP's --data-parallel-sharding-strategy (None: `optim` with the distributed
+    # optimizer, else `no_shard`)
+    data_parallel_sharding: DataParallelSharding | None = None
+    tp_comm_overlap: bool = False  # TE userbuffers: tp all-gather / reduce-scatter under GEMMs
 
 
 class TopologyTier(Frozen):
@@ -263,6 +283,17 @@ class Efficiency(Frozen):
     # (bench/measure_kernel_jitter.py: time-weighted CV 0.52-2.47%, mean 1.36%).
     gpu_speed_cv: float = Field(0.015, ge=0, le=0.5)
     kernel_time_cv: float = Field(0.0136, ge=0, le=0.5)
+    # A low-precision GEMM kernel family's best fraction of ITS peak, relative to
+    # `gemm_max_efficiency` of the 16-bit GEMMs (keys: simulator.job.precision's `gemm_kernel`:
+    # fp8_tensor, fp8_block, mxfp8, nvfp4), from public micro-benchmarks cited in the hardware
+    # file. A family missing here is refused for this GPU.
+    low_precision_gemm_efficiency: dict[str, float] = Field(default_factory=dict)
+    # Achievable fraction of HBM bandwidth of the quantize kernels (cast, amax, transpose,
+    # Hadamard; simulator.graph.quantize): they reach far less than a streaming kernel (amax
+    # reductions, transposed and block-scale writes). From Transformer Engine's published GEMM
+    # benchmark (autocast minus pre-quantized time), cited in the hardware file; None: as
+    # `memory_efficiency`.
+    quantize_memory_efficiency: float | None = Field(None, gt=0, le=1)
 
 
 class HardwareSpec(Frozen):
@@ -277,12 +308,15 @@ class HardwareSpec(Frozen):
     num_sms: PositiveInt
     nvlink_bandwidth_GBps: PositiveFloat  # per GPU, per direction
     gpus_per_node: PositiveInt = 8
+    architecture: GpuArchitecture | None = None  # decides the low-precision formats it runs
     inter_node_bandwidth_Gbps: PositiveFloat = 800.0  # per node
     price_per_gpu_hour_usd: float = Field(0.0, ge=0, allow_inf_nan=False)
     reserved_memory_GiB: float = Field(2.0, ge=0)  # CUDA context and NCCL buffers (not allocator)
     supports_flash_attention: bool = True
     nccl_tables: str | None = None  # folder of nccl-tests all-reduce tables, relative to data/
-    nvlink_domain: int | None = None  # GPUs on one NVLink fabric (NVL72: 72); None: one node
+    # GPUs that share one NVLink fabric: 8 on HGX/DGX, 72 on GB200/GB300 NVL72 (a compute tray
+    # holds 4); None: the node
+    nvlink_domain: int | None = None
     # NVSwitch with NVLink SHARP (multicast and in-switch reduction, Hopper and later): enables
     # NCCL's NVLS algorithms inside the domain (src/graph/tuning.cc, nvlsEfficiency)
     nvlink_sharp: bool = False
@@ -327,6 +361,21 @@ class Job(Frozen):
         the expert grid's expert_tp x ep (MoE parallel folding)."""
         p = self.parallel
         return max(1, p.tp * p.cp * self.dp // (self.expert_tp * p.ep))
+
+    @property
+    def sharding(self) -> DataParallelSharding:
+        """The data-parallel sharding of model states: `parallel.data_parallel_sharding`, or
+        Megatron's `--use-distributed-optimizer` (ZeRO-1) / plain data parallelism."""
+        chosen = self.parallel.data_parallel_sharding
+        if chosen is not None:
+            return chosen
+        return (DataParallelSharding.OPTIM if self.parallel.distributed_optimizer
+                else DataParallelSharding.NO_SHARD)
+
+    @property
+    def shards_optimizer(self) -> bool:
+        """Optimizer states (and fp32 master weights) sharded over dp: ZeRO-1 and above."""
+        return self.sharding.level >= DataParallelSharding.OPTIM.level
 
     @property
     def num_microbatches(self) -> int:

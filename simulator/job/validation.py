@@ -9,11 +9,12 @@ from __future__ import annotations
 import itertools
 
 from simulator.errors import ConfigError
-from simulator.job.enums import Recompute, Schedule
+from simulator.job.enums import CudaGraphs, DataParallelSharding, Framework, Recompute, Schedule
 from simulator.job.framework import semantics
 from simulator.job.limits import size_problems
 from simulator.job.moe_cp_rules import moe_cp_problems
 from simulator.job.partition import partition_problems
+from simulator.job.precision import precision_problems
 from simulator.job.specs import Job
 
 
@@ -45,7 +46,8 @@ def job_problems(job: Job) -> list[str]:
     if m.ffn % tp:
         problems.append(f"tensor_parallel_size={tp} does not divide ffn_hidden_size={m.ffn}")
     problems += (_pipeline_problems(job) + _framework_problems(job) + _network_problems(job)
-                 + moe_cp_problems(job) + size_problems(job))
+                 + moe_cp_problems(job) + precision_problems(job) + _sharding_problems(job)
+                 + _overlap_problems(job) + size_problems(job))
     dp, cp = job.dp, p.cp
     names, sizes = ("tp*pp", f"{tp}*{pp}") if cp == 1 else ("tp*cp*pp", f"{tp}*{cp}*{pp}")
     if p.dp is not None and tp * cp * pp * p.dp != c.num_gpus:
@@ -155,6 +157,54 @@ def _network_problems(job: Job) -> list[str]:
                             f"{topo.nics_per_node or gpn} NICs = {node:g} Gbps != "
                             f"cluster.inter_node_bandwidth_Gbps={c.inter_node_bandwidth_Gbps:g}; "
                             f"give one of them")
+    return problems
+
+
+def _sharding_problems(job: Job) -> list[str]:
+    """Megatron-FSDP's strategies, as Megatron-LM runs them (its own layer graph)."""
+    p, t = job.parallel, job.training
+    chosen = p.data_parallel_sharding
+    problems = []
+    if chosen is DataParallelSharding.NO_SHARD and p.distributed_optimizer:
+        problems.append("parallel.distributed_optimizer=true is data_parallel_sharding=optim, "
+                        "not no_shard; remove one of them")
+    if job.sharding.level > DataParallelSharding.OPTIM.level and t.framework is not Framework.MEGATRON_LM:
+        problems.append(f"parallel.data_parallel_sharding={job.sharding.value} is modelled for "
+                        f"framework megatron-lm (Megatron-FSDP), not {t.framework.value}; use "
+                        f"optim or no_shard")
+    if job.sharding.level > DataParallelSharding.OPTIM.level:
+        apart = {"model.num_experts": job.model.is_moe, f"parallel.cp={p.cp}": p.cp > 1,
+                 "model.mtp_num_layers": job.model.mtp_num_layers > 0}
+        problems += [f"parallel.data_parallel_sharding={job.sharding.value} with {k} is not "
+                     f"modelled together yet (FSDP units and their collectives are costed for "
+                     f"dense layers without context parallelism); use optim (the distributed "
+                     f"optimizer) or drop {k.split('=')[0]}"
+                     for k, on in apart.items() if on]
+    return problems
+
+
+def _overlap_problems(job: Job) -> list[str]:
+    """What the host no longer does (CUDA graphs) and TE's overlapped tp communication."""
+    p, t = job.parallel, job.training
+    problems = []
+    if p.tp_comm_overlap and not (p.sequence_parallel and p.tp > 1):
+        problems.append("parallel.tp_comm_overlap=true needs sequence_parallel=true and tp > 1 "
+                        "(Megatron: tp communication overlap happens only with sequence "
+                        "parallelism); set both or remove it")
+    megatron_only = {"parallel.tp_comm_overlap": p.tp_comm_overlap,
+                     "training.cuda_graphs": t.cuda_graphs is not CudaGraphs.NONE,
+                     f"training.precision={t.precision.value}": t.precision.is_low}
+    if t.framework is not Framework.MEGATRON_LM:
+        problems += [f"{k} is modelled with Transformer Engine under framework megatron-lm, not "
+                     f"{t.framework.value}; remove it or use megatron-lm"
+                     for k, on in megatron_only.items() if on]
+    if t.cuda_graphs is not CudaGraphs.NONE and job.model.is_moe and not t.moe_pad_expert_input_to_capacity:
+        # transformer_config.py: "moe cuda graph is only supported with drop-padding MoE" (a
+        # dropless layer syncs its token counts to the host)
+        problems.append(f"training.cuda_graphs={t.cuda_graphs.value} with a dropless MoE model is "
+                        f"not modelled (Megatron captures MoE layers only with drop-and-pad); set "
+                        f"training.moe_pad_expert_input_to_capacity with a capacity factor, or "
+                        f"cuda_graphs none")
     return problems
 
 

@@ -3,7 +3,8 @@
 - Expert weights, gradients and optimizer states: the stage's routed experts held by one GPU
   (split over ep x expert_tp, simulator.memory.states.stage_expert_param_counts), at the
   framework's bytes per parameter; the distributed optimizer shards their states over expert_dp
-  (Megatron's expert data-parallel group), the dense states over dp x cp.
+  (Megatron's expert data-parallel group), the dense states over dp x cp (both when
+  `data_parallel_sharding` shards the optimizer: ZeRO-1).
 - MoE activations: of the stage's saved activations at its peak, the part the routers, the
   dispatched token copies (top-k of them per token) and the experts keep
   (`Block.moe_saved_bytes`).
@@ -46,7 +47,11 @@ def expert_and_dense_counts(job: Job, total: np.ndarray) -> tuple[np.ndarray, np
     return total - experts, experts
 
 
-def parallel_terms(job: Job, graph: JobGraph) -> ParallelTerms:
+def parallel_terms(job: Job, graph: JobGraph, held_quantized: np.ndarray | float = 0.0
+                   ) -> ParallelTerms:
+    """The terms of the module docstring; `held_quantized`: expert parameters held in a
+    low-precision format instead of 16 bits (`fp8_param_gather`; their bytes are counted with
+    the quantized weight copies, simulator.memory.states.quantized_weights)."""
     pb = semantics(job.training.framework).param_bytes(job.training.precision)
     _, expert_shard = optimizer_shards(job)
     n = stage_expert_param_counts(job)
@@ -55,7 +60,7 @@ def parallel_terms(job: Job, graph: JobGraph) -> ParallelTerms:
     dispatch = np.array([b.dispatch_buffer_bytes for b in blocks])[:, None] * present
     kv = np.array([b.kv_buffer_bytes for b in blocks])[:, None] * present
     return ParallelTerms(
-        expert_weights=pb.weights * n,
+        expert_weights=pb.weights * (n - held_quantized) if np.any(held_quantized) else pb.weights * n,
         expert_gradients=pb.gradients * n,
         expert_main_gradients=pb.main_gradients * n / expert_shard,
         expert_optimizer_states=(pb.master_weights + pb.optimizer_states) * n / expert_shard,

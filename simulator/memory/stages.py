@@ -1,10 +1,12 @@
 """Memory per pipeline stage per GPU at the moment of its peak, term by term.
 
 Static terms follow the framework's bytes per parameter (simulator.job.framework: Megatron-LM,
-Megatron-DeepSpeed / ZeRO, PyTorch AMP), the sharded ones split over dp by the distributed
-optimizer (ZeRO-1). Activations: per-micro-batch saved bytes of each chunk from the graph
-(Korthikanti et al. 2022 for Megatron; autograd's saved tensors for eager PyTorch) times the
-micro-batches in flight, taken from the stage's actual schedule order.
+Megatron-DeepSpeed / ZeRO, PyTorch AMP), the sharded ones split over dp as the job's sharding
+says (ZeRO-1/2/3, simulator.memory.states), with a low-precision recipe's quantized weight
+copies and FSDP's unsharded units as terms of their own. Activations: per-micro-batch saved
+bytes of each chunk from the graph (Korthikanti et al. 2022 for Megatron; autograd's saved
+tensors for eager PyTorch) times the micro-batches in flight, taken from the stage's actual
+schedule order.
 
 The peak is a moment, not a sum of maxima. Three moments are evaluated per stage and the largest
 is reported with its name:
@@ -49,7 +51,7 @@ from simulator.memory.parallel_terms import (
     parallel_terms,
     uses_parallel_terms,
 )
-from simulator.memory.states import BF16, stage_param_counts
+from simulator.memory.states import BF16, model_states, quantized_weights, stage_param_counts
 from simulator.timeline.engine import RoundPlan
 
 # Measured with bench/measure_memory_terms.py on an H100 (PyTorch 2.11, fresh process per job,
@@ -84,6 +86,8 @@ class StageMemory:
     moe_activations_bytes: float = 0.0  # routers, dispatched token copies, experts
     moe_dispatch_buffers_bytes: float = 0.0  # one layer's all-to-all buffers
     cp_kv_buffers_bytes: float = 0.0  # K/V received from other context-parallel ranks
+    low_precision_weights_bytes: float = 0.0  # FP8/FP4 weight copies, transposes and scales
+    fsdp_unsharded_bytes: float = 0.0  # whole parameters / gradients of the FSDP units in flight
 
     @property
     def allocated_bytes(self) -> float:
@@ -94,7 +98,8 @@ class StageMemory:
                 + self.embedding_gradient_bytes + self.workspace_bytes + self.expert_weights_bytes
                 + self.expert_gradients_bytes + self.expert_optimizer_states_bytes
                 + self.moe_activations_bytes + self.moe_dispatch_buffers_bytes
-                + self.cp_kv_buffers_bytes)
+                + self.cp_kv_buffers_bytes + self.low_precision_weights_bytes
+                + self.fsdp_unsharded_bytes)
 
     @property
     def allocator_reserved_bytes(self) -> float:
@@ -173,7 +178,7 @@ def _order_signs(plan: RoundPlan, p: int, v: int, m: int) -> tuple[np.ndarray, n
 class _Moments:
     """(p,) arrays of the terms that differ between the moments of each stage."""
 
-    static: dict[str, np.ndarray]
+    static: dict[str, np.ndarray]  # weights, optimizer states, quantized weights, FSDP units
     grads_in_flight: np.ndarray  # gradients present while micro-batches are in flight
     grads_all: np.ndarray
     main: np.ndarray
@@ -194,9 +199,8 @@ def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
     p = job.parallel.pp
     fw = semantics(job.training.framework)
     pb = fw.param_bytes(job.training.precision)
-    n = stage_param_counts(job)
-    shard = job.dp if job.parallel.distributed_optimizer else 1
-    grads = pb.gradients * n
+    states = model_states(job)
+    grads = states.gradients
     # eager: allocated by the first backward of the iteration; DDP's buckets are allocated once
     later = (job.num_microbatches > 1) + (job.dp > 1)
     in_flight = grads if fw.persistent_grad_buffer else grads * later
@@ -212,35 +216,49 @@ def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
         table_grad = (np.arange(p) == 0) * pb.gradients * job.model.vocab_size \
             * job.model.hidden_size * (2 if tied else 1)
     return _Moments(
-        static={"weights_bytes": pb.weights * n,
-                "optimizer_states_bytes": (pb.master_weights + pb.optimizer_states) * n / shard},
+        static={"weights_bytes": states.weights, "optimizer_states_bytes": states.optimizer_states,
+                "low_precision_weights_bytes": states.low_precision_weights,
+                "fsdp_unsharded_bytes": states.fsdp_unsharded},
         grads_in_flight=in_flight, grads_all=grads * (1 + (not fw.persistent_grad_buffer
                                                           and job.dp > 1)),
-        main=pb.main_gradients * n / shard,
+        main=states.main_gradients,
         act=in_flight_peak(plan, chunk_activation_bytes(job, graph), job.num_microbatches),
         amp_forward=amp_forward, amp_saved=amp_saved,
         head_forward=last * graph.head.forward_transient_bytes,
         head_backward=last * graph.head.working_bytes,
-        working=(layers > 0) * graph.layer.working_bytes, table_grad=table_grad)
+        working=_working(graph, layers), table_grad=table_grad)
+
+
+def _working(graph: JobGraph, layers: np.ndarray) -> np.ndarray:
+    """(p,) the largest backward working set among the layer blocks each stage runs."""
+    if not graph.other_layers:
+        return (layers > 0) * graph.layer.working_bytes
+    present = graph.layer_counts.sum(axis=2) > 0
+    return (np.array([b.working_bytes for b in graph.layer_blocks])[:, None] * present).max(axis=0)
 
 
 def _parallel_moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
     """`_moments` of a Megatron-LM job with experts or context parallelism: the dense states
-    sharded over dp x cp, the experts' apart (simulator.memory.parallel_terms)."""
+    sharded over dp x cp, the experts' apart (simulator.memory.parallel_terms); a low-precision
+    recipe's quantized copies of both (with `fp8_param_gather` instead of their 16-bit
+    weights). FSDP is not modelled with them (validation refuses it)."""
     p = job.parallel.pp
     pb = semantics(job.training.framework).param_bytes(job.training.precision)
     n, _ = expert_and_dense_counts(job, stage_param_counts(job))
     shard, _ = optimizer_shards(job)
-    extra = parallel_terms(job, graph)
+    q = quantized_weights(job)
+    extra = parallel_terms(job, graph, q.held_experts)
     act_chunks = chunk_activation_bytes(job, graph)
     m = job.num_microbatches
     last = np.arange(p) == p - 1
-    present = graph.layer_counts.sum(axis=2) > 0
-    working = (np.array([b.working_bytes for b in graph.layer_blocks])[:, None] * present).max(axis=0)
+    working = _working(graph, stage_layers(job))
     zero = np.zeros(p)
+    weights = pb.weights * (n - q.held_dense) if q.as_params else pb.weights * n
     return _Moments(
-        static={"weights_bytes": pb.weights * n,
-                "optimizer_states_bytes": (pb.master_weights + pb.optimizer_states) * n / shard},
+        static={"weights_bytes": weights,
+                "optimizer_states_bytes": (pb.master_weights + pb.optimizer_states) * n / shard,
+                "low_precision_weights_bytes": q.bytes_per_param * (q.dense + q.experts),
+                "fsdp_unsharded_bytes": zero},
         grads_in_flight=pb.gradients * n, grads_all=pb.gradients * n,
         main=pb.main_gradients * n / shard + extra.expert_main_gradients,
         act=in_flight_peak(plan, act_chunks, m), amp_forward=zero, amp_saved=zero,
@@ -295,15 +313,20 @@ def stage_memory_table(job: Job, graph: JobGraph, plan: RoundPlan) -> MemoryTabl
     chosen = terms[peak, :, np.arange(p)]  # (stage, term)
     weights = mo.static["weights_bytes"]
     states = mo.static["optimizer_states_bytes"]
+    lowp, fsdp = mo.static["low_precision_weights_bytes"], mo.static["fsdp_unsharded_bytes"]
     context = job.hardware.reserved_memory_GiB * GiB
     t = chosen.T  # gradients, main gradients, activations, amp, loss, working, embedding
     # StageMemory.allocated_bytes / total_bytes, term by term in their order
     allocated = weights + t[0] + t[1] + states + t[2] + t[3] + t[4] + t[5] + t[6] + WORKSPACE_BYTES
+    if lowp.any() or fsdp.any():
+        allocated = allocated + lowp + fsdp
     moments = [names[i] for i in peak.tolist()]
     stages = tuple(
-        StageMemory(ws, g, mg, st, a, amp, loss, w, emb, WORKSPACE_BYTES, context, moment)
-        for ws, st, (g, mg, a, amp, loss, w, emb), moment
-        in zip(weights.tolist(), states.tolist(), chosen.tolist(), moments, strict=True))
+        StageMemory(ws, g, mg, st, a, amp, loss, w, emb, WORKSPACE_BYTES, context, moment,
+                    low_precision_weights_bytes=lp, fsdp_unsharded_bytes=fs)
+        for ws, st, (g, mg, a, amp, loss, w, emb), moment, lp, fs
+        in zip(weights.tolist(), states.tolist(), chosen.tolist(), moments, lowp.tolist(),
+               fsdp.tolist(), strict=True))
     return MemoryTable(stages, allocated, allocated + context)
 
 
@@ -342,6 +365,7 @@ def _parallel_table(job: Job, mo: _Moments) -> MemoryTable:
             float(mo.static["weights_bytes"][i]), g, mg,
             float(mo.static["optimizer_states_bytes"][i]), a, 0.0, loss, w, 0.0, WORKSPACE_BYTES,
             context, names[int(peak[i])], float(x.expert_weights[i]), eg,
-            float(x.expert_optimizer_states[i]), ma, db, kb))
+            float(x.expert_optimizer_states[i]), ma, db, kb,
+            low_precision_weights_bytes=float(mo.static["low_precision_weights_bytes"][i])))
     allocated = np.array([s.allocated_bytes for s in stages])
     return MemoryTable(tuple(stages), allocated, allocated + context)

@@ -14,8 +14,9 @@ all-gather and reduce-scatter the gathered one: `ncclFuncMaxSendRecvCount`).
   LL128: 7/9 in one domain, 120/128 across), algorithm bandwidth half of it, NCCL's size
   correction table; latency 2 ((ranks per domain - 1) intra + log2(k) network).
 - NVLS (NVLink SHARP, Simple; Hopper and later, `hardware.nvlink_sharp`): in-switch reduction at
-  nvlsEfficiency (0.85 Hopper) of the NVLink bandwidth, doubled for all-reduce (two operations
-  pipelined); across domains only with CollNet. NVLS-Tree: NVLS inside, tree across.
+  nvlsEfficiency (0.85 Hopper, 0.74 Blackwell: `nvlsEfficiency[compCapIndex]`) of the NVLink
+  bandwidth, doubled for all-reduce (two operations pipelined); across domains only with CollNet.
+  NVLS-Tree: NVLS inside, tree across.
 - CollNet Direct / Chain (SHARP in the network switches, `topology.collnet`; all-reduce): every
   byte crosses each NIC once; latency of one network step.
 - PAT (all-gather / reduce-scatter with one rank per domain): 0.75 of the bus bandwidth,
@@ -24,8 +25,8 @@ all-gather and reduce-scatter the gathered one: `ncclFuncMaxSendRecvCount`).
 Deliberate simplifications, each small next to the terms kept: channel counts are not modelled
 (NCCL's per-channel caps, which bind only below ~16 channels, are left out; the ring plateau
 factor applies from 64 bytes per rank and channel with 16 channels); CPU-dependent constants
-take an x86 Intel host; the LL bandwidth ceiling of one domain takes Hopper's where the
-hardware has NVLink SHARP, else Ampere's.
+take an x86 Intel host; the LL bandwidth ceiling of one domain takes Blackwell's on a Blackwell
+GPU, Hopper's where the hardware has NVLink SHARP, else Ampere's.
 """
 
 from __future__ import annotations
@@ -71,8 +72,10 @@ RING_SIMPLE_NET_S = 14.0e-6
 NET_OVERHEAD_US = 1.0  # getNetOverhead, x86 Intel host; x3 for Simple
 # llMaxBws (GB/s): one domain by GPU generation; across domains, Intel host row by domain count
 LL_MAX_ONE_DOMAIN = {False: 87.7e9, True: 141.0e9}  # Ampere / Hopper
+LL_MAX_ONE_DOMAIN_BLACKWELL = 2 * 141.0e9
 LL_MAX_ACROSS = (39.0e9, 39.0e9, 20.4e9)
 NVLS_EFFICIENCY = 0.85  # nvlsEfficiency, Hopper
+NVLS_EFFICIENCY_BLACKWELL = 0.74
 CHANNELS = 16
 # treeCorrectionFactor[protocol][log2(bytes / 64)], 64 B to 256 MB
 TREE_CORRECTION = {
@@ -101,6 +104,15 @@ class Links:
     intra_scale: float = 1.0
     inter_scale: float = 1.0
     hop_s: float = 0.0
+    blackwell: bool = False  # NCCL's Blackwell constants (compute capability 10.x)
+
+    @property
+    def nvls_efficiency(self) -> float:
+        return NVLS_EFFICIENCY_BLACKWELL if self.blackwell else NVLS_EFFICIENCY
+
+    @property
+    def ll_max_one_domain(self) -> float:
+        return LL_MAX_ONE_DOMAIN_BLACKWELL if self.blackwell else LL_MAX_ONE_DOMAIN[self.nvls]
 
     @property
     def per_domain(self) -> float:
@@ -136,7 +148,7 @@ def ring(kind: CollectiveKind, links: Links, proto: Proto, nbytes: float) -> tup
     n, k = links.n, links.domains
     bus = links.bus_Bps()
     if proto is Proto.LL:
-        ll_max = LL_MAX_ONE_DOMAIN[links.nvls] if k == 1 else LL_MAX_ACROSS[min(k, 3) - 1]
+        ll_max = links.ll_max_one_domain if k == 1 else LL_MAX_ACROSS[min(k, 3) - 1]
         bus = min(ll_max, bus * 0.5)
     elif proto is Proto.LL128:
         bus *= 0.92
@@ -158,7 +170,7 @@ def tree(links: Links, proto: Proto, nbytes: float) -> tuple[float, float]:
     k = links.domains
     bus = links.bus_Bps() * 0.92
     if proto is Proto.LL:
-        bus = min(bus / 3.8, LL_MAX_ONE_DOMAIN[links.nvls] if k == 1 else LL_MAX_ACROSS[min(k, 3) - 1])
+        bus = min(bus / 3.8, links.ll_max_one_domain if k == 1 else LL_MAX_ACROSS[min(k, 3) - 1])
     elif proto is Proto.LL128:
         bus *= 7.0 / 9.0 if k == 1 else 120.0 / 128.0
     log_size = int(math.log2(max(nbytes, 1.0) / 64)) if nbytes >= 64 else -1
@@ -180,7 +192,7 @@ def nvls(kind: CollectiveKind, links: Links, algo: Algo) -> tuple[float, float] 
         return None
     if kind is not CollectiveKind.ALL_REDUCE and k > 1:
         return None  # needs CollNet all-gather / reduce-scatter with a NIC per local rank
-    intra = links.intra_Bps * NVLS_EFFICIENCY
+    intra = links.intra_Bps * links.nvls_efficiency
     intra *= 2.0 if kind is CollectiveKind.ALL_REDUCE else (ppn - 1) / ppn
     # NCCL bounds it by the graph's network speed too, which inside one domain is the NVLink's
     inter = links.inter_Bps if k > 1 else links.intra_Bps
@@ -205,7 +217,7 @@ def collnet(links: Links, algo: Algo) -> tuple[float, float] | None:
     if algo is Algo.COLLNET_DIRECT:
         latency = (2 * (min(1.0, ppn - 1) * links.intra_s(algo, Proto.SIMPLE) + (ppn - 1) * 0.4 * US)
                    + links.inter_s(algo, Proto.SIMPLE))
-        return latency, bw * (NVLS_EFFICIENCY if links.nvls else 1.0)
+        return latency, bw * (links.nvls_efficiency if links.nvls else 1.0)
     return 2 * (ppn - 1) * links.intra_s(algo, Proto.SIMPLE) + links.inter_s(algo, Proto.SIMPLE), bw
 
 

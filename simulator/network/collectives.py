@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simulator.job.enums import CollectiveKind
+from simulator.job.enums import CollectiveKind, GpuArchitecture
 from simulator.job.specs import HardwareSpec
 from simulator.network.algorithms import RING_SIMPLE_NET_S, RING_SIMPLE_NVLINK_S, Choice, Links, choose
 from simulator.network.alltoall import all_to_all_s
@@ -55,7 +55,8 @@ class NetworkModel:
         return Links(where.size, where.domains, self.intra_bandwidth_Bps * eff.intra_bus_efficiency,
                      inter, self.hardware.nvlink_sharp, self.collnet,
                      eff.intra_latency_s / RING_SIMPLE_NVLINK_S,
-                     eff.inter_latency_s / RING_SIMPLE_NET_S, where.hop_latency_s)
+                     eff.inter_latency_s / RING_SIMPLE_NET_S, where.hop_latency_s,
+                     self.hardware.architecture is GpuArchitecture.BLACKWELL)
 
     def choice(self, kind: CollectiveKind, nbytes: float, where: Placement) -> Choice:
         """NCCL's (algorithm, protocol) for this collective and its predicted cost."""

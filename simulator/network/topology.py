@@ -149,7 +149,7 @@ def grad_stats_placement(job: Job) -> Placement:
     fab = fabric(job)
     tp, pp, stage = job.parallel.tp, job.parallel.pp, stage_gpus(job)
     sharing = min(fab.gpus_per_node, job.cluster.num_gpus)
-    if job.parallel.distributed_optimizer:
+    if job.shards_optimizer:
         return strided_group(fab, job.cluster.num_gpus, 1, sharing)
     if pp == 1:
         return strided_group(fab, tp, 1, sharing)

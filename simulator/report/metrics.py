@@ -1,8 +1,10 @@
 """Utilization and cost of a simulated iteration.
 
 The FLOPs counted against the peak come from the graph (simulator.graph.flops: model FLOPs for
-MFU, hardware FLOPs with recompute for HFU); the peak is the hardware file's dense peak for the
-job's precision over all GPUs; the price is the job's per-GPU hour.
+MFU, hardware FLOPs with recompute for HFU); the peak is the hardware file's dense peak of the
+job's 16-bit dtype over all GPUs -- for fp8 and fp4 runs too, the convention of published
+low-precision runs (Megatron-Bridge's and NeMo's performance tables, the Llama 3 report's "BF16
+MFU"), so that MFU compares across recipes; the price is the job's per-GPU hour.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from simulator.job.specs import Job
 
 
 def utilization(flops: float, iteration_time_s: float, job: Job) -> float:
-    peak = job.hardware.peak_flops(job.training.precision) * job.cluster.num_gpus
+    peak = job.hardware.peak_flops(job.training.precision.base) * job.cluster.num_gpus
     return flops / (iteration_time_s * peak)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import fields
+from typing import Any
 
 from simulator.memory.stages import StageMemory
 from simulator.report.result import BREAKDOWN_KEYS, SimulationResult, StageReport
@@ -68,8 +69,8 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
         f"  layout: tp={j['tp']} pp={j['pp']} dp={j['dp']} v={j['virtual_stages']} "
         + "".join(f"{k}={j[k]} " for k in ("cp", "cp_comm_type", "ep", "expert_tp") if k in j)
         + f"{j['schedule']}, micro-batch {j['micro_batch_size']} x {result.num_microbatches}, "
-        f"global batch {j['global_batch_size']}, seq {j['seq_length']}, {j['precision']}, "
-        f"recompute {j['recompute']}",
+        f"global batch {j['global_batch_size']}, seq {j['seq_length']}, {_precision(j)}, "
+        f"recompute {j['recompute']}{_modern(j)}",
         "",
         f"  iteration time      {duration(it)}",
         f"  throughput          {result.tokens_per_s:,.0f} tokens/s",
@@ -82,7 +83,9 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
     lines += ["", f"  breakdown (critical stage {result.critical_stage}):"]
     extra = [k for k in result.breakdown if k not in BREAKDOWN_KEYS]  # ep_comm, cp_comm
     for key in (*BREAKDOWN_KEYS, *extra):
-        value = result.breakdown[key]
+        value = result.breakdown.get(key, 0.0)
+        if key == "fsdp_comm" and not value:
+            continue  # only FSDP (ZeRO-2/3) jobs have it
         lines.append(f"    {key:<18}{duration(value):>14}  {value / it:6.1%}")
     fits = "fits" if result.fits_in_memory else (
         f"DOES NOT FIT: over by {result.memory_overflow_bytes / GiB:.1f} GiB")
@@ -93,6 +96,22 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
         cov = ", ".join(f"{k} {v:.0%}" for k, v in result.profile_coverage.items())
         lines += ["", f"  profile coverage    {cov}"]
     return "\n".join(lines)
+
+
+def _precision(j: dict[str, Any]) -> str:
+    """`bf16`, or `fp8 (mxfp8)` with the recipe of a low-precision run."""
+    recipe = j.get("low_precision_recipe")
+    return f"{j['precision']} ({recipe})" if recipe else str(j["precision"])
+
+
+def _modern(j: dict[str, Any]) -> str:
+    """The summary's FSDP, CUDA graph and overlap entries, when the job has them."""
+    parts = [f"sharding {j['data_parallel_sharding']}" if "data_parallel_sharding" in j else "",
+             f"cuda graphs {j['cuda_graphs']}" if "cuda_graphs" in j else "",
+             "tp comm overlap" if j.get("tp_comm_overlap") else "",
+             "fp8 param gather" if j.get("fp8_param_gather") else ""]
+    shown = ", ".join(p for p in parts if p)
+    return f", {shown}" if shown else ""
 
 
 def _memory_columns(stages: list[StageReport]) -> list[str]:

@@ -12,7 +12,7 @@ from simulator.timeline.lowering import StageCosts
 from simulator.timeline.stragglers import ScaleLoss
 from simulator.timeline.tail import Tail
 
-BREAKDOWN_KEYS = ("forward", "backward", "recompute", "tp_comm", "overhead", "pp_comm",
+BREAKDOWN_KEYS = ("forward", "backward", "recompute", "tp_comm", "fsdp_comm", "overhead", "pp_comm",
                   "dp_comm_exposed", "embedding_sync", "pipeline_bubble", "optimizer", "scale_loss")
 
 

@@ -42,6 +42,7 @@ _PART_NAMES = {"forward": "forward compute", "backward": "backward compute", "re
                "tp_comm": "tp all-reduce", "recompute_tp_comm": "recompute tp all-reduce",
                "ep_comm": "MoE token dispatch/combine (ep all-to-all)",
                "cp_comm": "context-parallel K/V exchange",
+               "fsdp_comm": "FSDP all-gather / reduce-scatter (exposed)",
                "overhead": "host/framework overhead"}
 
 
@@ -120,8 +121,8 @@ def _part_args(part: str, backward: bool, totals: dict[str, np.ndarray], shapes:
                      "backward" if backward else "forward")
         calls = float(totals[f"{direction}_tp_comm_calls"][s, c])
         args.update({"calls": int(calls), "bytes_per_gpu": float(totals[f"{direction}_tp_comm_bytes"][s, c])})
-    elif part in ("ep_comm", "cp_comm"):  # the exposed part of these collectives' time
-        group = part.removesuffix("_comm")
+    elif part in ("ep_comm", "cp_comm", "fsdp_comm"):  # the exposed part of their time
+        group = {"fsdp_comm": "dp"}.get(part, part.removesuffix("_comm"))
         directions = ("recompute", "backward") if backward else ("forward",)
         args["bytes_per_gpu"] = float(sum(totals[f"{d}_{group}_comm_bytes"][s, c]
                                           for d in directions if f"{d}_{group}_comm_bytes" in totals))
@@ -162,8 +163,13 @@ def _tail_tasks(result: SimulationResult, job: Job | None) -> list[dict[str, Any
     exposed = tail.dp_exposed_s if tail is not None else dp_total
     embedding = tail.embedding_sync_s if tail is not None else np.zeros(p)
     optimizer = tail.optimizer_s if tail is not None else np.zeros(p)
-    zero = bool(result.job.get("distributed_optimizer"))
-    dp_name = "dp reduce-scatter + all-gather (ZeRO-1)" if zero else "dp gradient all-reduce"
+    sharding = result.job.get("data_parallel_sharding") or (
+        "optim" if result.job.get("distributed_optimizer") else "no_shard")
+    dp_name = {"no_shard": "dp gradient all-reduce",
+               "optim": "dp reduce-scatter + all-gather (ZeRO-1)",
+               "optim_grads": "dp reduce-scatter of non-FSDP-unit gradients + all-gather (ZeRO-2)",
+               "optim_grads_params": "dp reduce-scatter + all-gather of non-FSDP-unit "
+                                     "parameters (ZeRO-3)"}.get(sharding, "dp gradient reduction")
     params = stage_param_counts(job) if job is not None else None
     events: list[dict[str, Any]] = []
     for s in range(p):
@@ -208,6 +214,6 @@ def _embedding_args(job: Job | None) -> dict[str, Any]:
 def _optimizer_args(job: Job | None, params: np.ndarray | None, s: int) -> dict[str, Any]:
     if job is None or params is None:
         return {}
-    shard = job.dp if job.parallel.distributed_optimizer else 1
+    shard = job.dp if job.shards_optimizer else 1
     op = optimizer_op(float(params[s]) / shard, job)
     return {"parameters": int(op.shape[0]), "flops": op.flops, "hbm_bytes": op.bytes}

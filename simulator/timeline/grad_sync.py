@@ -5,15 +5,22 @@ data-parallel group with context parallelism: every cp rank saw a part of each s
 routed experts' over the expert_dp ranks (`parallel_state.get_expert_data_parallel_group`); the
 distributed optimizer reduce-scatters each over its group, steps on its shard and all-gathers the
 updated parameters (Megatron-Core `distributed/distributed_data_parallel.py` keeps dense and
-expert buffers apart). Bucketed overlap with the last backwards (simulator.timeline.tail) sends
-each bucket's dense part over the one group and its expert part over the other.
+expert buffers apart; with `fp8_param_gather` the quantized linear weights travel in their
+format, simulator.graph.fsdp.param_gather_bytes). Bucketed overlap with the last backwards
+(simulator.timeline.tail) sends each bucket's dense part over the one group and its expert part
+over the other.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from simulator.graph.params import optimizer_shards, stage_expert_param_counts
+from simulator.graph.fsdp import param_gather_bytes
+from simulator.graph.params import (
+    optimizer_shards,
+    stage_expert_param_counts,
+    stage_quantized_linear_counts,
+)
 from simulator.job.enums import CollectiveKind
 from simulator.job.framework import semantics
 from simulator.job.specs import Job
@@ -32,19 +39,22 @@ def reduction_s(job: Job, params: np.ndarray, network: NetworkModel,
     the distributed optimizer's parameter all-gather (zero without it)."""
     pb = semantics(job.training.framework).param_bytes(job.training.precision)
     dense, experts = _split(job, params)
-    shard = job.parallel.distributed_optimizer
+    shard = job.shards_optimizer
     kind = CollectiveKind.REDUCE_SCATTER if shard else CollectiveKind.ALL_REDUCE
-    groups = ((dense, data_parallel_placement(job)), (experts, expert_data_parallel_placement(job)))
+    q_dense, q_experts = stage_quantized_linear_counts(job)
+    groups = ((dense, param_gather_bytes(job, dense, q_dense, pb.weights),
+               data_parallel_placement(job)),
+              (experts, param_gather_bytes(job, experts, q_experts, pb.weights),
+               expert_data_parallel_placement(job)))
     reduce = np.zeros(job.parallel.pp)
     gather = np.zeros(job.parallel.pp)
-    for counts, where in groups:
-        for s, n in enumerate(counts.tolist()):
+    for counts, gathered, where in groups:
+        for s, (n, g) in enumerate(zip(counts.tolist(), gathered.tolist(), strict=True)):
             if n <= 0 or where.size <= 1:
                 continue
             reduce[s] += network.time(kind, fraction * n * pb.gradients, where)
             if shard:
-                gather[s] += network.time(CollectiveKind.ALL_GATHER, fraction * n * pb.weights,
-                                          where)
+                gather[s] += network.time(CollectiveKind.ALL_GATHER, fraction * g, where)
     return reduce, gather
 
 

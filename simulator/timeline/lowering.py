@@ -18,9 +18,9 @@ import numpy as np
 
 from simulator.costs.analytic import AnalyticKernelModel, KernelModel, OpCost
 from simulator.costs.blocks import BlockCost, cost_block
-from simulator.costs.comm_groups import group_placements
+from simulator.costs.comm_groups import group_placements, uses_group_placements
 from simulator.graph.blocks import JobGraph
-from simulator.graph.ops import CP_GROUPS, EP_GROUPS, Block, CommOp, Op
+from simulator.graph.ops import CP_GROUPS, EP_GROUPS, Block, CommGroup, CommOp, Op
 from simulator.job.specs import Job
 from simulator.memo import Memo, Pinned
 from simulator.network.collectives import NetworkModel
@@ -29,12 +29,13 @@ from simulator.network.topology import tp_placement
 
 class CommTimer:
     """Times a block's collectives on their group's placement (tensor parallelism's, and for
-    experts and context parallelism theirs: simulator.costs.comm_groups)."""
+    experts, context parallelism and FSDP's data-parallel collectives theirs:
+    simulator.costs.comm_groups)."""
 
     def __init__(self, job: Job, network: NetworkModel) -> None:
         self._network = network
         self._where = tp_placement(job)
-        self._groups = group_placements(job) if (job.model.is_moe or job.parallel.cp > 1) else {}
+        self._groups = group_placements(job) if uses_group_placements(job) else {}
 
     def __call__(self, op: CommOp) -> float:
         network = self._network
@@ -100,11 +101,14 @@ def block_totals(block: Block) -> dict[str, float]:
         out[f"{name}_kernels"] = float(sum(op.kernels for op in ops))
         ep = [c for c in comms if c.group in EP_GROUPS]
         cp = [c for c in comms if c.group in CP_GROUPS]
-        tp = [c for c in comms if c.group not in EP_GROUPS and c.group not in CP_GROUPS]
+        dp = [c for c in comms if c.group is CommGroup.DP]
+        tp = [c for c in comms if c.group not in EP_GROUPS and c.group not in CP_GROUPS
+              and c.group is not CommGroup.DP]
         out[f"{name}_tp_comm_bytes"] = float(sum(c.bytes for c in tp))
         out[f"{name}_tp_comm_calls"] = float(len(tp))
         out[f"{name}_ep_comm_bytes"] = float(sum(c.bytes for c in ep))
         out[f"{name}_cp_comm_bytes"] = float(sum(c.bytes for c in cp))
+        out[f"{name}_dp_comm_bytes"] = float(sum(c.bytes for c in dp))
     return out
 
 
@@ -152,7 +156,8 @@ def block_costs(job: Job, graph: JobGraph, kernels: KernelModel, network: Networ
 GRID_FIELDS = ("forward", "forward_comm", "backward", "backward_comm", "recompute",
                "recompute_comm", "forward_host_excess", "backward_host_excess", "host_excess",
                "forward_total", "backward_total", "forward_ep_comm", "backward_ep_comm",
-               "recompute_ep_comm", "forward_cp_comm", "backward_cp_comm", "recompute_cp_comm")
+               "recompute_ep_comm", "forward_cp_comm", "backward_cp_comm", "recompute_cp_comm",
+               "forward_dp_comm", "backward_dp_comm", "recompute_dp_comm")
 
 
 def block_table(*costed: BlockCost) -> np.ndarray:
@@ -199,7 +204,8 @@ Grids = dict[str, np.ndarray]
 
 def _parts(g: Grids, per_microbatch: np.ndarray) -> tuple[Grids, Grids, Grids]:
     """The iteration's parts and each task's pieces in order (see `StageCosts`); expert- and
-    context-parallel communication appear apart from tensor parallelism's when a job has any."""
+    context-parallel communication, and FSDP's data-parallel collectives (`fsdp_comm`), appear
+    apart from tensor parallelism's when a job has any."""
     parts = {
         "overhead": 2 * per_microbatch + g["host_excess"],
         "forward": g["forward"],
@@ -212,11 +218,10 @@ def _parts(g: Grids, per_microbatch: np.ndarray) -> tuple[Grids, Grids, Grids]:
     backward_parts = {"recompute": g["recompute"], "recompute_tp_comm": g["recompute_comm"],
                       "backward": g["backward"], "tp_comm": g["backward_comm"],
                       "overhead": g["backward_host_excess"] + per_microbatch}
-    for group in ("ep", "cp"):
+    for group, key in (("ep", "ep_comm"), ("cp", "cp_comm"), ("dp", "fsdp_comm")):
         f, b, r = (g[f"{d}_{group}_comm"] for d in ("forward", "backward", "recompute"))
         if not (f.any() or b.any() or r.any()):
             continue
-        key = f"{group}_comm"
         parts["tp_comm"] = _rest(parts["tp_comm"], f + b + r)
         parts[key] = f + b + r
         forward_parts["tp_comm"] = _rest(forward_parts["tp_comm"], f)

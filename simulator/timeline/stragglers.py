@@ -17,7 +17,12 @@ by `cluster.jitter` and fitted by `calibrate --rank-times`:
   deviations of the interval: an interval of kernels t_i has standard deviation
   cv * sqrt(sum t_i^2). With I equal intervals per layer the layer loses
   cv * e(g) * sqrt(I * sum t_i^2); the sum of squares is the costed layer's
-  (`BlockCost.kernel_square_s2`), so a few long GEMMs vary more than many short kernels.
+  (`BlockCost.kernel_square_s2`), so a few long GEMMs vary more than many short kernels. A
+  collective of another group (an expert-parallel all-to-all, a context-parallel exchange,
+  FSDP's data-parallel gathers) waits for the slowest of ITS ranks. A model with several kinds
+  of layer (dense and MoE, a low-precision run's bf16 layers, the MTP depth) loses the
+  count-weighted mean over its layer blocks: every block's loss times how many of it the model
+  runs, over their compute.
 
 Both are fractions of the GPU-bound time on the critical path (compute, the
 pipeline bubble -- the other stages' compute -- and the optimizer step); communication and host
@@ -28,6 +33,7 @@ The result is its own breakdown term, `scale_loss`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -35,7 +41,8 @@ import numpy as np
 from scipy.special import ndtr
 
 from simulator.costs.blocks import BlockCost
-from simulator.graph.ops import Block
+from simulator.costs.comm_groups import group_placements
+from simulator.graph.ops import Block, CommGroup
 from simulator.job.specs import Job
 
 
@@ -78,29 +85,59 @@ def jitter(job: Job) -> tuple[float, float]:
     return gpu, kernel
 
 
-def transient_fraction(job: Job, layer: BlockCost, block: Block) -> float:
-    """Kernel-time loss per second of layer compute, per unit of kernel_time_cv."""
+LayerBlocks = Sequence[tuple[float, BlockCost, Block]]  # (how many, its cost, the block)
+
+
+def transient_fraction(job: Job, layers: LayerBlocks) -> float:
+    """Kernel-time loss per second of layer compute, per unit of kernel_time_cv: of the one
+    layer block, or count-weighted over the model's layer blocks."""
+    if len(layers) == 1:
+        _, layer, block = layers[0]
+        loss, compute = _layer_loss(job, layer, block)
+        return loss / compute if compute > 0 else 0.0
+    parts = [(n, *_layer_loss(job, layer, block)) for n, layer, block in layers]
+    compute = sum(n * c for n, _, c in parts)
+    return sum(n * loss for n, loss, _ in parts) / compute if compute > 0 else 0.0
+
+
+def _layer_loss(job: Job, layer: BlockCost, block: Block) -> tuple[float, float]:
+    """(kernel-time loss, compute) of one layer block, in seconds per unit of kernel_time_cv."""
     compute = layer.forward + layer.backward + layer.recompute
     if compute <= 0 or layer.kernel_square_s2 <= 0:
-        return 0.0
-    s2, tp, pp, dp = layer.kernel_square_s2, job.parallel.tp, job.parallel.pp, job.dp
-    loss = 0.0
-    syncs = len(block.forward_comm) + len(block.backward_comm) + len(block.recompute_comm)
-    if tp > 1 and syncs:
-        loss += expected_max(tp) * math.sqrt(syncs * s2)
+        return 0.0, max(compute, 0.0)
+    s2, pp, dp = layer.kernel_square_s2, job.parallel.pp, job.dp
+    loss = _sync_loss(job, block, s2)
     per_chunk = max(1.0, job.model.num_layers / (pp * job.parallel.virtual_stages))
     if pp > 1:  # a hand-off per chunk and direction
         loss += expected_max(2) * math.sqrt(2 * s2 / per_chunk)
     if dp > 1:  # one reduction per iteration, over the stage's layers of every micro-batch
         loss += expected_max(dp) * math.sqrt(s2 / (per_chunk * job.parallel.virtual_stages
                                                     * job.num_microbatches))
-    return loss / compute
+    return loss, compute
 
 
-def scale_loss(job: Job, layer: BlockCost, block: Block, gpu_bound_s: float) -> ScaleLoss:
-    """The expected slowest rank's cost on `gpu_bound_s` seconds of GPU-bound critical path."""
+def _sync_loss(job: Job, block: Block, s2: float) -> float:
+    """The waits at the block's collectives: with I of them, each interval of kernels has
+    variance s2 / I and its group of g ranks waits e(g) standard deviations of it."""
+    comms = (*block.forward_comm, *block.backward_comm, *block.recompute_comm)
+    if all(op.group is CommGroup.TP for op in comms):  # tensor parallelism alone
+        tp = job.parallel.tp
+        return expected_max(tp) * math.sqrt(len(comms) * s2) if tp > 1 and comms else 0.0
+    sizes = group_sizes(job)
+    waits = sum(expected_max(sizes[op.group]) for op in comms)
+    return waits * math.sqrt(s2 / len(comms))
+
+
+def group_sizes(job: Job) -> dict[CommGroup, int]:
+    """Ranks of each block-level group (simulator.costs.comm_groups)."""
+    return {group: where.size for group, where in group_placements(job).items()}
+
+
+def scale_loss(job: Job, layers: LayerBlocks, gpu_bound_s: float) -> ScaleLoss:
+    """The expected slowest rank's cost on `gpu_bound_s` seconds of GPU-bound critical path;
+    `layers`: the model's layer blocks with their counts and costs."""
     gpu_cv, kernel_cv = jitter(job)
     n = job.cluster.num_gpus
     persistent = gpu_cv * expected_max(n) * gpu_bound_s
-    transient = kernel_cv * transient_fraction(job, layer, block) * gpu_bound_s
+    transient = kernel_cv * transient_fraction(job, layers) * gpu_bound_s
     return ScaleLoss(persistent, transient, gpu_cv, kernel_cv, n)

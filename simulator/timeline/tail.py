@@ -26,6 +26,7 @@ import numpy as np
 from simulator.costs.analytic import KernelModel
 from simulator.graph.blocks import p2p_bytes
 from simulator.graph.eager import optimizer_launches
+from simulator.graph.fsdp import gathered_after_step_bytes, tail_reduced_params
 from simulator.graph.ops import Op, OpKind, Phase
 from simulator.graph.params import final_norm_params, kind_params, padded_vocab
 from simulator.job.enums import CollectiveKind, Norm, Precision
@@ -115,11 +116,11 @@ def compute_tail(job: Job, timeline: Timeline, params_per_stage: np.ndarray,
             if fixed.gather_s is not None:
                 exposed, dp_total = exposed + fixed.gather_s, dp_total + fixed.gather_s
     elif job.dp > 1 and job.parallel.overlap_grad_reduce:
-        kind = (CollectiveKind.REDUCE_SCATTER if job.parallel.distributed_optimizer
+        kind = (CollectiveKind.REDUCE_SCATTER if job.shards_optimizer
                 else CollectiveKind.ALL_REDUCE)
         pb = semantics(job.training.framework).param_bytes(job.training.precision)
-        exposed, dp_total = _overlapped(job, timeline, params_per_stage * pb.gradients, kind,
-                                        network)
+        reduced = tail_reduced_params(job, params_per_stage)
+        exposed, dp_total = _overlapped(job, timeline, reduced * pb.gradients, kind, network)
         if fixed.gather_s is not None:
             exposed = exposed + fixed.gather_s
             dp_total = dp_total + fixed.gather_s
@@ -137,7 +138,7 @@ def _fixed_parallel(job: Job, params_per_stage: np.ndarray, kernels: KernelModel
     """`fixed_tail` with dense gradients over dp x cp and experts' over expert_dp."""
     reduce, gather = grad_sync.reduction_s(job, params_per_stage, network)
     overlap = job.parallel.overlap_grad_reduce
-    gather_s = gather if job.parallel.distributed_optimizer else None
+    gather_s = gather if job.shards_optimizer else None
     total = (np.zeros(job.parallel.pp) if overlap else reduce) + gather
     optimizer = per_value(grad_sync.optimizer_params(job, params_per_stage),
                           lambda n: kernels.cost(optimizer_op(n, job)).seconds)
@@ -150,7 +151,7 @@ def _overlapped_parallel(job: Job, timeline: Timeline, params: np.ndarray,
     """Bucketed reduction overlapped with the last backwards: `_overlapped` with each bucket
     carrying its share of the stage's dense and expert gradients over their groups."""
     pb = semantics(job.training.framework).param_bytes(job.training.precision)
-    kind = (CollectiveKind.REDUCE_SCATTER if job.parallel.distributed_optimizer
+    kind = (CollectiveKind.REDUCE_SCATTER if job.shards_optimizer
             else CollectiveKind.ALL_REDUCE)
 
     def bucket_s(stage: int, pieces: int) -> float:
@@ -168,24 +169,24 @@ def fixed_tail(job: Job, params_per_stage: np.ndarray, kernels: KernelModel,
         return _fixed_parallel(job, params_per_stage, kernels, network)
     p = job.parallel.pp
     pb = semantics(job.training.framework).param_bytes(job.training.precision)
-    grad_bytes = params_per_stage * pb.gradients
+    grad_bytes = tail_reduced_params(job, params_per_stage) * pb.gradients
     dp_total = np.zeros(p)
     exposed = np.zeros(p)
     gather = None
     if job.dp > 1:
         where = dp_placement(job)
-        kind = (CollectiveKind.REDUCE_SCATTER if job.parallel.distributed_optimizer
+        kind = (CollectiveKind.REDUCE_SCATTER if job.shards_optimizer
                 else CollectiveKind.ALL_REDUCE)
         if not job.parallel.overlap_grad_reduce:  # else: compute_tail, from the timeline
             dp_total = per_value(grad_bytes, lambda b: network.time(kind, b, where))
             exposed = dp_total.copy()
-        if job.parallel.distributed_optimizer:
-            gather = per_value(params_per_stage, lambda n: network.time(
-                CollectiveKind.ALL_GATHER, pb.weights * n, where))
+        if job.shards_optimizer:
+            gathered = gathered_after_step_bytes(job, params_per_stage, pb.weights)
+            gather = per_value(gathered, lambda b: network.time(CollectiveKind.ALL_GATHER, b, where))
             if not job.parallel.overlap_grad_reduce:
                 exposed = exposed + gather
                 dp_total = dp_total + gather
-    shard = job.dp if job.parallel.distributed_optimizer else 1
+    shard = job.dp if job.shards_optimizer else 1
     optimizer = per_value(params_per_stage,
                           lambda n: kernels.cost(optimizer_op(n / shard, job)).seconds)
     return FixedTail(exposed, dp_total, gather, _embedding_sync(job, network),

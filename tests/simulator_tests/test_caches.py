@@ -121,3 +121,24 @@ def test_memoized_arrays_a_result_shares_cannot_be_changed_in_place() -> None:
             shared += 1.0
     assert np.array_equal(simulate(job).costs.forward_s, result.costs.forward_s)
     assert simulate(job).to_dict() == result.to_dict()
+
+
+def test_low_precision_and_fsdp_jobs_warm_equal_cold_and_keys_see_what_the_blocks_read() -> None:
+    """The blocks of a low-precision run read the GPU generation (its format), the micro-batch
+    count (weight casts per micro-batch) and, under FSDP, whether dp > 1: all in the key."""
+    base = {"model": "llama-3-8b",
+            "training": {"global_batch_size": 16, "precision": "fp8", "fp8_recipe": "tensorwise",
+                         "first_last_layers_bf16": True, "flash_attention": True},
+            "parallel": {"tp": 2, "pp": 2, "sequence_parallel": True,
+                         "data_parallel_sharding": "optim_grads_params"},
+            "cluster": {"gpu": "b200", "num_gpus": 8}}
+    job = job_from_dict(base)
+    clear_caches()
+    cold = simulate(job).to_dict()
+    assert simulate(job).to_dict() == cold
+    hopper = job_from_dict({**base, "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8}})
+    assert blocks_key(hopper) != blocks_key(job)
+    more_mb = job_from_dict({**base, "training": {**base["training"], "global_batch_size": 32}})
+    assert blocks_key(more_mb) != blocks_key(job)
+    one_dp = job_from_dict({**base, "cluster": {"gpu": "b200", "num_gpus": 4}})
+    assert blocks_key(one_dp) != blocks_key(job)

@@ -59,7 +59,7 @@ def test_transient_term_waits_for_the_slowest_of_each_synchronizing_group():
     per_chunk = job.model.num_layers / 2
     expected = (expected_max(2) * math.sqrt(syncs * s2) + expected_max(2) * math.sqrt(2 * s2 / per_chunk)
                 + expected_max(4) * math.sqrt(s2 / (per_chunk * job.num_microbatches))) / t
-    assert transient_fraction(job, layer, block) == pytest.approx(expected)
+    assert transient_fraction(job, [(job.model.num_layers, layer, block)]) == pytest.approx(expected)
     assert r.scale_loss is not None and r.scale_loss.persistent_s == 0.0
     assert r.scale_loss.transient_s > 0
 

@@ -376,8 +376,6 @@ def fingerprint(job: Job, seconds: float | None, peak: float | None, reserved: f
     return _digest([json.dumps(spec, sort_keys=True), repr((seconds, peak, reserved, oom))])[:12]
 
 
-
-
 def _digest(parts: list[str]) -> str:
     h = hashlib.sha256()
     for part in parts:

@@ -33,10 +33,19 @@ INT_OPTIONS = {"num_gpus": "--num-gpus", "tp": "--tp", "pp": "--pp", "dp": "--dp
                "micro_batch_size": "--micro-batch", "global_batch_size": "--global-batch",
                "virtual_stages": "--virtual-stages"}
 TEXT_OPTIONS = {"schedule": "--schedule", "recompute": "--recompute", "precision": "--precision",
-                "hardware": "--hardware"}
+                "hardware": "--hardware", "fp8_recipe": "--fp8-recipe", "fp4_recipe": "--fp4-recipe",
+                "cuda_graphs": "--cuda-graphs", "data_parallel_sharding": "--data-parallel-sharding"}
+TEXT_HELP = {"fp8_recipe": "delayed, tensorwise, blockwise or mxfp8 (with --precision fp8)",
+             "fp4_recipe": "nvfp4 (with --precision fp4)",
+             "cuda_graphs": "none, per_layer or full_iteration",
+             "data_parallel_sharding": "no_shard, optim, optim_grads or optim_grads_params"}
 BOOL_OPTIONS = {"sequence_parallel": "--sequence-parallel",
                 "distributed_optimizer": "--distributed-optimizer",
-                "overlap_grad_reduce": "--overlap-grad-reduce", "flash_attention": "--flash-attention"}
+                "overlap_grad_reduce": "--overlap-grad-reduce", "flash_attention": "--flash-attention",
+                "fp8_param_gather": "--fp8-param-gather",
+                "first_last_layers_bf16": "--first-last-layers-bf16",
+                "fp8_dot_product_attention": "--fp8-dot-product-attention",
+                "tp_comm_overlap": "--tp-comm-overlap"}
 INT_HELP = {"num_gpus": "GPU count (dp follows: num_gpus / (tp*cp*pp))", "tp": "tensor-parallel size",
             "cp": "context-parallel size", "ep": "expert-parallel size (MoE models)",
             "pp": "pipeline-parallel size", "dp": "data-parallel size (the GPU count follows)",
@@ -71,7 +80,9 @@ def parser() -> argparse.ArgumentParser:
         g.add_argument(flag, dest=dest, metavar="N", help=INT_HELP[dest])
     g.add_argument("--schedule", metavar="S", help="gpipe, 1f1b or interleaved_1f1b")
     g.add_argument("--recompute", metavar="R", help="none, selective or full")
-    g.add_argument("--precision", metavar="P", help="fp16 or bf16")
+    g.add_argument("--precision", metavar="P", help="fp16, bf16, fp8 or fp4")
+    for dest, text in TEXT_HELP.items():
+        g.add_argument(TEXT_OPTIONS[dest], dest=dest, metavar="X", help=text)
     for dest, flag in BOOL_OPTIONS.items():
         g.add_argument(flag, dest=dest, nargs="?", const="on", metavar="on|off|both",
                        help="on when given alone; both compares the two")

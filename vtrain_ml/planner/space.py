@@ -27,7 +27,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from simulator.errors import InfeasibleConfigError
 from simulator.graph.params import total_params
 from simulator.job.catalog import load_model, resolve_hardware
-from simulator.job.enums import Recompute, Schedule
+from simulator.job.enums import DataParallelSharding, Recompute, Schedule
 from simulator.job.specs import (
     ClusterSpec,
     GiB,
@@ -117,8 +117,14 @@ def static_memory_bytes(job: Job) -> float:
     this is a lower bound: a job above capacity here can never fit, and needs no simulation.
     """
     n = float(stage_param_counts(job).max())
-    shard = job.dp if job.parallel.distributed_optimizer else 1
-    per_param = 2.0 + grad_bytes_per_param(job.training.precision) + OPTIMIZER_BYTES_PER_PARAM / shard
+    shard = job.dp if job.shards_optimizer else 1
+    # ZeRO-2/3 (data_parallel_sharding) shard gradients / weights too: sharding all of them keeps
+    # this a lower bound (the embedding and the FSDP units in flight stay whole)
+    level = job.sharding.level
+    grads = grad_bytes_per_param(job.training.precision) / (
+        job.dp if level >= DataParallelSharding.OPTIM_GRADS.level else 1)
+    weights = 2.0 / (job.dp if level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level else 1)
+    per_param = weights + grads + OPTIMIZER_BYTES_PER_PARAM / shard
     return n * per_param + job.hardware.reserved_memory_GiB * GiB
 
 

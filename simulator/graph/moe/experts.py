@@ -9,7 +9,10 @@ the tokens (the roofline's memory side) and a launch gap per expert. Without
 `moe_grouped_gemm` (SequentialMLP) every expert is its own pair of GEMM launches from Python.
 Also the permutations around them (`moe_utils.py::permute`, `unpermute`, `sort_chunks_by_idxs`,
 fused kernels with `--moe-permute-fusion`).
-Check: bench/fit_b200_kernels.py compares these grouped GEMMs with 108 measured on a B200."""
+Check: bench/fit_b200_kernels.py compares these grouped GEMMs with 108 measured on a B200.
+Both are Transformer Engine linears: in a low-precision recipe they quantize each expert's
+input, weight and output gradient and run in the format (simulator.graph.quantize); a grouped
+GEMM's quantize kernels are one launch over all local experts (TE's multi-tensor quantize)."""
 
 from __future__ import annotations
 
@@ -18,24 +21,34 @@ from dataclasses import replace
 from simulator.graph.layer_parts import LayerParts
 from simulator.graph.moe.dispatch import RoutedTokens
 from simulator.graph.ops import Op, OpKind
-from simulator.graph.primitives import ShapeContext, gemm, pointwise
+from simulator.graph.primitives import ShapeContext, pointwise
+from simulator.graph.quantize import LinearSpec, linear, runs_low
 from simulator.job.specs import Job
 
 
-def _grouped(name: str, r: RoutedTokens, n: int, k: int, dt: int, saved: float, acc: int,
-             grouped: bool) -> tuple[Op, list[Op]]:
-    """fc1 or fc2 of the local experts: one grouped GEMM, or one GEMM launch per expert."""
+def _grouped(c: ShapeContext, name: str, r: RoutedTokens, n: int, k: int, saved: float,
+             acc: int, grouped: bool) -> tuple[list[Op], list[Op]]:
+    """fc1 or fc2 of the local experts: one grouped GEMM, or one GEMM launch per expert
+    (forward ops and backward ops, with a low-precision recipe's quantize kernels)."""
     e, m = r.local_experts, r.per_expert
     if grouped:  # TE's grouped GEMM: one call, one GEMM kernel per expert
-        fwd, bwd = gemm(name, m, n, k, dt, saved, batch=e, accumulate_bytes=acc)
-        return (replace(fwd, kernels=e, host_launches=1),
-                [replace(op, kernels=e, host_launches=1) for op in bwd])
-    fwd, bwd = gemm(name, m, n, k, dt, saved, accumulate_bytes=acc)
+        fwd, bwd = linear(c, LinearSpec(name, m, n, k, False, False, False, acc, batch=e,
+                                        local=True), saved)
+
+        def launches(op: Op) -> Op:
+            return replace(op, kernels=e, host_launches=1) if op.kind is OpKind.GEMM else op
+
+        return [launches(op) for op in fwd], [launches(op) for op in bwd]
+    fwd, bwd = linear(c, LinearSpec(name, m, n, k, False, False, False, acc, local=True), saved)
 
     def each(op: Op) -> Op:
-        return replace(op, flops=op.flops * e, bytes=op.bytes * e, kernels=op.kernels * e)
+        return replace(op, flops=op.flops * e, bytes=op.bytes * e, kernels=op.kernels * e,
+                       saved_bytes=op.saved_bytes * e)
 
-    return replace(each(fwd), saved_bytes=saved), [each(op) for op in bwd]
+    fwd = [each(op) for op in fwd]
+    if runs_low(c, name) is None:  # `saved`: what the 16-bit GEMMs of all experts keep
+        fwd[-1] = replace(fwd[-1], saved_bytes=saved)
+    return fwd, [each(op) for op in bwd]
 
 
 def permute(c: ShapeContext, name: str, tokens_in: float, tokens_out: float, saved: float = 0.0
@@ -55,15 +68,17 @@ def experts(job: Job, c: ShapeContext, parts: LayerParts, r: RoutedTokens, acc: 
     up = 2 * f if m.gated_mlp else f
     n, dt, h = r.computed, c.dt, m.hidden_size
     grouped = t.moe_grouped_gemm
-    fc1 = _grouped("moe.fc1", r, up, h, dt, dt * n * h, acc, grouped)
+    fc1 = _grouped(c, "moe.fc1", r, up, h, dt * n * h, acc, grouped)
     act_name = "swiglu" if m.gated_mlp else "gelu"
     act = pointwise(f"moe.{act_name}", OpKind.ACTIVATION, n * up, dt, 1, 0.5 if m.gated_mlp else 1,
                     2 * n * up, act_name, bwd_traffic=2.5 if m.gated_mlp else 3.0,
                     flops_per_elem=8.0)
-    fc2 = _grouped("moe.fc2", r, h, f, dt, dt * n * f, acc, grouped)
-    for pair in (fc1, act, fc2):
-        parts.add(pair)
+    fc2 = _grouped(c, "moe.fc2", r, h, f, dt * n * f, acc, grouped)
+    parts.add_linear(fc1)
+    parts.add(act)
+    parts.add_linear(fc2)
     parts.linears.update({"moe.fc1": (h, up), "moe.fc2": (f, h)})
     parts.linear_tensors.update({"moe.fc1": r.local_experts, "moe.fc2": r.local_experts})
     parts.linear_tokens.update({"moe.fc1": n, "moe.fc2": n})
-    return fc1[0].saved_bytes + act[0].saved_bytes + fc2[0].saved_bytes
+    return (sum(op.saved_bytes for op in fc1[0]) + act[0].saved_bytes
+            + sum(op.saved_bytes for op in fc2[0]))
