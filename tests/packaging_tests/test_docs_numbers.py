@@ -77,12 +77,12 @@ def test_the_readme_sample_search_output_is_what_the_search_prints(tmp_path, cap
                  "--storage", f"journal:///{tmp_path / 'example.journal'}"]) == 0
     printed = capsys.readouterr().out
     shown = _block_after(ROOT / "README.md", "recommended: tp=8 pp=21 dp=20")
-    kinds = r"\s+\d+ |recommended:|  vs the baseline|surrogate vs exact"
+    kinds = r"\s+\d+ |recommended:|  vs the baseline|surrogate vs exact|search for"
     results = [line for line in shown if re.match(kinds, line)]
     assert len(results) >= 5
     for line in results:
         assert line in printed, f"README shows a line the search no longer prints:\n{line}"
-    search = next(line for line in shown if line.startswith("search: "))
+    search = next(line for line in shown if re.match(r"search( \(\w+\))?: ", line))
     assert search.rsplit(",", 1)[0] in printed  # all but the wall time
 
 
