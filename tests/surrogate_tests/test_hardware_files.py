@@ -105,7 +105,8 @@ def test_calibrated_file_through_generate_train_evaluate_predict_retrain_and_sea
 
 def _assert_simulated_on(samples: Path, spec: HardwareSpec) -> None:
     """The samples' times are the exact simulator's on `spec` (the calibrated file), not on the
-    datasheet GPU it was fitted from (which is 3% slower on these jobs)."""
+    datasheet GPU it was fitted from. Since issue 24 the datasheet already fits these 4 rows
+    (6.3% -> 5.8% in-sample), so the two differ by ~0.01% on these jobs: told apart at 1e-6."""
     df = read_samples(samples)
     assert set(df["gpu"]) == {spec.name}
     for record in df.head(5).to_dict("records"):
@@ -113,4 +114,4 @@ def _assert_simulated_on(samples: Path, spec: HardwareSpec) -> None:
         assert record["iteration_time_s"] == pytest.approx(simulate(job).iteration_time_s, rel=1e-9)
         a100 = resolve_hardware("a100-80gb")
         datasheet = record_to_job({**record, "gpu": a100.name}, {a100.name: a100})
-        assert record["iteration_time_s"] != pytest.approx(simulate(datasheet).iteration_time_s, rel=1e-3)
+        assert record["iteration_time_s"] != pytest.approx(simulate(datasheet).iteration_time_s, rel=1e-6)
