@@ -113,7 +113,7 @@ def dimension_problems(config: SearchConfig) -> list[str]:
         if RECIPE_SEP not in text:
             plain.add(choice.precision)
     for field, precision in (("fp8_recipe", Precision.FP8), ("fp4_recipe", Precision.FP4)):
-        if getattr(config, field) is not None and config.precision is not precision and precision not in plain:
+        if getattr(config, field) is not None and precision not in {config.precision, *plain}:
             problems.append(f"{field}={getattr(config, field).value} needs precision={precision.value} "
                             f"(or a plain '{precision.value}' in space.precision); remove it or set the "
                             f"precision")
@@ -159,7 +159,8 @@ def model_problems(config: SearchConfig, model: ModelSpec | None) -> list[str]:
                         f"of experts or MTP) is not modelled; use optim or no_shard")
     seq = model.seq_length if model is not None else config.seq or 2048
     problems += [f"space.cp={x}: seq_length={seq} is not divisible by 2*cp = {2 * x} (every cp rank "
-                 f"holds two chunks of the sequence); use a cp that does" for x in s.cp or () if seq % (2 * x)]
+                 f"holds two chunks of the sequence); use a cp that does"
+                 for x in s.cp or () if seq % (2 * x)]
     return problems
 
 

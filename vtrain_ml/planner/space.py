@@ -199,7 +199,8 @@ class SearchSpace:
             dp = self._keep("dp", s.dp or dp_default, lambda d: None if gbs % d == 0
                             else f"does not divide global_batch={gbs}")
             knobs.append(("dp", dp))
-        knobs += [(name, list(getattr(s, name))) for name in ("ep", "expert_tp") if getattr(s, name) is not None]
+        knobs += [(name, list(getattr(s, name))) for name in ("ep", "expert_tp")
+                  if getattr(s, name) is not None]
         mb = self._keep("micro_batch_size", s.micro_batch_size,
                         lambda b: None if gbs % b == 0 else f"does not divide global_batch={gbs}")
         flash = self._keep("flash_attention", s.flash_attention, lambda f: None if not f or any(
@@ -314,7 +315,7 @@ class SearchSpace:
         shard = DataParallelSharding(str(sharding)) if sharding is not None else None
         optimizer = (shard.level >= DataParallelSharding.OPTIM.level if shard is not None
                      else bool(p["distributed_optimizer"]))
-        defaults = TrainingSpec.model_fields
+        dispatcher = TrainingSpec.model_fields["moe_token_dispatcher"].default.value
         return Job(
             model=model,
             training=TrainingSpec(global_batch_size=c.global_batch,
@@ -325,7 +326,7 @@ class SearchSpace:
                                   fp4_recipe=low.fp4_recipe,
                                   cuda_graphs=CudaGraphs(str(p.get("cuda_graphs", CudaGraphs.NONE.value))),
                                   moe_token_dispatcher=TokenDispatcher(str(p.get(
-                                      "moe_token_dispatcher", defaults["moe_token_dispatcher"].default.value)))),
+                                      "moe_token_dispatcher", dispatcher)))),
             parallel=ParallelPlan(tp=tp, pp=pp, dp=dp, cp=cp, virtual_stages=virtual, schedule=schedule,
                                   cp_comm_type=CpCommType(str(p.get("cp_comm_type", CpCommType.P2P.value))),
                                   ep=int(p.get("ep", 1)),
