@@ -39,7 +39,8 @@ TINY_SPACES = {
                                                cp_comm_type=["p2p", "a2a"], num_gpus=[8, 16],
                                                tp=[1, 2, 4], precision=["bf16", "fp8/mxfp8", "fp8/blockwise"],
                                                moe_token_dispatcher=["alltoall", "flex"]),
-                                    "max_gpus": 16, "hardware": [{"name": "h100-sxm-80gb", "price_per_gpu_hour_usd": 2.5},
+                                    "max_gpus": 16,
+                                    "hardware": [{"name": "h100-sxm-80gb", "price_per_gpu_hour_usd": 2.5},
                                                  {"name": "b200", "nvlink_domain": 4}]},
     "dense: sharding, overlap, uneven split": tiny_dict(
         model={**tiny_dict()["model"], "num_layers": 6}, hardware="b200", precision="bf16",

@@ -62,7 +62,7 @@ def parse_precision(text: str, fp8_default: Fp8Recipe | None = None,
                           f"one of {', '.join(f'{precision.value}/{r.value}' for r in kind)}") from None
     if isinstance(value, Fp8Recipe):
         return PrecisionChoice(precision, fp8_recipe=value)
-    return PrecisionChoice(precision, fp4_recipe=value)
+    return PrecisionChoice(precision, fp4_recipe=Fp4Recipe(value))
 
 
 def top_precision(config: SearchConfig) -> PrecisionChoice:
@@ -137,7 +137,8 @@ def dimension_problems(config: SearchConfig) -> list[str]:
 def model_problems(config: SearchConfig, model: ModelSpec | None) -> list[str]:
     """Listed values that no plan of `model` (None: an architecture search) can use."""
     s, problems = config.space, []
-    moe_only = {"ep": [x for x in s.ep or () if x > 1], "expert_tp": list(s.expert_tp or ()),
+    moe_only: dict[str, list[object]] = {
+                "ep": [x for x in s.ep or () if x > 1], "expert_tp": list(s.expert_tp or ()),
                 "moe_token_dispatcher": [d.value for d in s.moe_token_dispatcher or ()
                                          if d.value != "alltoall"]}
     if model is None or not model.is_moe:
