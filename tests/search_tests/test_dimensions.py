@@ -198,7 +198,8 @@ def test_json_csv_and_table_show_the_new_fields(capsys: pytest.CaptureFixture[st
     assert main(["--config", str(recipe), "--exhaustive", "--json", "--csv", str(csv), "--quiet"]) == 0
     report = json.loads(capsys.readouterr().out)
     plan = report["best"]["plan"]
-    for key in ("hardware", "num_gpus", "ep", "cp", "precision", "data_parallel_sharding", "expert_tp"):
+    for key in ("hardware", "num_gpus", "ep", "cp", "precision", "data_parallel_sharding", "expert_tp",
+                "moe_token_dispatcher"):
         assert key in plan
     header = csv.read_text().splitlines()[0].split(",")
     assert {"hardware", "ep", "cp", "precision", "data_parallel_sharding"} <= set(header)

@@ -44,12 +44,12 @@ def plan_dict(job: Job, with_model: bool) -> dict[str, Any]:
     recipe = recipe_name(job)
     plan |= {  # issue 25's dimensions, by the job's field names
         "hardware": job.cluster.gpu, "cp": p.cp, "cp_comm_type": p.cp_comm_type.value, "ep": p.ep,
-        "expert_tp": job.expert_tp, "precision": t.precision.value + (f"/{recipe}" if recipe else ""),
+        "precision": t.precision.value + (f"/{recipe}" if recipe else ""),
         "data_parallel_sharding": job.sharding.value, "cuda_graphs": t.cuda_graphs.value,
         "tp_comm_overlap": p.tp_comm_overlap, "price_per_gpu_hour_usd": job.price_per_gpu_hour_usd,
     }
     if job.model.is_moe:
-        plan["moe_token_dispatcher"] = t.moe_token_dispatcher.value
+        plan |= {"expert_tp": job.expert_tp, "moe_token_dispatcher": t.moe_token_dispatcher.value}
     return plan
 
 
@@ -71,6 +71,11 @@ def extra_columns(plans: Sequence[dict[str, Any]]) -> list[tuple[str, str, int]]
     for key, head, width, default in EXTRA_COLUMNS:
         values = [p.get(key) for p in plans if key in p]
         low = key == "precision" and any(str(v).startswith(("fp8", "fp4")) for v in values)
+        if key == "data_parallel_sharding":  # no_shard / optim: the D flag already says it
+            values = [v for v in values if v not in ("no_shard", "optim")]
+            if values:
+                shown.append((key, head, width))
+            continue
         if values and (len(set(values)) > 1 or (default is not None and values[0] != default) or low):
             shown.append((key, head, width))
     return shown
