@@ -21,6 +21,11 @@
    the journal file with batched fsync (the default); best wall time of each, as ratios to memory.
 5. (--exact-only) The exact evaluations on 2 worker processes: the whole job pickled per call
    against the base job sent once per worker plus per-job deltas (the current one).
+6. (also --modern-only) Published layouts of modern models at a fixed GPU count and global batch
+   as `baseline:` (issue 25): Llama 3.1 405B FP8 on 256 GB200 and on 256 GB300, DeepSeek-V3
+   MXFP8 on 256 GB200 (NVIDIA Megatron-Bridge performance summary, data/published): the search
+   over a space around each (ep, cp, precision recipe, tp comm overlap, dispatcher, ...), its
+   plan's exact time against the baseline's, the fraction of the space simulated, wall time.
 Prints numbers; asserts nothing (wall times depend on the machine).
 """
 
@@ -64,6 +69,49 @@ LLAMA3_70B: dict[str, Any] = {
     "baseline": {"tp": 4, "pp": 8, "micro_batch_size": 1, "recompute": "none",
                  "pipeline": "interleaved_1f1b x5", "sequence_parallel": True,
                  "distributed_optimizer": True, "overlap_grad_reduce": True},
+}
+
+# Published layouts of modern models at a fixed GPU count and global batch (data/published/
+# nvidia_megatron_bridge_perf_summary.csv, NeMo container 26.06 rows), as `baseline:`, in a space
+# around them. Settings the table leaves out take the perf recipes' defaults, as
+# bench/modern_rows.py assumes them: sequence parallelism and tp comm overlap when tp > 1, the
+# distributed optimizer, overlapped gradient reduction, no recompute unless stated; the layers
+# split as Megatron's --account-for-embedding/loss-in-pipeline-split (126 + 2 over 16 x 4 chunks;
+# DeepSeek-V3's 61 + 2 + 1 MTP over 4 x 4, the Bridge layout's count).
+LLAMA405_GB200: dict[str, Any] = {
+    # LLAMA3.1_405B, DGX-GB200, 256 GPUs, FP8 (fp8_cs: per-tensor current scaling = tensorwise),
+    # GBS 1536, MBS 1, seq 8192, TP 4, PP 16, VP 4, CP 1; 842 tokens/s/GPU
+    "model": "llama-3-405b", "seq": 8192, "hardware": "gb200", "global_batch": 1536,
+    "precision": "fp8", "fp8_recipe": "tensorwise", "objective": "time", "verify_top": 5,
+    "initial_samples": 32,
+    "space": {"num_gpus": [256], "tp": [2, 4, 8], "pp": [4, 8, 16], "cp": [1, 2, 4],
+              "micro_batch_size": [1, 2], "recompute": ["none", "selective", "full"],
+              "schedule": ["1f1b", "interleaved_1f1b"], "virtual_stages": [2, 4, 8],
+              "precision": ["fp8/tensorwise", "fp8/mxfp8"], "sequence_parallel": [True],
+              "distributed_optimizer": [True], "overlap_grad_reduce": [True],
+              "tp_comm_overlap": [False, True], "flash_attention": [True],
+              "account_for_embedding_and_loss": True},
+    "baseline": {"hardware": "gb200", "num_gpus": 256, "tp": 4, "pp": 16, "cp": 1,
+                 "schedule": "interleaved_1f1b", "virtual_stages": 4, "precision": "fp8/tensorwise",
+                 "micro_batch_size": 1, "recompute": "none", "sequence_parallel": True,
+                 "distributed_optimizer": True, "overlap_grad_reduce": True, "tp_comm_overlap": True},
+}
+DSV3_GB200: dict[str, Any] = {
+    # DeepSeekV3, DGX-GB200, 256 GPUs, MXFP8, GBS 4096, MBS 1, seq 4096, TP 1, PP 4, VP 4, CP 1,
+    # EP 64; 4969 tokens/s/GPU (dropless, balanced routing; the dispatcher is not stated: alltoall)
+    "model": "deepseek-v3", "hardware": "gb200", "global_batch": 4096, "precision": "fp8",
+    "fp8_recipe": "mxfp8", "objective": "time", "verify_top": 5, "initial_samples": 32,
+    "space": {"num_gpus": [256], "tp": [1, 2], "pp": [2, 4, 8, 16], "ep": [8, 16, 32, 64],
+              "micro_batch_size": [1, 2], "recompute": ["none", "selective", "full"],
+              "schedule": ["1f1b", "interleaved_1f1b"], "virtual_stages": [2, 4, 8],
+              "moe_token_dispatcher": ["alltoall", "flex"], "sequence_parallel": [False, True],
+              "distributed_optimizer": [True], "overlap_grad_reduce": [True], "flash_attention": [True],
+              "account_for_embedding_and_loss": True},
+    "baseline": {"hardware": "gb200", "num_gpus": 256, "tp": 1, "pp": 4, "cp": 1, "ep": 64,
+                 "schedule": "interleaved_1f1b", "virtual_stages": 4, "precision": "fp8/mxfp8",
+                 "micro_batch_size": 1, "recompute": "none", "sequence_parallel": False,
+                 "moe_token_dispatcher": "alltoall", "distributed_optimizer": True,
+                 "overlap_grad_reduce": True},
 }
 
 
@@ -237,6 +285,50 @@ def published_baseline(folder: Path, seeds: list[int], exhaustive: bool) -> None
               f"{reference.exact_evaluations:,} exact evaluations in {reference.wall_s:.1f} s")
 
 
+MODERN = {"Llama 3.1 405B, 256 GB200, FP8 (TP 4, PP 16, VP 4)": LLAMA405_GB200,
+          "Llama 3.1 405B, 256 GB300, FP8 (TP 4, PP 8, VP 4)": {
+              **LLAMA405_GB200, "hardware": "gb300",
+              "baseline": {**LLAMA405_GB200["baseline"], "hardware": "gb300", "pp": 8}},
+          "DeepSeek-V3, 256 GB200, MXFP8 (TP 1, PP 4, VP 4, EP 64)": DSV3_GB200}
+
+
+def modern_baselines(folder: Path, seeds: list[int]) -> None:
+    """Issue 25's 'Done when': the search against a published layout given as `baseline:`."""
+    from vtrain_ml.planner.baseline import baseline_candidate
+    from vtrain_ml.planner.report import describe_plan
+
+    for number, (title, data) in enumerate(MODERN.items()):
+        config = config_from_dict({**data, "storage": "memory"})
+        space = SearchSpace(config)
+        table = SpaceTable(space)
+        feasible = int(rules.feasible(table).sum())
+        print(f"\n== A published layout as baseline: {title} ==")
+        print(f"space: {space.size:,} combinations ({', '.join(k.name for k in space.searched)}), "
+              f"{int(rules.valid(table).sum()):,} valid, {feasible:,} pass the static memory bound")
+        candidate = baseline_candidate(space)
+        assert candidate is not None and candidate.job is not None
+        clear_caches()
+        base = evaluate_exact(candidate.job)
+        capacity = candidate.job.hardware.memory_bytes / 2**30
+        fits = "fits" if base.fits_in_memory else "DOES NOT FIT by the simulator"
+        print(f"baseline: {base.iteration_time_s:.3f} s/iteration, peak "
+              f"{base.peak_memory_bytes / 2**30:.1f} GiB of {capacity:.0f} GiB ({fits})")
+        for seed in seeds:
+            found = search(config, folder, f"modern-{number}-{seed}", seed=seed)
+            if found.best is None:
+                print(f"search seed {seed}: no feasible plan found ({found.exact_evaluations} exact)")
+                continue
+            best = found.best.exact
+            print(f"search seed {seed}: {best.iteration_time_s:.3f} s/iteration, peak "
+                  f"{best.peak_memory_bytes / 2**30:.1f} GiB: {describe_plan(found.best.plan)}")
+            print(f"  search / baseline = {best.iteration_time_s / base.iteration_time_s:.4f} (target <= 1); "
+                  f"{found.exact_evaluations} exact evaluations = "
+                  f"{100 * found.exact_evaluations / space.size:.2f}% of the combinations, "
+                  f"{100 * found.exact_evaluations / max(feasible, 1):.1f}% of the plans that pass the "
+                  f"static bound (target <= 10%); wall {found.wall_s:.1f} s")
+            print(f"  {how(found)}")
+
+
 def storage_cost(rounds: int, folder: Path) -> None:
     """Side by side, alternating order: the same search on each storage, a fresh study each time."""
     from vtrain_ml.planner import storage
@@ -311,6 +403,8 @@ def main() -> None:
     parser.add_argument("--storage-only", action="store_true", help="only the storage-cost comparison")
     parser.add_argument("--exact-only", action="store_true", help="only the exact-evaluation comparison")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the storage / exact comparison")
+    parser.add_argument("--modern-only", action="store_true",
+                        help="only the published layouts of modern models as baselines (section 6)")
     args = parser.parse_args()
     import optuna
 
@@ -323,10 +417,14 @@ def main() -> None:
         if args.storage_only:
             storage_cost(args.rounds, Path(tmp))
             return
+        if args.modern_only:
+            modern_baselines(Path(tmp), args.seeds)
+            return
         case_study_1(args.seeds, Path(tmp))
         if not args.skip_large:
             large_space(args.random, args.seeds, Path(tmp))
         published_baseline(Path(tmp), args.seeds, not args.skip_baseline_exhaustive)
+        modern_baselines(Path(tmp), args.seeds)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

@@ -12,6 +12,7 @@ import pytest
 from surrogate.columns import Factorized
 from surrogate.features import JOB_COLUMNS, job_to_record
 from tests.search_tests.conftest import tiny_config, tiny_dict
+from tests.search_tests.test_dimensions import moe_dict
 from vtrain_ml.planner import rules
 from vtrain_ml.planner.batch import job_columns
 from vtrain_ml.planner.config import SearchConfig, load_config
@@ -32,6 +33,22 @@ TINY_SPACES = {
                                        "head_dim": [64, 96]},
                       "objective": "largest_model", "tokens_per_parameter": 20, "time_budget_days": 1},
     "big model, memory bound": tiny_dict(model="gpt3-175b", max_gpus=64, global_batch=64),
+    # issue 25's knobs: a MoE model over ep, expert tp, cp and its exchange, precision recipes,
+    # two GPU types at their prices, a fixed GPU count, the dispatcher
+    "moe + cp, two gpus, recipes": {**moe_dict(ep=[1, 2, 4, 8], expert_tp=[1, 2], cp=[1, 2, 4],
+                                               cp_comm_type=["p2p", "a2a"], num_gpus=[8, 16],
+                                               tp=[1, 2, 4], precision=["bf16", "fp8/mxfp8", "fp8/blockwise"],
+                                               moe_token_dispatcher=["alltoall", "flex"]),
+                                    "max_gpus": 16,
+                                    "hardware": [{"name": "h100-sxm-80gb", "price_per_gpu_hour_usd": 2.5},
+                                                 {"name": "b200", "nvlink_domain": 4}]},
+    "dense: sharding, overlap, uneven split": tiny_dict(
+        model={**tiny_dict()["model"], "num_layers": 6}, hardware="b200", precision="bf16",
+        space={**{k: v for k, v in tiny_dict()["space"].items() if k != "distributed_optimizer"},
+               "pp": [1, 2, 4], "sequence_parallel": [False, True], "cp": [1, 2],
+               "data_parallel_sharding": ["no_shard", "optim", "optim_grads_params"],
+               "tp_comm_overlap": [False, True], "cuda_graphs": ["none", "per_layer"],
+               "precision": ["bf16", "fp8", "fp4/nvfp4"], "account_for_embedding_and_loss": True}),
 }
 
 

@@ -13,6 +13,7 @@ import argparse
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from simulator.errors import ConfigError
@@ -24,7 +25,8 @@ from vtrain_ml.planner.report import SORT_KEYS
 # CLI flag -> SearchConfig field (values given on the command line override the --config file)
 FLAGS: dict[str, tuple[str, Any, str]] = {
     "model": ("--model", str, "model preset (data/models) to lay out"),
-    "hardware": ("--hardware", str, "GPU type (catalog name or hardware YAML file)"),
+    "hardware": ("--hardware", str, "GPU type (catalog name or hardware YAML file); several, comma-separated "
+                                    "(b200,gb200): the GPU type becomes a knob, each priced by its file"),
     "max_gpus": ("--max-gpus", int, "most GPUs a plan may use"),
     "global_batch": ("--global-batch", int, "global batch size (sequences)"),
     "seq": ("--seq", int, "sequence length (overrides the preset's)"),
@@ -56,6 +58,24 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
 }
 
 
+# CLI flag -> a `space:` choice list (comma-separated values; they override the recipe's list)
+SPACE_FLAGS: dict[str, tuple[str, str]] = {
+    "num_gpus": ("--num-gpus", "GPU counts (one value fixes it; dp = num_gpus / (tp*cp*pp))"),
+    "tp": ("--tp", "tensor-parallel sizes"), "pp": ("--pp", "pipeline-parallel sizes"),
+    "ep": ("--ep", "expert-parallel sizes (MoE models)"),
+    "expert_tp": ("--expert-tp", "the experts' tensor-parallel sizes (MoE models)"),
+    "cp": ("--cp", "context-parallel sizes"),
+    "cp_comm_type": ("--cp-comm-type", "p2p, a2a, all_gather"),
+    "precision": ("--precision", "bf16, fp16, fp8, fp8/mxfp8, fp8/delayed, fp8/tensorwise, fp8/blockwise, "
+                                 "fp4/nvfp4"),
+    "micro_batch_size": ("--micro-batch", "micro-batch sizes"),
+    "data_parallel_sharding": ("--sharding", "no_shard, optim, optim_grads, optim_grads_params"),
+    "cuda_graphs": ("--cuda-graphs", "none, per_layer, full_iteration"),
+    "moe_token_dispatcher": ("--dispatcher", "alltoall, allgather, flex"),
+}
+BOOLEAN_SPACE_FLAGS = {"tp_comm_overlap": ("--tp-comm-overlap", "false, true")}
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m vtrain_ml.search",
@@ -67,6 +87,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="search recipe (YAML); flags override it")
     for field, (flag, kind, text) in FLAGS.items():
         p.add_argument(flag, dest=field, type=kind, help=text)
+    for field, (flag, text) in {**SPACE_FLAGS, **BOOLEAN_SPACE_FLAGS}.items():
+        p.add_argument(flag, dest=f"space_{field}", metavar="A,B", help=f"space.{field}: {text}")
     p.add_argument("--resume", action="store_true",
                    help="continue (or join) an existing study; with --study alone, its stored settings")
     p.add_argument("--exhaustive", action="store_true", help="simulate every valid plan instead")
@@ -81,16 +103,59 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _list(flag: str, text: str, kind: Callable[[str], Any]) -> list[Any]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    try:
+        return [kind(v) for v in values]
+    except ValueError:
+        raise ConfigError(f"{flag} {text}: give comma-separated values, e.g. {flag} 1,2,4") from None
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise ValueError(text)
+
+
+INTEGER_SPACE = {"num_gpus", "tp", "pp", "ep", "expert_tp", "cp", "micro_batch_size"}
+
+
+def space_overrides(args: argparse.Namespace) -> dict[str, list[Any]]:
+    """The `space:` lists given as flags."""
+    out: dict[str, list[Any]] = {}
+    for field, (flag, _) in {**SPACE_FLAGS, **BOOLEAN_SPACE_FLAGS}.items():
+        text = getattr(args, f"space_{field}", None)
+        if text is not None:
+            kind: Callable[[str], Any] = int if field in INTEGER_SPACE else _bool if field in \
+                BOOLEAN_SPACE_FLAGS else str
+            out[field] = _list(flag, text, kind)
+    return out
+
+
 def build_config(args: argparse.Namespace) -> SearchConfig:
     given = {f: getattr(args, f) for f in FLAGS if getattr(args, f) is not None}
+    if "hardware" in given and "," in given["hardware"]:
+        given["hardware"] = [h.strip() for h in given["hardware"].split(",") if h.strip()]
+    space = space_overrides(args)
     if args.config:
+        if space:
+            from simulator.job.catalog import read_yaml
+
+            recipe = read_yaml(Path(args.config)) if Path(args.config).is_file() else None
+            stored = recipe.get("space", {}) if isinstance(recipe, dict) else {}
+            given["space"] = {**(stored if isinstance(stored, dict) else {}), **space}
         return load_config(args.config, given)
+    if space:
+        given["space"] = space
     if args.resume and args.study and "model" not in given:
         from vtrain_ml.planner.study import stored_config
 
         url = given.get("storage") or default_storage(args.study)
         return config_from_dict({**stored_config(url, args.study), **given}, where=f"study {args.study}")
-    missing = [FLAGS[f][0] for f in ("max_gpus", "global_batch") if f not in given]
+    missing = [FLAGS[f][0] for f in ("max_gpus", "global_batch") if f not in given
+               and not (f == "max_gpus" and "num_gpus" in space)]
     if "model" not in given:
         missing.insert(0, "--model")
     if missing:

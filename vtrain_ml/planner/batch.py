@@ -6,63 +6,15 @@ computed on arrays with the formulas `planner.evaluation.evaluation_from_time` a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from simulator.graph.params import total_params
 from simulator.job.specs import Job
-from surrogate.columns import Factorized
-from surrogate.features import job_to_record
+from vtrain_ml.planner.columns import job_columns
 from vtrain_ml.planner.config import Objective
 from vtrain_ml.planner.rules import template
 from vtrain_ml.planner.table import SpaceTable
-
-
-def job_columns(table: SpaceTable, positions: np.ndarray) -> dict[str, Any]:
-    """The surrogate's `JOB_COLUMNS` of the rows at `positions`, equal to `job_to_record` of
-    their built jobs (tests/search_tests/test_table.py); what all plans share comes from the
-    space's template job."""
-    job = template(table)
-    assert job is not None, "no valid plan in the space"
-    record = job_to_record(job)
-    n = len(positions)
-    digits = table.digits(positions)
-
-    def at(grid: Any, dtype: Any = None) -> np.ndarray:
-        values = table.gather(grid, digits)
-        return values if dtype is None else values.astype(dtype)
-
-    def of_model(read: Any, dtype: Any = np.int64) -> np.ndarray:
-        return at(table.model(read, dtype))
-
-    def const(name: str) -> np.ndarray:
-        return np.full(n, record[name])
-
-    def codes(values: np.ndarray, uniques: tuple[Any, ...]) -> Factorized:
-        return Factorized(np.asarray(values, dtype=np.intp), uniques)
-
-    recompute = tuple(str(r) for r in table.space.knobs[table.names.index("recompute")].choices)
-    return {
-        "num_layers": of_model(lambda m: m.num_layers), "hidden_size": of_model(lambda m: m.hidden_size),
-        "num_attention_heads": of_model(lambda m: m.num_attention_heads),
-        "num_query_groups": of_model(lambda m: m.query_groups), "ffn_hidden_size": of_model(lambda m: m.ffn),
-        "gated_mlp": of_model(lambda m: m.gated_mlp, bool), "vocab_size": of_model(lambda m: m.vocab_size),
-        "seq_length": of_model(lambda m: m.seq_length),
-        "global_batch_size": const("global_batch_size"), "micro_batch_size": at(table.micro_batch),
-        "precision": codes(np.zeros(n), (record["precision"],)),
-        "recompute": codes(at(table.code("recompute")), recompute),
-        "flash_attention": at(table.flag("flash_attention")),
-        "num_gpus": at(table.num_gpus), "tp": at(table.tp), "pp": at(table.pp), "dp": at(table.dp),
-        "virtual_stages": at(table.virtual_stages),
-        "schedule": codes(at(table.schedule_code), table.schedule_names),
-        "sequence_parallel": at(table.flag("sequence_parallel")),
-        "distributed_optimizer": at(table.flag("distributed_optimizer")),
-        "overlap_grad_reduce": at(table.flag("overlap_grad_reduce")),
-        "gpu": codes(np.zeros(n), (record["gpu"],)), "gpus_per_node": const("gpus_per_node"),
-        "intra_node_bandwidth_GBps": const("intra_node_bandwidth_GBps"),
-        "inter_node_bandwidth_Gbps": const("inter_node_bandwidth_Gbps"),
-    }
 
 
 @dataclass(frozen=True)
@@ -102,7 +54,9 @@ def predicted(table: SpaceTable, positions: np.ndarray, time_s: np.ndarray, memo
     seq = table.flat(table.model(lambda m: m.seq_length), positions)
     tokens = (config.tokens_per_parameter * parameters if config.tokens_per_parameter
               else np.full(len(positions), config.train_tokens or 0.0))
-    price = job.price_per_gpu_hour_usd
+    # each plan's GPU type at its price (`Job.price_per_gpu_hour_usd`: the entry's, else the file's)
+    price = table.flat(table.hardware(lambda h, e: h.price_per_gpu_hour_usd if e.price_per_gpu_hour_usd
+                                      is None else e.price_per_gpu_hour_usd, float), positions)
     per_iteration = time_s * gpus * price / 3600.0
     if not (config.tokens_per_parameter or config.train_tokens):
         return Predicted(positions, time_s, memory, gpus, parameters, None, per_iteration)
@@ -120,7 +74,8 @@ def objective_columns(objective: Objective, p: Predicted) -> list[np.ndarray]:
 def violation(table: SpaceTable, p: Predicted) -> np.ndarray:
     """The largest relative constraint overshoot of each row (<= 0: feasible), as
     `objective.constraint_values`: memory over capacity, time to train over the budget."""
-    worst = p.peak_memory_bytes / table.space.hardware.memory_bytes - 1.0
+    capacity = table.flat(table.hardware(lambda h, e: h.memory_bytes, float), p.positions)
+    worst = p.peak_memory_bytes / capacity - 1.0
     budget = table.space.config.time_budget_s
     if budget is not None:
         ttt = p.time_to_train_s if p.time_to_train_s is not None else np.full(len(p.positions), np.inf)

@@ -17,7 +17,17 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from simulator.errors import ConfigError
 from simulator.job.catalog import read_yaml
-from simulator.job.enums import Precision, Recompute, Schedule
+from simulator.job.enums import (
+    CpCommType,
+    CudaGraphs,
+    DataParallelSharding,
+    Fp4Recipe,
+    Fp8Recipe,
+    Precision,
+    Recompute,
+    Schedule,
+    TokenDispatcher,
+)
 from simulator.job.specs import Frozen, parse
 
 HARDWARE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -69,6 +79,39 @@ class LayoutSpace(Frozen):
     distributed_optimizer: tuple[bool, ...] = (False, True)
     overlap_grad_reduce: tuple[bool, ...] = (False, True)
     flash_attention: tuple[bool, ...] = (True,)
+    # Issue 25's dimensions, named as the job's fields. None: not a knob (the job's default, or
+    # the top-level setting); a list, even of one value, makes it a knob of the plans.
+    num_gpus: tuple[PositiveInt, ...] | None = None  # dp = num_gpus / (tp*cp*pp): not a knob
+    ep: tuple[PositiveInt, ...] | None = None
+    expert_tp: tuple[PositiveInt, ...] | None = None  # None: the experts' tp is tp
+    cp: tuple[PositiveInt, ...] | None = None
+    cp_comm_type: tuple[CpCommType, ...] | None = None
+    precision: tuple[str, ...] | None = None  # "bf16", "fp8", "fp8/mxfp8", "fp4/nvfp4", ...
+    data_parallel_sharding: tuple[DataParallelSharding, ...] | None = None  # replaces distributed_optimizer
+    cuda_graphs: tuple[CudaGraphs, ...] | None = None
+    tp_comm_overlap: tuple[bool, ...] | None = None
+    moe_token_dispatcher: tuple[TokenDispatcher, ...] | None = None
+    # Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
+    # a pp (x virtual stages) that does not divide the layers but divides layers + 2 (+ the MTP
+    # layers) puts one layer fewer on the first stage and on the last (Llama 3.1 405B's 126
+    # layers on 16 stages; DeepSeek-V3's 61 on 4 or 8), as `planner.split` computes
+    account_for_embedding_and_loss: bool = False
+
+
+# LayoutSpace fields added by issue 25: left out of a study's content hash while they hold their
+# defaults, so that an older search keeps its study name and stored trials.
+NEW_SPACE_FIELDS = ("num_gpus", "ep", "expert_tp", "cp", "cp_comm_type", "precision",
+                    "data_parallel_sharding", "cuda_graphs", "tp_comm_overlap",
+                    "moe_token_dispatcher", "account_for_embedding_and_loss")
+NEW_TOP_FIELDS = ("fp8_recipe", "fp4_recipe")
+
+
+class HardwareEntry(Frozen):
+    """One GPU type of a `hardware:` list: which GPU to rent, at which price."""
+
+    name: str  # catalog name or hardware file
+    price_per_gpu_hour_usd: float | None = Field(default=None, ge=0)  # None: the top-level, else the file's
+    nvlink_domain: PositiveInt | None = None  # GPUs on one NVLink fabric; None: the hardware file's
 
 
 class ArchitectureSpace(Frozen):
@@ -89,14 +132,16 @@ class SearchConfig(Frozen):
 
     model: str | dict[str, Any] | None = None  # preset name, {preset: .., overrides} or a spec
     architecture: ArchitectureSpace | None = None
-    hardware: str = "a100-80gb"
-    max_gpus: PositiveInt
+    hardware: str | tuple[str | HardwareEntry, ...] = "a100-80gb"  # a list: the GPU type is a knob
+    max_gpus: PositiveInt  # config_from_dict fills it from space.num_gpus when that is given
     gpus_per_node: PositiveInt | None = None
     inter_node_bandwidth_Gbps: PositiveFloat | None = None
     price_per_gpu_hour_usd: float | None = Field(default=None, ge=0)
     global_batch: PositiveInt
     seq: PositiveInt | None = None
     precision: Precision = Precision.FP16
+    fp8_recipe: Fp8Recipe | None = None  # of plain "fp8" (None: the GPU generation's default)
+    fp4_recipe: Fp4Recipe | None = None
     train_tokens: PositiveFloat | None = None
     tokens_per_parameter: PositiveFloat | None = None  # Chinchilla: 20
     time_budget_days: PositiveFloat | None = None
@@ -124,12 +169,29 @@ class SearchConfig(Frozen):
         return self.time_budget_days * 86400.0 if self.time_budget_days else None
 
     def space_hash(self) -> str:
-        """Content hash of what defines the study's trials (not run-length or output options)."""
+        """Content hash of what defines the study's trials (not run-length or output options);
+        issue 25's fields count only when set (an older search hashes as before)."""
         keep = self.model_dump(mode="json", exclude={"trials", "verify_every", "verify_top", "storage",
                                                      "study", "n_jobs", "max_exhaustive", "surrogate",
                                                      "baseline", "top", "seed", "patience",
                                                      "enumerate_below", "strategy", "screen_limit"})
+        for name in NEW_TOP_FIELDS:
+            if keep.get(name) is None:
+                keep.pop(name, None)
+        defaults = LayoutSpace()
+        for name in NEW_SPACE_FIELDS:
+            if getattr(self.space, name) == getattr(defaults, name):
+                keep["space"].pop(name, None)
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:10]
+
+    def hardware_entries(self) -> tuple[HardwareEntry, ...]:
+        """The GPU types searched, each with its price (an entry's own, else the top-level
+        `price_per_gpu_hour_usd`, else None: the hardware file's)."""
+        given = (self.hardware,) if isinstance(self.hardware, str) else self.hardware
+        entries = [HardwareEntry(name=e) if isinstance(e, str) else e for e in given]
+        price = self.price_per_gpu_hour_usd
+        return tuple(e if e.price_per_gpu_hour_usd is not None or price is None
+                     else e.model_copy(update={"price_per_gpu_hour_usd": price}) for e in entries)
 
     def study_name(self) -> str:
         if self.study:
@@ -137,13 +199,17 @@ class SearchConfig(Frozen):
         model = self.model if isinstance(self.model, str) else "arch" if self.architecture else "custom"
         # a hardware file by its stem: a study name is typed on command lines, a path is not a name
         # (the content hash still tells two paths of one stem apart)
-        path = Path(self.hardware)
-        hardware = path.stem if path.suffix in HARDWARE_SUFFIXES else self.hardware
+        hardware = "+".join(_short(e.name) for e in self.hardware_entries())
         return f"{model}-{hardware}-{self.max_gpus}-{self.objective.value}-{self.space_hash()}"
 
     def storage_url(self) -> str:
         """The storage URL, a file in it by absolute path (a resume command works anywhere)."""
         return absolute_url(self.storage) if self.storage else default_storage(self.study_name())
+
+
+def _short(name: str) -> str:
+    path = Path(name)
+    return path.stem if path.suffix in HARDWARE_SUFFIXES else name
 
 
 def absolute_url(url: str) -> str:
@@ -165,7 +231,12 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Se
 
 
 def config_from_dict(data: dict[str, Any], where: str = "search") -> SearchConfig:
-    """Validate field types (pydantic), then the cross-field rules (`config_problems`)."""
+    """Validate field types (pydantic), then the cross-field rules (`config_problems`). With
+    `space.num_gpus` and no `max_gpus`, the budget is the largest GPU count."""
+    space = data.get("space")
+    counts = space.get("num_gpus") if isinstance(space, dict) else None
+    if "max_gpus" not in data and isinstance(counts, list | tuple) and counts:
+        data = {**data, "max_gpus": max(int(x) for x in counts)}
     config = parse(SearchConfig, data, where)
     problems = config_problems(config)
     if problems:
@@ -189,4 +260,6 @@ def config_problems(config: SearchConfig) -> list[str]:
         value = getattr(config.space, name)
         if isinstance(value, tuple) and not value:
             problems.append(f"space.{name} is an empty choice list; give at least one value")
-    return problems
+    from vtrain_ml.planner.dimensions import dimension_problems
+
+    return problems + dimension_problems(config)

@@ -85,6 +85,8 @@ def smallest_fit(space: SearchSpace) -> Candidate | None:
     """The plan with the fewest GPUs whose model states fit, in the space with the budget doubled
     until one exists (None: none up to `MAX_GPUS_TRIED`)."""
     budget = space.config.max_gpus
+    if space.config.space.num_gpus is not None:  # a fixed GPU count: a larger budget changes nothing
+        return None
     while budget < MAX_GPUS_TRIED:
         budget *= 2
         wider = SearchSpace(space.config.model_copy(update={"max_gpus": budget}), space.hardware)

@@ -44,6 +44,8 @@ class Evaluation:
     num_gpus: int
     time_to_train_s: float | None = None
     cost_to_train_usd: float | None = None
+    # the plan's GPU memory (plans of a hardware list differ); None in evaluations stored before
+    memory_capacity_bytes: float | None = None
 
     @property
     def cost_usd(self) -> float:
@@ -75,6 +77,7 @@ def evaluation_from_time(job: Job, iteration_time_s: float, peak_memory_bytes: f
         num_gpus=job.cluster.num_gpus,
         time_to_train_s=to_train,
         cost_to_train_usd=cost_usd(to_train, job) if to_train else None,
+        memory_capacity_bytes=job.hardware.memory_bytes,
     )
 
 

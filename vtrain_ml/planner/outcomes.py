@@ -7,7 +7,6 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from simulator.errors import ConfigError
 from vtrain_ml.planner.evaluation import Evaluation, evaluate_exact
 from vtrain_ml.planner.report import (
     PlanOutcome,
@@ -43,18 +42,11 @@ def outcomes_from_trials(space: SearchSpace, trials: Sequence[FrozenTrial]) -> l
 
 def baseline_outcome(space: SearchSpace) -> PlanOutcome | None:
     """The config's hand-picked plan, simulated exactly (not counted as a search evaluation)."""
-    params = space.config.baseline
-    if params is None:
+    from vtrain_ml.planner.baseline import baseline_candidate
+
+    candidate = baseline_candidate(space)
+    if candidate is None or candidate.job is None:
         return None
-    names = {k.name for k in space.knobs}
-    unknown = sorted(set(params) - names)
-    if unknown:
-        raise ConfigError(f"baseline has unknown knob(s) {', '.join(unknown)}; "
-                          f"knobs: {', '.join(sorted(names))}")
-    merged = {k.name: params.get(k.name, k.choices[0]) for k in space.knobs}
-    candidate = space.build(merged)
-    if not candidate.valid or candidate.job is None:
-        raise ConfigError(f"baseline {params} is not a valid plan: {'; '.join(candidate.reasons)}")
     return outcome(space, candidate, evaluate_exact(candidate.job))
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.graph.params import total_params
+from simulator.job.precision import recipe_name
 from simulator.job.specs import GiB, Job
 from vtrain_ml.planner.config import Objective, SearchConfig
 from vtrain_ml.planner.evaluation import Evaluation
@@ -33,13 +34,51 @@ def plan_dict(job: Job, with_model: bool) -> dict[str, Any]:
         m = job.model
         plan |= {"num_layers": m.num_layers, "hidden_size": m.hidden_size,
                  "num_attention_heads": m.num_attention_heads, "parameters": total_params(m)}
-    return plan | {
+    plan |= {
         "tp": p.tp, "pp": p.pp, "dp": job.dp, "num_gpus": job.cluster.num_gpus,
         "micro_batch_size": t.micro_batch_size, "recompute": t.recompute.value,
         "schedule": p.schedule.value, "virtual_stages": p.virtual_stages,
         "sequence_parallel": p.sequence_parallel, "distributed_optimizer": p.distributed_optimizer,
         "overlap_grad_reduce": p.overlap_grad_reduce, "flash_attention": t.flash_attention,
     }
+    recipe = recipe_name(job)
+    plan |= {  # issue 25's dimensions, by the job's field names
+        "hardware": job.cluster.gpu, "cp": p.cp, "cp_comm_type": p.cp_comm_type.value, "ep": p.ep,
+        "precision": t.precision.value + (f"/{recipe}" if recipe else ""),
+        "data_parallel_sharding": job.sharding.value, "cuda_graphs": t.cuda_graphs.value,
+        "tp_comm_overlap": p.tp_comm_overlap, "price_per_gpu_hour_usd": job.price_per_gpu_hour_usd,
+    }
+    if job.model.is_moe:
+        plan |= {"expert_tp": job.expert_tp, "moe_token_dispatcher": t.moe_token_dispatcher.value}
+    return plan
+
+
+# Columns of the table for issue 25's dimensions: (plan key, header, width, shown when a value
+# differs from this default; None: only when the rows differ)
+EXTRA_COLUMNS: tuple[tuple[str, str, int, Any], ...] = (
+    ("hardware", "gpu", 14, None), ("cp", "cp", 3, 1), ("cp_comm_type", "cp comm", 10, "p2p"),
+    ("ep", "ep", 4, 1), ("expert_tp", "etp", 3, None), ("precision", "precision", 15, None),
+    ("data_parallel_sharding", "sharding", 18, None), ("cuda_graphs", "graphs", 14, "none"),
+    ("tp_comm_overlap", "tpo", 3, False), ("moe_token_dispatcher", "dispatch", 9, None),
+)
+
+
+def extra_columns(plans: Sequence[dict[str, Any]]) -> list[tuple[str, str, int]]:
+    """The issue-25 columns worth showing for `plans`: those whose values differ between them
+    or from the default (a dense single-GPU-type 16-bit search shows none: its table as before);
+    low precision is always shown."""
+    shown = []
+    for key, head, width, default in EXTRA_COLUMNS:
+        values = [p.get(key) for p in plans if key in p]
+        low = key == "precision" and any(str(v).startswith(("fp8", "fp4")) for v in values)
+        if key == "data_parallel_sharding":  # no_shard / optim: the D flag already says it
+            values = [v for v in values if v not in ("no_shard", "optim")]
+            if values:
+                shown.append((key, head, width))
+            continue
+        if values and (len(set(values)) > 1 or (default is not None and values[0] != default) or low):
+            shown.append((key, head, width))
+    return shown
 
 
 @dataclass(frozen=True)
@@ -185,7 +224,7 @@ def plans_frame(report: SearchReport, sort: str | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def describe_plan(plan: dict[str, Any]) -> str:
+def describe_plan(plan: dict[str, Any], hardware: bool = False) -> str:
     """One plan in words: 'tp=8 pp=21 dp=20 on 3,360 GPUs (micro-batch 1, full recompute, 1f1b)'."""
     model = (f"{plan['parameters'] / 1e9:.1f}B parameters ({plan['num_layers']} layers x "
              f"{plan['hidden_size']:,} hidden) with " if "num_layers" in plan else "")
@@ -193,9 +232,20 @@ def describe_plan(plan: dict[str, Any]) -> str:
     extras = [name for name, on in (("sequence parallel", plan["sequence_parallel"]),
                                     ("distributed optimizer", plan["distributed_optimizer"]),
                                     ("overlapped grad reduce", plan["overlap_grad_reduce"])) if on]
-    return (f"{model}tp={plan['tp']} pp={plan['pp']} dp={plan['dp']} on {plan['num_gpus']:,} GPUs "
+    extras += [f"{key}={plan[key]}" for key, value in (("cp", 1), ("ep", 1), ("cp_comm_type", "p2p"),
+                                                        ("cuda_graphs", "none"), ("tp_comm_overlap", False))
+               if key in plan and plan[key] != value and (key != "cp_comm_type" or plan.get("cp", 1) > 1)]
+    if str(plan.get("precision", "")).startswith(("fp8", "fp4")):
+        extras.append(str(plan["precision"]))
+    if plan.get("data_parallel_sharding", "no_shard") not in ("no_shard", "optim"):
+        extras.append(f"sharding {plan['data_parallel_sharding']}")
+    gpus = f"{plan['hardware']} GPUs" if hardware and plan.get("hardware") else "GPUs"
+    return (f"{model}tp={plan['tp']} pp={plan['pp']} dp={plan['dp']} on {plan['num_gpus']:,} {gpus} "
             f"(micro-batch {plan['micro_batch_size']}, {plan['recompute']} recompute, {sched}"
             + "".join(f", {x}" for x in extras) + ")")
+
+
+describe = describe_plan
 
 
 def _cost_text(e: Evaluation, tokens: float | None) -> str:
@@ -210,6 +260,12 @@ def recommendation(report: SearchReport, tokens: float | None = None) -> list[st
     search had a token budget), against the baseline."""
     if report.best is None:
         return ["no feasible plan found: see the reasons above, or widen the space"]
+    shown = (*report.evaluated, *([report.baseline] if report.baseline else []))
+    kinds = {o.plan.get("hardware") for o in shown}
+
+    def describe_plan(plan: dict[str, Any]) -> str:  # the GPU type named when plans differ in it
+        return describe(plan, len(kinds) > 1)
+
     if report.objective is Objective.PARETO and report.pareto:
         fast, cheap = report.pareto[0], report.pareto[-1]
         return [f"fastest on the front: {describe_plan(fast.plan)}: {fast.exact.iteration_time_s:.2f} "
@@ -234,8 +290,10 @@ def render_table(report: SearchReport, sort: str | None = None) -> str:
     """The top plans (exact numbers), the baseline, and how the answer was obtained."""
     rows_shown = table_rows(report, sort)
     arch = bool(rows_shown and "num_layers" in rows_shown[0].plan)
+    extra = extra_columns([o.plan for o in (*rows_shown, *([report.baseline] if report.baseline else []))])
     head = (f"{'#':>4} {'model (L/h/heads, params)':<28}" if arch else f"{'#':>4}") + \
-        f" {'tp x pp x dp':<13} {'gpus':>5} {'mb':<4} {'recompute':<9} {'schedule':<19} flg " \
+        f" {'tp x pp x dp':<13} {'gpus':>5} {'mb':<4} {'recompute':<9} {'schedule':<19} flg " + \
+        "".join(f"{h:<{w}} " for _, h, w in extra) + \
         f"{'iter s':>8} {'train days':>10} {'cost USD':>12} {'MFU%':>5} {'peak GiB':>8}"
     lines = [head, "-" * len(head)]
     rows = [(str(i + 1), o) for i, o in enumerate(rows_shown)]
@@ -247,7 +305,8 @@ def render_table(report: SearchReport, sort: str | None = None) -> str:
                  f"{p['parameters'] / 1e9:>8.1f}B   ") if arch else ""
         days = f"{e.time_to_train_s / 86400:10.1f}" if e.time_to_train_s else f"{'-':>10}"
         cost = f"{e.cost_usd:12,.0f}" if e.cost_usd >= 100 else f"{e.cost_usd:12,.4f}"
-        lines.append(f"{tag:>4}{model} {_layout(p)} {e.iteration_time_s:8.2f} {days} {cost} "
+        more = "".join(f"{p.get(k, '-')!s:<{w}} " for k, _, w in extra)
+        lines.append(f"{tag:>4}{model} {_layout(p)} {more}{e.iteration_time_s:8.2f} {days} {cost} "
                      f"{100 * e.mfu:5.1f} {e.peak_memory_bytes / GiB:8.1f}")
     if not report.top:
         lines.append("   no feasible plan found")

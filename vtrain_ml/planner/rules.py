@@ -15,13 +15,20 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.graph.params import final_norm_params, layer_params, padded_vocab, position_params
-from simulator.job.enums import Schedule
+from simulator.job.enums import CpCommType, DataParallelSharding, Schedule, SoftmaxType, TokenDispatcher
 from simulator.job.framework import semantics
-from simulator.job.specs import GiB, Job, TrainingSpec
-from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param
+from simulator.job.limits import MAX_PIPELINE_STEPS
+from simulator.job.precision import precision_problems
+from simulator.job.specs import ClusterSpec, GiB, Job, ModelSpec, ParallelPlan, TrainingSpec
+from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
+from vtrain_ml.planner.dimensions import precision_choice, uneven_split
+from vtrain_ml.planner.space import SearchSpace
 from vtrain_ml.planner.table import SpaceTable
 
 FRAMEWORK = TrainingSpec.model_fields["framework"].default  # the framework of every searched job
+# the model of a (hardware, precision) probe job in an architecture search (precision rules do
+# not read the model of the plans a search builds)
+PROBE_MODEL = ModelSpec(num_layers=1, hidden_size=128, num_attention_heads=1, vocab_size=128, seq_length=128)
 
 
 def layout_grid(table: SpaceTable) -> np.ndarray:
@@ -30,27 +37,121 @@ def layout_grid(table: SpaceTable) -> np.ndarray:
 
 
 def _layout_grid(table: SpaceTable) -> np.ndarray:
-    space, config = table.space, table.space.config
+    config = table.space.config
     assert not semantics(FRAMEWORK).eager_autocast  # whose extra rules (job_problems) are not here
     exists = table.model(lambda m: True, bool)
     heads = np.maximum(table.model(lambda m: m.num_attention_heads), 1)
     groups = np.maximum(table.model(lambda m: m.query_groups), 1)
     ffn, hidden = table.model(lambda m: m.ffn), table.model(lambda m: m.hidden_size)
-    layers = table.model(lambda m: m.num_layers)
     tp, pp, dp, mb, v = table.tp, table.pp, table.dp, table.micro_batch, table.virtual_stages
     interleaved = np.asarray(table.schedule_names)[table.schedule_code] == Schedule.INTERLEAVED_1F1B.value
     gbs = config.global_batch
     ok = exists & (hidden % heads == 0) & (heads % groups == 0)
     ok = ok & (heads % tp == 0) & (groups % tp == 0) & (ffn % tp == 0)
     ok = ok & ~((v > 1) & ~interleaved) & ~(interleaved & ((v < 2) | (pp < 2)))
-    ok = ok & (layers % (pp * v) == 0) & (gbs % (dp * mb) == 0)
+    ok = ok & split_grid(table) & table.whole_dp & (gbs % (dp * mb) == 0)
     ok = ok & ~(interleaved & ((gbs // (dp * mb)) % pp != 0))
-    gpus, per_node = table.num_gpus, config.gpus_per_node or space.hardware.gpus_per_node
+    ok = ok & ((gbs // np.maximum(1, dp * mb)) * pp * v <= MAX_PIPELINE_STEPS)
+    gpus = table.num_gpus
+    per_node = table.hardware(lambda h, e: config.gpus_per_node or h.gpus_per_node, np.int64)
     ok = ok & ~((gpus > per_node) & (gpus % per_node != 0))
-    if not space.hardware.supports_flash_attention:
-        ok = ok & ~table.flag("flash_attention")
-    return ok & (config.precision in space.hardware.peak_tflops)
+    supported = table.hardware(lambda h, e: h.supports_flash_attention, bool)
+    ok = ok & ~(table.flag("flash_attention") & ~supported)
+    return ok & precision_grid(table) & new_rules_grid(table)
 
+
+def split_grid(table: SpaceTable) -> np.ndarray:
+    """The layers split over pp x virtual stages: evenly, or (with `account_for_embedding_and_
+    loss`) by `planner.dimensions.uneven_split`, which `partition_problems` accepts."""
+    layers, pp, v = table.model(lambda m: m.num_layers), table.pp, table.virtual_stages
+    even = layers % (pp * v) == 0
+    if not table.space.config.space.account_for_embedding_and_loss:
+        return even
+    return even | (uneven_split_grid(table)[0] > 0)
+
+
+def uneven_split_grid(table: SpaceTable) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) stage layers of each (model, pp, pipeline) (0, 0: an even split or none)."""
+    def make() -> tuple[np.ndarray, np.ndarray]:
+        specs, pp, v = table.model_specs, table.pp, table.virtual_stages
+        shape = np.broadcast_shapes(specs.shape, pp.shape, v.shape)
+        first, last = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
+        for index in np.ndindex(*shape):
+            model = specs[_at(index, specs.shape)]
+            split = uneven_split(model, int(pp[_at(index, pp.shape)]), int(v[_at(index, v.shape)])) \
+                if model is not None else None
+            if split is not None:
+                first[index], last[index] = split
+        return first, last
+
+    return table.cached("uneven split", make)
+
+
+def _at(index: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(i if n > 1 else 0 for i, n in zip(index, shape, strict=True))
+
+
+def precision_grid(table: SpaceTable) -> np.ndarray:
+    """The GPU runs the plan's precision and recipe (`job_problems`' peak-FLOP/s check and
+    `precision_problems`), on the (hardware, precision) axes: one small job per pair asked."""
+    def make() -> np.ndarray:
+        space = table.space
+        hw, prec = table.knob("hardware", None), table.knob("precision", None)
+        shape = np.broadcast_shapes(hw.shape, prec.shape)
+        ok = np.zeros(shape, dtype=bool)
+        for index in np.ndindex(*shape):
+            name = hw[_at(index, hw.shape)]
+            ok[index] = not precision_pair_problems(space, name, prec[_at(index, prec.shape)])
+        return ok
+
+    return table.cached("precision", make)
+
+
+def precision_pair_problems(space: SearchSpace, hardware: str | None, precision: object) -> list[str]:
+    """Why a GPU type cannot run a precision choice (empty: it can): the rules of a job that
+    depend on nothing else for the plans a search builds (no fp8 options set)."""
+    name = hardware or next(iter(space.entries))
+    spec = space.hardware_specs[name]
+    low = precision_choice(space.config, precision)
+    job = Job(model=space.base_model or PROBE_MODEL,
+              training=TrainingSpec(global_batch_size=1, precision=low.precision, fp8_recipe=low.fp8_recipe,
+                                    fp4_recipe=low.fp4_recipe),
+              parallel=ParallelPlan(), cluster=ClusterSpec(gpu=name, num_gpus=1), hardware=spec)
+    problems = precision_problems(job)
+    if low.precision not in spec.peak_tflops:
+        problems.append(f"precision={low.precision.value} is not supported on {spec.name}")
+    return problems
+
+
+def new_rules_grid(table: SpaceTable) -> np.ndarray:
+    """`moe_cp_problems`, `_sharding_problems` and `_overlap_problems` of the plans a search
+    builds: the rules that depend on the plan (the others are `planner.dimensions.model_problems`,
+    refused before the search). Every entry is True for a space without issue 25's knobs."""
+    space = table.space
+    model = space.base_model
+    ok = np.ones([1] * len(table.shape), dtype=bool)
+    tp, cp, ep, etp = table.tp, table.cp, table.ep, table.expert_tp
+    sp, flash = table.flag("sequence_parallel"), table.flag("flash_attention")
+    comm = table.knob("cp_comm_type", CpCommType.P2P.value)
+    ok = ok & ~(table.flag("tp_comm_overlap") & ~(sp & (tp > 1)))
+    ok = ok & ~((table.sharding_level > DataParallelSharding.OPTIM.level) & (cp > 1))
+    fused = table.model(lambda m: m.multi_latent_attention or m.window_size is not None
+                        or m.softmax_type is not SoftmaxType.VANILLA, bool)
+    ok = ok & ~((fused | (cp > 1)) & ~flash)
+    a2a = (comm == CpCommType.A2A.value) & (cp > 1)
+    heads = table.model(lambda m: m.num_attention_heads) // tp
+    groups = table.model(lambda m: m.query_groups) // tp
+    ok = ok & ~(a2a & ((heads % cp != 0) | (groups % cp != 0)))
+    window = table.model(lambda m: m.window_size is not None, bool)
+    ok = ok & ~(window & (cp > 1) & (comm != CpCommType.ALL_GATHER.value))
+    if model is None:  # architecture searches: dense GPT models
+        return ok
+    if not model.is_moe:
+        return ok
+    ok = ok & ((tp * cp * table.dp) % (etp * ep) == 0)
+    ok = ok & ~((ep * etp > 1) & (tp > 1) & ~sp)
+    flex = table.equals("moe_token_dispatcher", TokenDispatcher.FLEX.value, TokenDispatcher.ALLTOALL.value)
+    return ok & ~(flex & (etp > 1))
 
 def budget_grid(table: SpaceTable) -> np.ndarray:
     """Plans within the GPU budget (all of it, with `use_all_gpus`), on a grid."""
@@ -67,6 +168,46 @@ def static_memory_grid(table: SpaceTable) -> np.ndarray:
 
 
 def _static_memory_grid(table: SpaceTable) -> np.ndarray:
+    """The fullest stage's parameters times the bytes per parameter of the plan's precision and
+    sharding, as `static_memory_bytes` adds them (the same floats), plus the GPU's reserve."""
+    dp, level = table.dp, table.sharding_level
+    grads = table.precision(lambda c: grad_bytes_per_param(c.precision), np.int64) / np.where(
+        level >= DataParallelSharding.OPTIM_GRADS.level, dp, 1)
+    weights = 2.0 / np.where(level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level, dp, 1)
+    shard = np.where(level >= DataParallelSharding.OPTIM.level, dp, 1)
+    per_param = weights + grads + OPTIMIZER_BYTES_PER_PARAM / shard
+    reserved = table.hardware(lambda h, e: h.reserved_memory_GiB, float)
+    return stage_params_grid(table) * per_param + reserved * GiB
+
+
+def stage_params_grid(table: SpaceTable) -> np.ndarray:
+    """`stage_param_counts(job).max()` on a grid: by formula for an even split of a dense model,
+    else from one job per (model, tp, pp, pipeline, ep, expert_tp) combination."""
+    model = table.space.base_model
+    if table.space.config.space.account_for_embedding_and_loss or (
+            model is not None and (model.is_moe or model.mtp_num_layers)):
+        return table.cached("stage params", lambda: _stage_params_of_jobs(table))
+    return _dense_stage_params(table)
+
+
+def _stage_params_of_jobs(table: SpaceTable) -> np.ndarray:
+    space = table.space
+    axes = [i for i, n in enumerate(table.names) if n in STAGE_PARAM_KNOBS]
+    shape = [table.shape[i] if i in axes else 1 for i in range(len(table.shape))]
+    out = np.zeros(shape)
+    base = table.params(0)
+    for index in np.ndindex(*shape):
+        params = {**base, **{table.names[i]: space.knobs[i].choices[index[i]] for i in axes}}
+        model = space._model(params)[0]
+        if model is not None:
+            out[index] = float(stage_param_counts(space.job(params, model)).max())
+    return out
+
+
+STAGE_PARAM_KNOBS = ("num_layers", "hidden_size", "head_dim", "tp", "pp", "pipeline", "ep", "expert_tp")
+
+
+def _dense_stage_params(table: SpaceTable) -> np.ndarray:
     """`stage_param_counts(job).max()` for an even split: the first stage adds the word
     embedding's shard and the position embedding, the last the final norm and (untied, or with
     more than one stage) the output layer's shard; middle stages hold layers only. The additions
@@ -86,20 +227,21 @@ def _static_memory_grid(table: SpaceTable) -> np.ndarray:
     pp = table.pp
     x = (table.model(lambda m: m.num_layers) // pp) * layer
     single = np.where(untied, ((x + (vocab + pos)) + norm) + vocab, (x + (vocab + pos)) + norm)
-    most = np.where(pp == 1, single, np.maximum(x + (vocab + pos), (x + norm) + vocab))
-    shard = np.where(table.flag("distributed_optimizer"), table.dp, 1)
-    per_param = 2.0 + grad_bytes_per_param(table.space.config.precision) + OPTIMIZER_BYTES_PER_PARAM / shard
-    return most * per_param + table.space.hardware.reserved_memory_GiB * GiB
+    return np.where(pp == 1, single, np.maximum(x + (vocab + pos), (x + norm) + vocab))
+
+
+def valid_of(table: SpaceTable) -> np.ndarray:
+    return layout_grid(table) & budget_grid(table)
 
 
 def valid(table: SpaceTable) -> np.ndarray:
     """Rows that pass every rule of `SearchSpace.build` (`Candidate.valid`)."""
-    return table.cached("valid", lambda: table.flat(layout_grid(table) & budget_grid(table)))
+    return table.cached("valid", lambda: table.flat(valid_of(table)))
 
 
 def feasible(table: SpaceTable) -> np.ndarray:
     """Valid rows whose model states fit in GPU memory (`Candidate.feasible`)."""
-    capacity = table.space.hardware.memory_bytes
+    capacity = table.hardware(lambda h, e: h.memory_bytes, float)
     return table.cached("feasible", lambda: valid(table) & table.flat(static_memory_grid(table) <= capacity))
 
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from simulator.errors import ConfigError, InfeasibleConfigError
+from simulator.errors import InfeasibleConfigError
 from simulator.job.catalog import hardware_fingerprint
 from simulator.job.specs import HardwareSpec
+from vtrain_ml.planner.baseline import baseline_candidate
 from vtrain_ml.planner.config import Objective, SearchConfig, Strategy
 from vtrain_ml.planner.context import Hooks, SearchContext
 from vtrain_ml.planner.diagnosis import no_feasible_plan
@@ -42,11 +43,15 @@ PROBE = 4  # exact plans that time the simulator when a given surrogate needs no
 __all__ = ["Hooks", "check_feasible", "run_search"]
 
 
-def default_factory(seed: int, hardware: HardwareSpec, predict_jobs: int = 1) -> Callable[[], SurrogateModel]:
+def default_factory(seed: int, hardware: HardwareSpec | Sequence[HardwareSpec],
+                    predict_jobs: int = 1) -> Callable[[], SurrogateModel]:
+    """A focused surrogate that knows the search's GPU types (files included) by their names."""
+    specs = [hardware] if isinstance(hardware, HardwareSpec) else list(hardware)
+
     def make() -> SurrogateModel:
         from vtrain_ml.planner.focused import FocusedSurrogate
 
-        return FocusedSurrogate(seed=seed, hardware={hardware.name: hardware}, predict_jobs=predict_jobs)
+        return FocusedSurrogate(seed=seed, hardware={h.name: h for h in specs}, predict_jobs=predict_jobs)
 
     return make
 
@@ -56,23 +61,6 @@ def check_feasible(space: SearchSpace, table: SpaceTable | None = None) -> None:
     why = no_feasible_plan(space, table)
     if why is not None:
         raise InfeasibleConfigError(why)
-
-
-def baseline_candidate(space: SearchSpace) -> Candidate | None:
-    """The recipe's hand-picked plan, checked before any work (a bad one is a `ConfigError`
-    now, not after the search)."""
-    params = space.config.baseline
-    if params is None:
-        return None
-    names = {k.name for k in space.knobs}
-    unknown = sorted(set(params) - names)
-    if unknown:
-        raise ConfigError(f"baseline has unknown knob(s) {', '.join(unknown)}; "
-                          f"knobs: {', '.join(sorted(names))}")
-    candidate = space.build({k.name: params.get(k.name, k.choices[0]) for k in space.knobs})
-    if not candidate.valid or candidate.job is None:
-        raise ConfigError(f"baseline {params} is not a valid plan: {'; '.join(candidate.reasons)}")
-    return candidate
 
 
 def load_surrogate(config: SearchConfig, space: SearchSpace) -> tuple[SurrogateModel | None, str]:
@@ -87,8 +75,9 @@ def load_surrogate(config: SearchConfig, space: SearchSpace) -> tuple[SurrogateM
     model = Surrogate.load(config.surrogate)
     hashes = getattr(model, "hardware_hashes_", None) or {}
     known = set(hashes.values()) if isinstance(hashes, dict) else set(hashes)
-    if known and hardware_fingerprint(space.hardware) not in known:
-        return None, (f"the surrogate {config.surrogate} was not trained for {space.hardware.name}: "
+    missing = [h.name for h in space.hardware_specs.values() if hardware_fingerprint(h) not in known]
+    if known and missing:
+        return None, (f"the surrogate {config.surrogate} was not trained for {', '.join(missing)}: "
                       f"training a focused one on {config.initial_samples} exact samples instead")
     return model, f"scoring with the surrogate {config.surrogate}"
 
@@ -104,10 +93,11 @@ def run_search(config: SearchConfig, resume: bool = False, hooks: Hooks | None =
     check_feasible(space, table)
     baseline = baseline_candidate(space)
     given, note = load_surrogate(config, space)
-    opened = open_study(config, resume, hardware_fingerprint(space.hardware))
+    opened = open_study(config, resume, space_fingerprint(space))
     store = ExactStore(opened.study, space, config.n_jobs, stop)
     store.refresh()
-    scorer = Scorer(factory or default_factory(config.seed, space.hardware, _threads()), given,
+    make = factory or default_factory(config.seed, list(space.hardware_specs.values()), _threads())
+    scorer = Scorer(make, given,
                     min_rows=config.initial_samples)
     ctx = SearchContext(opened.config, space, store, scorer, hooks, stop)
     hooks.started(ctx.config, len(surrogate_trials(complete_trials(opened.study))))
@@ -125,6 +115,11 @@ def run_search(config: SearchConfig, resume: bool = False, hooks: Hooks | None =
         hooks.message(f"waiting for {len(store.others)} plans other processes are simulating")
         store.wait_for_others(set(store.others), WAIT_S)
     return _report(ctx, table, choice, info, baseline, time.perf_counter() - start)
+
+
+def space_fingerprint(space: SearchSpace) -> str:
+    """The hardware content hash a study records (of each GPU type, joined, for a list)."""
+    return "+".join(hardware_fingerprint(h) for h in space.hardware_specs.values())
 
 
 def _threads() -> int:

@@ -27,7 +27,14 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from simulator.errors import InfeasibleConfigError
 from simulator.graph.params import total_params
 from simulator.job.catalog import load_model, resolve_hardware
-from simulator.job.enums import DataParallelSharding, Recompute, Schedule
+from simulator.job.enums import (
+    CpCommType,
+    CudaGraphs,
+    DataParallelSharding,
+    Recompute,
+    Schedule,
+    TokenDispatcher,
+)
 from simulator.job.specs import (
     ClusterSpec,
     GiB,
@@ -41,6 +48,7 @@ from simulator.job.specs import (
 from simulator.job.validation import job_problems
 from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
 from vtrain_ml.planner.config import SearchConfig
+from vtrain_ml.planner.dimensions import check_model, precision_choice, uneven_split
 
 Choice = bool | int | float | str
 
@@ -155,8 +163,13 @@ class SearchSpace:
 
     def __init__(self, config: SearchConfig, hardware: HardwareSpec | None = None) -> None:
         self.config = config
-        self.hardware = hardware or resolve_hardware(config.hardware)
+        self.entries = {e.name: e for e in config.hardware_entries()}
+        # specs by entry name; `hardware`: one already resolved for a single GPU type
+        self.hardware_specs = {name: hardware if hardware is not None and len(self.entries) == 1
+                               else resolve_hardware(name) for name in self.entries}
+        self.hardware = next(iter(self.hardware_specs.values()))  # the first (the only one, usually)
         self.base_model = _fixed_model(config)
+        check_model(config, self.base_model)
         self.pruned_values: dict[str, dict[str, str]] = {}
         self.knobs = self._knobs()
         self._models: dict[tuple[int, int, int], ModelSpec] = {}
@@ -170,32 +183,61 @@ class SearchSpace:
             a = c.architecture
             knobs += [("num_layers", list(a.num_layers)), ("hidden_size", list(a.hidden_size)),
                       ("head_dim", list(a.head_dim))]
+        if len(self.entries) > 1:
+            knobs.append(("hardware", list(self.entries)))
+        if s.num_gpus is not None:
+            knobs.append(("num_gpus", list(s.num_gpus)))
         m = self.base_model
         tp = self._keep("tp", s.tp, lambda t: None if m is None or (m.num_attention_heads % t == 0 and
                         m.query_groups % t == 0) else f"does not divide the {m.num_attention_heads} heads")
-        pp_default = _divisors(m.num_layers, c.max_gpus) if m else [1, 2, 4, 8, 16]
-        pp = self._keep("pp", s.pp or pp_default, lambda p: None if m is None or m.num_layers % p == 0
-                        else f"does not divide the {m.num_layers} layers")
-        knobs += [("tp", tp), ("pp", pp)]
-        if not s.use_all_gpus:
+        knobs.append(("tp", tp))
+        if s.cp is not None:
+            knobs.append(("cp", list(s.cp)))
+        knobs.append(("pp", self._pp(m)))
+        if not s.use_all_gpus and s.num_gpus is None:
             dp_default = _divisors(gbs, s.max_dp or c.max_gpus)
             dp = self._keep("dp", s.dp or dp_default, lambda d: None if gbs % d == 0
                             else f"does not divide global_batch={gbs}")
             knobs.append(("dp", dp))
+        knobs += [(name, list(getattr(s, name))) for name in ("ep", "expert_tp")
+                  if getattr(s, name) is not None]
         mb = self._keep("micro_batch_size", s.micro_batch_size,
                         lambda b: None if gbs % b == 0 else f"does not divide global_batch={gbs}")
-        flash = self._keep("flash_attention", s.flash_attention, lambda f: None if not f or
-                           self.hardware.supports_flash_attention else f"unsupported on {self.hardware.name}")
+        flash = self._keep("flash_attention", s.flash_attention, lambda f: None if not f or any(
+            h.supports_flash_attention for h in self.hardware_specs.values())
+            else f"unsupported on {self.hardware.name}")
         knobs += [("micro_batch_size", mb), ("recompute", list[Choice](r.value for r in s.recompute)),
-                  ("pipeline", list[Choice](pipeline_choices(s.schedule, s.virtual_stages))),
-                  ("sequence_parallel", list(s.sequence_parallel)),
-                  ("distributed_optimizer", list(s.distributed_optimizer)),
-                  ("overlap_grad_reduce", list(s.overlap_grad_reduce)), ("flash_attention", flash)]
+                  ("pipeline", list[Choice](pipeline_choices(s.schedule, s.virtual_stages)))]
+        if s.precision is not None:
+            knobs.append(("precision", [str(x).strip().lower() for x in s.precision]))
+        knobs.append(("sequence_parallel", list(s.sequence_parallel)))
+        if s.data_parallel_sharding is None:
+            knobs.append(("distributed_optimizer", list(s.distributed_optimizer)))
+        else:
+            knobs.append(("data_parallel_sharding", [x.value for x in s.data_parallel_sharding]))
+        knobs += [("overlap_grad_reduce", list(s.overlap_grad_reduce)), ("flash_attention", flash)]
+        for name in ("cp_comm_type", "moe_token_dispatcher", "cuda_graphs", "tp_comm_overlap"):
+            values = getattr(s, name)
+            if values is not None:
+                knobs.append((name, [getattr(v, "value", v) for v in values]))
         for name, values in knobs:
             if not values:
                 why = "; ".join(f"{v}: {r}" for v, r in self.pruned_values.get(name, {}).items())
                 raise InfeasibleConfigError(f"no valid value for {name} ({why or 'empty choice list'})")
         return tuple(Knob(name, tuple(sorted(dict.fromkeys(values), key=_order))) for name, values in knobs)
+
+    def _pp(self, m: ModelSpec | None) -> list[Any]:
+        """Pipeline sizes that split the layers (with `account_for_embedding_and_loss`, also those
+        that split layers + 2 + MTP, `planner.dimensions.uneven_split`)."""
+        c, s = self.config, self.config.space
+        if m is None:
+            return self._keep("pp", s.pp or [1, 2, 4, 8, 16], lambda p: None)
+        counts = [m.num_layers]
+        if s.account_for_embedding_and_loss:
+            counts.append(m.num_layers + 2 + m.mtp_num_layers)
+        default = sorted({d for n in counts for d in _divisors(n, c.max_gpus)})
+        return self._keep("pp", s.pp or default, lambda p: None if any(n % p == 0 for n in counts)
+                          else f"does not divide the {m.num_layers} layers")
 
     def _keep(self, name: str, values: Any, why: Any) -> list[Any]:
         kept = []
@@ -232,39 +274,75 @@ class SearchSpace:
         model, model_problem = self._model(p)
         if model is None:
             return Candidate(p, None, (model_problem,))
+        job = self.job(p, model)
         c = self.config
-        tp, pp = int(p["tp"]), int(p["pp"])
-        dp = int(p["dp"]) if "dp" in p else max(1, c.max_gpus // (tp * pp))
-        schedule, virtual = parse_pipeline(str(p["pipeline"]))
-        job = Job(
-            model=model,
-            training=TrainingSpec(global_batch_size=c.global_batch,
-                                  micro_batch_size=int(p["micro_batch_size"]),
-                                  precision=c.precision, recompute=Recompute(str(p["recompute"])),
-                                  flash_attention=bool(p["flash_attention"]),
-                                  train_tokens=self.train_tokens(model)),
-            parallel=ParallelPlan(tp=tp, pp=pp, dp=dp, virtual_stages=virtual, schedule=schedule,
-                                  sequence_parallel=bool(p["sequence_parallel"]),
-                                  distributed_optimizer=bool(p["distributed_optimizer"]),
-                                  overlap_grad_reduce=bool(p["overlap_grad_reduce"])),
-            cluster=ClusterSpec(gpu=c.hardware, num_gpus=tp * pp * dp, gpus_per_node=c.gpus_per_node,
-                                inter_node_bandwidth_Gbps=c.inter_node_bandwidth_Gbps,
-                                price_per_gpu_hour_usd=c.price_per_gpu_hour_usd),
-            hardware=self.hardware,
-        )
+        tp, cp, pp = job.parallel.tp, job.parallel.cp, job.parallel.pp
+        ranks = tp * cp * pp
+        names, sizes = ("tp*pp", f"{tp}*{pp}") if "cp" not in p else ("tp*cp*pp", f"{tp}*{cp}*{pp}")
+        if "num_gpus" in p and int(p["num_gpus"]) % ranks:
+            return Candidate(p, None, (f"{names} = {sizes} = {ranks} does not divide num_gpus="
+                                       f"{p['num_gpus']}; no integer data-parallel size",))
         problems = job_problems(job)
-        if tp * pp * dp > c.max_gpus:
-            problems.append(f"tp*pp*dp = {tp}*{pp}*{dp} = {tp * pp * dp} GPUs exceeds max_gpus={c.max_gpus}")
-        if c.space.use_all_gpus and tp * pp * dp != c.max_gpus:
-            problems.append(f"tp*pp = {tp * pp} does not divide the {c.max_gpus} GPUs")
+        gpus = job.cluster.num_gpus
+        if gpus > c.max_gpus:
+            problems.append(f"{names}*dp = {sizes}*{job.dp} = {gpus} GPUs exceeds max_gpus={c.max_gpus}")
+        if c.space.use_all_gpus and gpus != c.max_gpus:
+            problems.append(f"{names} = {ranks} does not divide the {c.max_gpus} GPUs")
         if problems:
             return Candidate(p, job, tuple(problems))
         static = static_memory_bytes(job)
-        capacity = self.hardware.memory_bytes
+        capacity = job.hardware.memory_bytes
         memory = () if static <= capacity else (
             f"weights, gradients and optimizer states alone need {static / GiB:.1f} GiB per GPU "
             f"> {capacity / GiB:.0f} GiB",)
         return Candidate(p, job, (), memory)
+
+    def job(self, p: dict[str, Choice], model: ModelSpec) -> Job:
+        """The job of complete params `p` (unchecked; with `num_gpus` not a multiple of
+        tp*cp*pp, dp is rounded down: `build` refuses such a plan first)."""
+        c = self.config
+        tp, pp, cp = int(p["tp"]), int(p["pp"]), int(p.get("cp", 1))
+        if "num_gpus" in p:
+            dp = max(1, int(p["num_gpus"]) // (tp * cp * pp))
+        else:
+            dp = int(p["dp"]) if "dp" in p else max(1, c.max_gpus // (tp * cp * pp))
+        schedule, virtual = parse_pipeline(str(p["pipeline"]))
+        name = str(p.get("hardware", next(iter(self.entries))))
+        entry, hardware = self.entries[name], self.hardware_specs[name]
+        low = precision_choice(c, p.get("precision"))
+        split = uneven_split(model, pp, virtual) if c.space.account_for_embedding_and_loss else None
+        sharding = p.get("data_parallel_sharding")
+        shard = DataParallelSharding(str(sharding)) if sharding is not None else None
+        optimizer = (shard.level >= DataParallelSharding.OPTIM.level if shard is not None
+                     else bool(p["distributed_optimizer"]))
+        dispatcher = TrainingSpec.model_fields["moe_token_dispatcher"].default.value
+        return Job(
+            model=model,
+            training=TrainingSpec(global_batch_size=c.global_batch,
+                                  micro_batch_size=int(p["micro_batch_size"]),
+                                  precision=low.precision, recompute=Recompute(str(p["recompute"])),
+                                  flash_attention=bool(p["flash_attention"]),
+                                  train_tokens=self.train_tokens(model), fp8_recipe=low.fp8_recipe,
+                                  fp4_recipe=low.fp4_recipe,
+                                  cuda_graphs=CudaGraphs(str(p.get("cuda_graphs", CudaGraphs.NONE.value))),
+                                  moe_token_dispatcher=TokenDispatcher(str(p.get(
+                                      "moe_token_dispatcher", dispatcher)))),
+            parallel=ParallelPlan(tp=tp, pp=pp, dp=dp, cp=cp, virtual_stages=virtual, schedule=schedule,
+                                  cp_comm_type=CpCommType(str(p.get("cp_comm_type", CpCommType.P2P.value))),
+                                  ep=int(p.get("ep", 1)),
+                                  expert_tp=int(p["expert_tp"]) if "expert_tp" in p else None,
+                                  sequence_parallel=bool(p["sequence_parallel"]),
+                                  distributed_optimizer=optimizer, data_parallel_sharding=shard,
+                                  overlap_grad_reduce=bool(p["overlap_grad_reduce"]),
+                                  tp_comm_overlap=bool(p.get("tp_comm_overlap", False)),
+                                  first_stage_layers=split[0] if split else None,
+                                  last_stage_layers=split[1] if split else None),
+            cluster=ClusterSpec(gpu=entry.name, num_gpus=tp * cp * pp * dp, gpus_per_node=c.gpus_per_node,
+                                inter_node_bandwidth_Gbps=c.inter_node_bandwidth_Gbps,
+                                price_per_gpu_hour_usd=entry.price_per_gpu_hour_usd,
+                                nvlink_domain=entry.nvlink_domain),
+            hardware=hardware,
+        )
 
     def train_tokens(self, model: ModelSpec) -> float | None:
         c = self.config

@@ -118,6 +118,12 @@ class SpaceTable:
                         dtype=dtype).reshape(specs.shape)
 
     # -- layout grids ------------------------------------------------------------------------------
+    def knob(self, name: str, default: Any, read: Callable[[Any], Any] | None = None) -> np.ndarray:
+        """Knob `name` on its axis (through `read`), or `default` where it is not a knob."""
+        if name in self.names:
+            return self.axis(name, read)
+        return np.asarray(read(default) if read else default).reshape([1] * len(self.shape))
+
     @cached_property
     def tp(self) -> np.ndarray:
         return self.axis("tp").astype(np.int64)
@@ -127,14 +133,68 @@ class SpaceTable:
         return self.axis("pp").astype(np.int64)
 
     @cached_property
+    def cp(self) -> np.ndarray:
+        return self.knob("cp", 1).astype(np.int64)
+
+    @cached_property
     def dp(self) -> np.ndarray:
         if "dp" in self.names:
             return self.axis("dp").astype(np.int64)
-        return np.maximum(1, self.space.config.max_gpus // (self.tp * self.pp))
+        ranks = self.tp * self.cp * self.pp
+        if "num_gpus" in self.names:
+            return np.maximum(1, self.axis("num_gpus").astype(np.int64) // ranks)
+        return np.maximum(1, self.space.config.max_gpus // ranks)
 
     @cached_property
     def num_gpus(self) -> np.ndarray:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @cached_property
+    def whole_dp(self) -> np.ndarray:
+        """`space.num_gpus` is a multiple of tp*cp*pp (true where it is not a knob)."""
+        if "num_gpus" not in self.names:
+            return np.ones([1] * len(self.shape), dtype=bool)
+        return self.axis("num_gpus").astype(np.int64) % (self.tp * self.cp * self.pp) == 0
+
+    @cached_property
+    def ep(self) -> np.ndarray:
+        return self.knob("ep", 1).astype(np.int64)
+
+    @cached_property
+    def expert_tp(self) -> np.ndarray:
+        """The experts' tp (`Job.expert_tp`): the knob, else tp."""
+        return self.axis("expert_tp").astype(np.int64) if "expert_tp" in self.names else self.tp
+
+    def hardware(self, read: Callable[[Any, Any], Any], dtype: Any = None) -> np.ndarray:
+        """`read(spec, entry)` of each plan's GPU type, on the hardware axis."""
+        space = self.space
+        first = next(iter(space.entries))
+        out = self.knob("hardware", first, lambda n: read(space.hardware_specs[n], space.entries[n]))
+        return out if dtype is None else out.astype(dtype)
+
+    def precision(self, read: Callable[[Any], Any], dtype: Any = None) -> np.ndarray:
+        """`read(PrecisionChoice)` of each plan, on the precision axis."""
+        from vtrain_ml.planner.dimensions import precision_choice
+
+        config = self.space.config
+        out = self.knob("precision", None, lambda v: read(precision_choice(config, v)))
+        return out if dtype is None else out.astype(dtype)
+
+    @cached_property
+    def sharding_level(self) -> np.ndarray:
+        """`Job.sharding.level`: the data_parallel_sharding knob, else the distributed optimizer
+        (ZeRO-1) or none."""
+        from simulator.job.enums import DataParallelSharding
+
+        if "data_parallel_sharding" in self.names:
+            levels = self.axis("data_parallel_sharding", lambda v: DataParallelSharding(v).level)
+            return levels.astype(np.int64)
+        return np.where(self.flag("distributed_optimizer"), DataParallelSharding.OPTIM.level,
+                        DataParallelSharding.NO_SHARD.level)
+
+    def equals(self, name: str, value: Any, default: Any) -> np.ndarray:
+        """Knob `name` (its default where it is not a knob) equals `value`."""
+        return self.knob(name, default, lambda v: v == value).astype(bool)
 
     @cached_property
     def micro_batch(self) -> np.ndarray:
@@ -154,8 +214,8 @@ class SpaceTable:
     def virtual_stages(self) -> np.ndarray:
         return self.axis("pipeline", lambda c: parse_pipeline(str(c))[1]).astype(np.int64)
 
-    def flag(self, name: str) -> np.ndarray:
-        return self.axis(name, bool).astype(bool)
+    def flag(self, name: str, default: bool = False) -> np.ndarray:
+        return self.knob(name, default, bool).astype(bool)
 
     def code(self, name: str) -> np.ndarray:
         """The choice index of knob `name`, on its axis."""

@@ -1,0 +1,228 @@
+"""Issue 25's dimensions of the search space: GPU type and count, ep, expert tp, cp, precision with
+its recipe, sharding, CUDA graphs, tp comm overlap and the dispatcher -- knobs named as the job's
+fields, pruned with reasons, priced per GPU type, shown in every output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.job.enums import Fp8Recipe, Precision
+from tests.search_tests.conftest import tiny_dict
+from vtrain_ml.cli.search import main
+from vtrain_ml.planner.baseline import baseline_candidate
+from vtrain_ml.planner.config import SearchConfig, config_from_dict, load_config
+from vtrain_ml.planner.dimensions import parse_precision
+from vtrain_ml.planner.evaluation import evaluate_exact
+from vtrain_ml.planner.space import SearchSpace
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+# 4 layers, 8 experts of which 2 active: a MoE model that simulates in milliseconds
+TINY_MOE = {"name": "tiny-moe", "num_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
+            "num_query_groups": 4, "ffn_hidden_size": 1024, "vocab_size": 4096, "seq_length": 1024,
+            "gated_mlp": True, "norm": "rmsnorm", "use_bias": False, "position_embedding": "rope",
+            "tied_embeddings": False, "hidden_dropout": 0.0, "attention_dropout": 0.0,
+            "num_experts": 8, "moe_router_topk": 2, "moe_ffn_hidden_size": 512}
+
+
+def moe_dict(**space: Any) -> dict[str, Any]:
+    """A MoE + CP space on 8 B200s (every knob of issue 25 that a dense-free B200 plan can use)."""
+    base = {"tp": [1, 2], "pp": [1, 2], "ep": [1, 2, 4], "cp": [1, 2], "micro_batch_size": [1],
+            "recompute": ["none"], "schedule": ["1f1b"], "sequence_parallel": [False, True],
+            "distributed_optimizer": [True], "overlap_grad_reduce": [False], "num_gpus": [8]}
+    if "data_parallel_sharding" in space:
+        del base["distributed_optimizer"]
+    data = {k: v for k, v in tiny_dict().items() if k != "max_gpus"}
+    return {**data, "model": TINY_MOE, "hardware": "b200", "global_batch": 16, "precision": "bf16",
+            "space": {**base, **space}, "storage": "memory"}
+
+
+def moe_space(**space: Any) -> SearchSpace:
+    return SearchSpace(config_from_dict(moe_dict(**space)))
+
+
+def _refused(data: dict[str, Any]) -> str:
+    with pytest.raises(ConfigError) as info:
+        SearchSpace(config_from_dict(data))
+    text = str(info.value)
+    assert "\n" not in text
+    return text
+
+
+def test_new_knobs_are_named_as_the_jobs_fields() -> None:
+    space = moe_space(precision=["bf16", "fp8/mxfp8"], cp_comm_type=["p2p", "a2a"])
+    names = [k.name for k in space.knobs]
+    assert {"num_gpus", "ep", "cp", "precision", "cp_comm_type"} <= set(names)
+    assert "dp" not in names  # derived from num_gpus
+    job = space.build({"tp": 2, "pp": 1, "ep": 4, "cp": 2, "sequence_parallel": True,
+                       "precision": "fp8/mxfp8", "cp_comm_type": "a2a"}).job
+    assert job is not None
+    p, t = job.parallel, job.training
+    assert (p.tp, p.cp, p.ep, job.dp, job.cluster.num_gpus) == (2, 2, 4, 2, 8)
+    assert (t.precision, t.fp8_recipe, p.cp_comm_type.value) == (Precision.FP8, Fp8Recipe.MXFP8, "a2a")
+
+
+def test_plans_that_break_a_rule_of_the_new_dimensions_are_pruned_with_the_reason() -> None:
+    space = moe_space()
+    no_sp = space.build({"tp": 2, "pp": 1, "ep": 2, "cp": 1, "sequence_parallel": False})
+    assert not no_sp.valid and any("sequence_parallel" in r for r in no_sp.reasons)
+    # tp*cp*dp = 1*1*4 ranks per stage cannot fold ep=4 x expert tp 1? it can; pp=2 leaves 4:
+    folded = space.build({"tp": 1, "pp": 2, "ep": 4, "cp": 2, "sequence_parallel": False})
+    assert folded.valid, folded.reasons
+    uneven = space.build({"tp": 2, "pp": 2, "ep": 4, "cp": 2, "sequence_parallel": True})
+    # 8 GPUs / (2*2*2) = dp 1: a stage holds tp*cp*dp = 4 ranks, 4 = expert_tp 2 x ep 4? no: 8
+    assert not uneven.valid and any("MoE parallel folding" in r for r in uneven.reasons)
+
+
+def test_gpu_counts_that_tp_cp_pp_do_not_divide_are_pruned_and_dp_is_derived() -> None:
+    data = {k: v for k, v in tiny_dict().items() if k != "max_gpus"}
+    space = SearchSpace(config_from_dict({**data, "storage": "memory", "global_batch": 48,
+                                          "space": {**data["space"], "num_gpus": [12], "pp": [1, 2]}}))
+    assert space.config.max_gpus == 12  # the largest count is the budget
+    ok = space.build({"tp": 2, "pp": 2, "micro_batch_size": 1, "recompute": "none",
+                      "distributed_optimizer": False})
+    assert ok.job is not None and ok.job.dp == 3 and ok.job.cluster.num_gpus == 12
+    bad = space.build({"tp": 8, "pp": 1, "micro_batch_size": 1, "recompute": "none",
+                       "distributed_optimizer": False})
+    assert bad.job is None and "tp*pp = 8*1 = 8 does not divide num_gpus=12" in bad.reasons[0]
+
+
+@pytest.mark.parametrize(("text", "precision", "recipe"), [
+    ("bf16", Precision.BF16, None), ("fp8/mxfp8", Precision.FP8, "mxfp8"),
+    ("FP8/Blockwise", Precision.FP8, "blockwise"), ("fp4/nvfp4", Precision.FP4, "nvfp4"),
+    ("fp8", Precision.FP8, "tensorwise")])  # plain fp8: the top-level fp8_recipe
+def test_precision_strings_are_parsed(text: str, precision: Precision, recipe: str | None) -> None:
+    choice = parse_precision(text, fp8_default=Fp8Recipe.TENSORWISE)
+    assert choice.precision is precision
+    assert (choice.fp8_recipe or choice.fp4_recipe or None) == recipe
+
+
+@pytest.mark.parametrize(("space", "top", "message"), [
+    ({"precision": ["fp9"]}, {}, "space.precision='fp9' is not a precision"),
+    ({"precision": ["bf16/mxfp8"]}, {}, "bf16 has no recipe"),
+    ({"precision": ["fp8/mx"]}, {}, "unknown fp8 recipe 'mx'; use one of fp8/delayed"),
+    ({}, {"fp8_recipe": "mxfp8"}, "fp8_recipe=mxfp8 needs precision=fp8"),
+    ({"ep": [3]}, {}, "space.ep=3 does not divide num_experts=8; use a divisor of 8"),
+    ({"cp": [3]}, {}, "space.cp=3: seq_length=1024 is not divisible by 2*cp = 6"),
+    ({"dp": [1, 2]}, {}, "space.num_gpus derives dp"),
+    ({"data_parallel_sharding": ["optim_grads_params"]}, {}, "with model tiny-moe (mixture of experts"),
+    ({"cuda_graphs": ["full_iteration"]}, {}, "dropless MoE model"),
+    ({"cp_comm_type": ["a2a+p2p"]}, {}, "needs hierarchical_context_parallel_sizes"),
+])
+def test_a_bad_value_is_one_line_naming_the_field_and_the_fix(space: dict[str, Any], top: dict[str, Any],
+                                                              message: str) -> None:
+    data = moe_dict(**space)
+    assert message in _refused({**data, **top})
+
+
+def test_moe_knobs_on_a_dense_model_are_refused() -> None:
+    data = {**tiny_dict(), "storage": "memory", "space": {**tiny_dict()["space"], "ep": [1, 2]}}
+    assert "space.ep=2 applies to a mixture-of-experts model; model tiny-gpt is dense" in _refused(data)
+
+
+def test_a_precision_a_gpu_cannot_run_is_pruned_for_that_gpu_only() -> None:
+    space = SearchSpace(config_from_dict({**moe_dict(precision=["fp8/mxfp8"]),
+                                          "hardware": ["h100-sxm-80gb", "b200"]}))
+    plan = {"tp": 1, "pp": 1, "ep": 2, "cp": 1, "sequence_parallel": False}
+    hopper, blackwell = (space.build({**plan, "hardware": h}) for h in ("h100-sxm-80gb", "b200"))
+    assert blackwell.valid, blackwell.reasons
+    assert not hopper.valid and any("mxfp8 is not supported on h100" in r for r in hopper.reasons)
+
+
+def test_a_hardware_list_prices_each_plan_with_its_entry() -> None:
+    data = {**moe_dict(), "hardware": [{"name": "h100-sxm-80gb", "price_per_gpu_hour_usd": 2.0},
+                                       {"name": "b200"}]}
+    space = SearchSpace(config_from_dict(data))
+    assert space.knobs[0].name == "hardware" and space.knobs[0].choices == ("h100-sxm-80gb", "b200")
+    plan = {"tp": 1, "pp": 1, "ep": 2, "cp": 1, "sequence_parallel": False}
+    b200 = space.hardware_specs["b200"].price_per_gpu_hour_usd
+    for name, price in (("h100-sxm-80gb", 2.0), ("b200", b200)):
+        job = space.build({**plan, "hardware": name}).job
+        assert job is not None and job.hardware.name == name and job.price_per_gpu_hour_usd == price
+        exact = evaluate_exact(job)
+        assert exact.cost_per_iteration_usd == pytest.approx(exact.iteration_time_s * 8 * price / 3600)
+        assert exact.memory_capacity_bytes == job.hardware.memory_bytes
+    assert config_from_dict(data).study_name().startswith("custom-h100-sxm-80gb+b200-8-time-")
+
+
+def test_older_searches_keep_their_study_names_and_spaces() -> None:
+    config = load_config(EXAMPLES / "case_study_1_mtnlg.yaml")
+    assert config.study_name() == "mt-nlg-530b-a100-80gb-3360-time-5bbaad07e3"  # as before issue 25
+    space = SearchSpace(config)
+    assert space.size == 560 and "hardware" not in [k.name for k in space.knobs]
+
+
+def test_a_baseline_is_a_full_plan_by_the_jobs_field_names() -> None:
+    plan = {"hardware": "b200", "num_gpus": 8, "tp": 1, "pp": 2, "ep": 4, "cp": 2, "dp": 2,
+            "precision": "bf16", "micro_batch_size": 1, "schedule": "1f1b", "virtual_stages": 1,
+            "sequence_parallel": False, "data_parallel_sharding": "optim"}
+    space = SearchSpace(config_from_dict({**moe_dict(), "baseline": plan}))
+    candidate = baseline_candidate(space)
+    assert candidate is not None and candidate.job is not None
+    p = candidate.job.parallel
+    assert (p.tp, p.pp, p.ep, p.cp, candidate.job.dp) == (1, 2, 4, 2, 2)
+    wrong = SearchSpace(config_from_dict({**moe_dict(), "baseline": {**plan, "dp": 4}}))
+    with pytest.raises(ConfigError, match=r"not a plan of this space: dp=4 \(the space's plans have 2"):
+        baseline_candidate(wrong)
+
+
+def test_an_uneven_split_counts_embedding_and_loss_as_layers() -> None:
+    model = {**TINY_MOE, "num_layers": 6}  # 6 + 2 = 8 layers over 4 stages: 1, 2, 2, 1
+    data = {**moe_dict(pp=[1, 2, 4], ep=[1], cp=[1]), "model": model}
+    assert "pp" in _refused_or_space({**data, "space": {**data["space"], "pp": [4]}})
+    space = SearchSpace(config_from_dict({**data, "space": {**data["space"], "pp": [4],
+                                                            "account_for_embedding_and_loss": True}}))
+    job = space.build({"tp": 1, "cp": 1, "sequence_parallel": False}).job
+    assert job is not None and (job.parallel.first_stage_layers, job.parallel.last_stage_layers) == (1, 1)
+
+
+def _refused_or_space(data: dict[str, Any]) -> str:
+    try:
+        SearchSpace(config_from_dict(data))
+    except Exception as exc:
+        return str(exc)
+    return ""
+
+
+def test_json_csv_and_table_show_the_new_fields(capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    recipe = tmp_path / "moe.yaml"
+    data = {k: v for k, v in moe_dict(precision=["bf16", "fp8/mxfp8"]).items() if k != "storage"}
+    recipe.write_text(json.dumps(data))
+    csv = tmp_path / "plans.csv"
+    assert main(["--config", str(recipe), "--exhaustive", "--json", "--csv", str(csv), "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    plan = report["best"]["plan"]
+    for key in ("hardware", "num_gpus", "ep", "cp", "precision", "data_parallel_sharding", "expert_tp",
+                "moe_token_dispatcher"):
+        assert key in plan
+    header = csv.read_text().splitlines()[0].split(",")
+    assert {"hardware", "ep", "cp", "precision", "data_parallel_sharding"} <= set(header)
+    assert main(["--config", str(recipe), "--exhaustive", "--quiet", "--ep", "2,4"]) == 0
+    table = capsys.readouterr().out
+    head = next(line for line in table.splitlines() if "tp x pp x dp" in line)
+    assert " ep " in head and "precision" in head  # cp: only where the rows differ in it
+
+
+def test_space_flags_are_lists_and_a_bad_one_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--model", "mixtral-8x7b", "--hardware", "h100-sxm-80gb,b200", "--num-gpus", "64",
+                 "--global-batch", "64", "--ep", "3", "--storage", "memory", "--quiet"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "space.ep=3 does not divide num_experts=8" in err[0]
+    code = main(["--model", "mixtral-8x7b", "--num-gpus", "64", "--global-batch", "64", "--ep", "two"])
+    assert code == 2
+    assert "--ep two: give comma-separated values" in capsys.readouterr().err
+
+
+def test_a_config_with_the_new_fields_round_trips_through_a_stored_study() -> None:
+    config = config_from_dict({**moe_dict(precision=["fp8"]), "fp8_recipe": "mxfp8",
+                               "hardware": [{"name": "b200", "price_per_gpu_hour_usd": 6.0,
+                                             "nvlink_domain": 8}]})
+    again = SearchConfig.model_validate(json.loads(config.model_dump_json()))
+    assert again == config and again.space_hash() == config.space_hash()
