@@ -17,9 +17,19 @@ from simulator.errors import DataError
 from simulator.jit import HAVE_NUMBA
 from simulator.job.specs import HardwareSpec
 from surrogate.columns import distinct, factorize
+from surrogate.extended import (
+    EXTENDED_FEATURES,
+    EXTENDED_PHYSICS,
+    complete_model_values,
+    effective_fields,
+    extended_values,
+    model_values,
+    new_field_matrix,
+)
 from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS
 from surrogate.kernel import PHYSICS_FEATURES, fill_features
-from surrogate.physics import CODES, ROW_FIELDS, row_field_matrix
+from surrogate.physics import CODES, ROW_FIELDS, hardware_arrays, row_field_matrix
+from surrogate.records import NEW_COLUMNS
 
 RAW_FEATURES = ROW_FIELDS  # the job columns but gpu, which enters through its hardware numbers
 NUMERIC_COLUMNS = tuple(c for c in JOB_COLUMNS if c not in CATEGORICAL_COLUMNS + BOOLEAN_COLUMNS)
@@ -54,7 +64,7 @@ def feature_matrix(columns: Mapping[str, Any],
 
 
 def feature_names() -> list[str]:
-    return [*RAW_FEATURES, *PHYSICS_FEATURES]
+    return [*RAW_FEATURES, *PHYSICS_FEATURES, *EXTENDED_FEATURES]
 
 
 def empty_features(n: int) -> np.ndarray:
@@ -62,7 +72,7 @@ def empty_features(n: int) -> np.ndarray:
     row-major for the compiled kernel (one row at a time), column-major for numpy (one feature
     at a time). XGBoost's `inplace_predict` reads either and predicts the same numbers
     (tests/surrogate_tests/test_fast_paths.py), so no transposing copy is made."""
-    width = len(RAW_FEATURES) + len(PHYSICS_FEATURES)
+    width = len(RAW_FEATURES) + len(PHYSICS_FEATURES) + len(EXTENDED_FEATURES)
     return np.empty((n, width), dtype=np.float32, order="C" if HAVE_NUMBA else "F")
 
 
@@ -70,7 +80,28 @@ def fill_feature_matrix(columns: Mapping[str, Any], hardware: Mapping[str, Hardw
                         out: np.ndarray) -> None:
     """Fill `out` (rows x `feature_names()`) with the features of arrays of `JOB_COLUMNS`."""
     fields = row_field_matrix(columns, _code)  # raises DataError on an unknown choice
-    fill_features(fields, columns["gpu"], hardware, out)
+    new = new_field_matrix(columns)
+    models, general = model_values(columns, new)
+    effective = effective_fields(fields, new, models)
+    fill_features(effective, columns["gpu"], hardware, out)
+    width = len(RAW_FEATURES) + len(PHYSICS_FEATURES)
+    dense = {name: out[:, len(RAW_FEATURES) + j].astype(np.float64)
+             for j, name in enumerate(PHYSICS_FEATURES) if name in _DENSE_READ}
+    complete_model_values(models, general, fields, dense)
+    hw = hardware_arrays(columns["gpu"], hardware)._asdict()
+    values = extended_values(columns, fields, new, models, dense, hw, hardware)
+    for j in range(len(NEW_COLUMNS)):
+        out[:, width + j] = new[j]
+    for j, name in enumerate(EXTENDED_PHYSICS, start=width + len(NEW_COLUMNS)):
+        out[:, j] = values[name]
+    for name in ("est_log_time_s", "est_log_memory_bytes"):
+        out[:, len(RAW_FEATURES) + PHYSICS_FEATURES.index(name)] = values[name]
+
+
+# The dense physics features the extended physics reads (surrogate.extended).
+_DENSE_READ = frozenset({"params", "model_flops", "stage_params", "est_log_time_s",
+                         "est_log_memory_bytes", "time_layer_compute_s", "time_host_excess_s",
+                         "time_tp_comm_s", "time_attention_s"})
 
 
 def space_bounds(columns: Mapping[str, Any]) -> dict[str, Any]:

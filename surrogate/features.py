@@ -122,10 +122,8 @@ def record_to_job(record: Mapping[str, object],
     r = {k: _scalar(record[k]) if k in record else NEW_DEFAULTS[k] for k in JOB_COLUMNS}
     gpu = str(r["gpu"])
     spec = hardware[gpu] if hardware and gpu in hardware else catalog_hardware(gpu)
-    gated = bool(r["gated_mlp"])
     new = new_fields_of_record(r)
-    model = parse(ModelSpec, {"name": "surrogate-record", **{k: r[k] for k in MODEL_COLUMNS},
-                              **_FAMILY[gated], **new["model"]}, "record")
+    model = _model(r, new["model"])
     training = parse(TrainingSpec, {**{k: r[k] for k in TRAINING_COLUMNS}, **new["training"]},
                      "record")
     parallel = parse(ParallelPlan, {**{k: r[k] for k in PLAN_COLUMNS if k != "num_gpus"},
@@ -137,13 +135,26 @@ def record_to_job(record: Mapping[str, object],
     return validate_job(job)
 
 
+def _model(r: Mapping[str, Any], new: Mapping[str, Any]) -> ModelSpec:
+    return parse(ModelSpec, {"name": "surrogate-record", **{k: r[k] for k in MODEL_COLUMNS},
+                             **_FAMILY[bool(r["gated_mlp"])], **new}, "record")
+
+
+def model_of_record(record: Mapping[str, object]) -> ModelSpec:
+    """The `ModelSpec` of a record's model columns (the physics asks the simulator's own
+    functions about it: parameters, FLOPs, layer kinds)."""
+    r = {k: _scalar(record[k]) if k in record else NEW_DEFAULTS.get(k) for k in JOB_COLUMNS}
+    return _model(r, new_fields_of_record(r)["model"])
+
+
 def with_new_defaults(df: pd.DataFrame) -> pd.DataFrame:
     """`df` with every missing `NEW_COLUMNS` column at its dense default (a table saved before
     them: its jobs are dense, one precision family, no cp/ep); `df` itself when none is missing."""
     missing = [c for c in NEW_COLUMNS if c not in df.columns]
     if not missing:
         return df
-    return df.assign(**{c: NEW_DEFAULTS[c] for c in missing})
+    resolved = {"expert_tp": df["tp"], "nvlink_domain": df[["gpus_per_node", "num_gpus"]].min(axis=1)}
+    return df.assign(**{c: resolved.get(c, NEW_DEFAULTS[c]) for c in missing})
 
 
 def physics_features(df: pd.DataFrame,
@@ -160,5 +171,5 @@ def physics_features(df: pd.DataFrame,
 __all__ = ["BOOLEAN_COLUMNS", "CATEGORICAL_COLUMNS", "CLUSTER_COLUMNS", "DENSE_COLUMNS",
            "INTEGER_COLUMNS", "JOB_COLUMNS", "MODEL_COLUMNS", "NEW_CLUSTER_COLUMNS", "NEW_COLUMNS",
            "NEW_DEFAULTS", "NEW_MODEL_COLUMNS", "NEW_PLAN_COLUMNS", "NEW_TRAINING_COLUMNS",
-           "PLAN_COLUMNS", "TRAINING_COLUMNS", "job_to_record", "physics_features", "record_to_job",
-           "with_new_defaults"]
+           "PLAN_COLUMNS", "TRAINING_COLUMNS", "job_to_record", "model_of_record",
+           "physics_features", "record_to_job", "with_new_defaults"]

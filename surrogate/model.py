@@ -40,7 +40,7 @@ from surrogate.encoding import (
     space_bounds,
     warn_out_of_space_parts,
 )
-from surrogate.features import CATEGORICAL_COLUMNS, JOB_COLUMNS, job_to_record
+from surrogate.features import CATEGORICAL_COLUMNS, JOB_COLUMNS, job_to_record, with_new_defaults
 from surrogate.splits import ValidationSplit, validation_split
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ def _as_columns(columns: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _columns(df: pd.DataFrame) -> dict[str, Any]:
     """`JOB_COLUMNS` of a table as numpy arrays, the categorical ones factorized once."""
+    df = with_new_defaults(df)  # a table saved before the MoE / cp columns: dense jobs
     check_columns(set(df.columns), "table")
     return frame_columns(df, JOB_COLUMNS, CATEGORICAL_COLUMNS)
 
@@ -232,16 +233,12 @@ class Surrogate:
         cost per call (~350 us per booster measured on one row) exceeds the whole prediction.
         """
         from surrogate.encoding import warn_out_of_space_record
-        from surrogate.kernel import features_of_values
-        from surrogate.physics import row_field_values
-
         self._check_fitted()
         self._check_job_hardware([job])
         record = job_to_record(job)
         warn_out_of_space_record(record, self.bounds_)
         serving = self._serving()
-        x = np.empty((1, len(self.feature_names_)), dtype=np.float32)
-        features_of_values(row_field_values(record), serving["hw"][str(record["gpu"])], x)
+        _, x = feature_matrix({c: np.array([record[c]]) for c in JOB_COLUMNS}, self.hardware_)
         forest = serving["forest"]
         if forest is not None:
             margins = forest.margins(x[0])
