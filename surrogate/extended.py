@@ -137,7 +137,8 @@ def _distinct_models(c: Mapping[str, Any], rows: np.ndarray) -> tuple[np.ndarray
     key = np.zeros(len(rows), dtype=np.uint64)
     arrays = []
     for j, k in enumerate(_MODEL_KEY):
-        values = c[k]
+        values = c[k] if hasattr(c[k], "uniques") or np.asarray(c[k]).dtype.kind in "biuf" \
+            else factorize(c[k])
         column = values.codes[rows] if hasattr(values, "uniques") else np.asarray(values)[rows]
         arrays.append(column)
         key = key * np.uint64(1_000_003) + column.astype(np.uint64) + np.uint64(j)
