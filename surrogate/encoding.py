@@ -23,8 +23,10 @@ from surrogate.extended import (
     complete_model_values,
     effective_fields,
     extended_values,
+    is_plain,
     model_values,
     new_field_matrix,
+    plain_values,
 )
 from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS
 from surrogate.kernel import PHYSICS_FEATURES, fill_features
@@ -88,20 +90,25 @@ def fill_feature_matrix(columns: Mapping[str, Any], hardware: Mapping[str, Hardw
     dense = {name: out[:, len(RAW_FEATURES) + j].astype(np.float64)
              for j, name in enumerate(PHYSICS_FEATURES) if name in _DENSE_READ}
     complete_model_values(models, general, fields, dense)
-    hw = hardware_arrays(columns["gpu"], hardware)._asdict()
-    values = extended_values(columns, fields, new, models, dense, hw, hardware)
+    plain = is_plain(new, fields, general)
+    if plain:
+        values = plain_values(fields, new, models, dense)
+    else:
+        hw = hardware_arrays(columns["gpu"], hardware)._asdict()
+        values = extended_values(columns, fields, new, models, dense, hw, hardware)
     for j in range(len(NEW_COLUMNS)):
         out[:, width + j] = new[j]
     for j, name in enumerate(EXTENDED_PHYSICS, start=width + len(NEW_COLUMNS)):
         out[:, j] = values[name]
-    for name in ("est_log_time_s", "est_log_memory_bytes"):
-        out[:, len(RAW_FEATURES) + PHYSICS_FEATURES.index(name)] = values[name]
+    if not plain:  # a plain table's baselines are the dense ones, already in place
+        for name in ("est_log_time_s", "est_log_memory_bytes"):
+            out[:, len(RAW_FEATURES) + PHYSICS_FEATURES.index(name)] = values[name]
 
 
 # The dense physics features the extended physics reads (surrogate.extended).
 _DENSE_READ = frozenset({"params", "model_flops", "stage_params", "est_log_time_s",
                          "est_log_memory_bytes", "time_layer_compute_s", "time_host_excess_s",
-                         "time_tp_comm_s", "time_attention_s"})
+                         "time_tp_comm_s", "time_attention_s", "hw_peak_bf16"})
 
 
 def space_bounds(columns: Mapping[str, Any]) -> dict[str, Any]:

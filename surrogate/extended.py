@@ -300,8 +300,42 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
         "dense_est_log_time_s": dense["est_log_time_s"],
         "dense_est_log_memory_bytes": dense["est_log_memory_bytes"],
         "memory_delta_bytes": memory_delta, "hw_peak_lp": peak_lp, "hw_lp_efficiency": lp_eff,
-        "est_log_time_s": np.log(time), "est_log_memory_bytes": np.log(memory),
+        # a row without a correction keeps its dense baseline to the bit
+        "est_log_time_s": np.where(time == est, dense["est_log_time_s"], np.log(time)),
+        "est_log_memory_bytes": np.where(memory == mem, dense["est_log_memory_bytes"], np.log(memory)),
     }
+    return values
+
+
+def is_plain(new: np.ndarray, fields: np.ndarray, general: np.ndarray) -> bool:
+    """Whether no row of a table uses a dimension past the dense surrogate (a dense 16-bit
+    table: `plain_values` gives its `extended_values`, without their cost)."""
+    defaults = {"cp": 1.0, "ep": 1.0, "cuda_graphs": 0.0, "tp_comm_overlap": 0.0,
+                "data_parallel_sharding": 0.0, "fp8_recipe": 0.0, "fp4_recipe": 0.0}
+    return (not general.any() and bool((fields[_F["precision"]] < 2).all())
+            and all(bool((_col(new, k) == v).all()) for k, v in defaults.items())
+            and bool((_col(new, "expert_tp") == fields[_F["tp"]]).all()))
+
+
+def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray,
+                 dense: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`extended_values` of a plain table (`is_plain`), the same expressions where they are not
+    zero (tests/surrogate_tests/test_records.py compares the two)."""
+    f = {name: fields[j] for name, j in _F.items()}
+    zero = np.zeros(fields.shape[1])
+    t, d, s = f["tp"], f["dp"], f["seq_length"]
+    forward = models[5]
+    values = {name: zero for name in EXTENDED_PHYSICS}
+    values.update({
+        "active_ffn": models[1], "model_params_all": models[3], "model_params_active": models[4],
+        "forward_flops_per_token": forward,
+        "flops_per_gpu_all": 3 * forward * f["global_batch_size"] * s / f["num_gpus"],
+        "expert_dp": np.maximum(1.0, t * 1.0 * d / (t * 1.0)), "lp_speedup": zero + 1.0,
+        "sharding_level": _sharding_level(new, f),
+        "dense_est_log_time_s": dense["est_log_time_s"],
+        "dense_est_log_memory_bytes": dense["est_log_memory_bytes"],
+        "hw_peak_lp": dense["hw_peak_bf16"], "hw_lp_efficiency": zero + 1.0,
+        "est_log_time_s": dense["est_log_time_s"], "est_log_memory_bytes": dense["est_log_memory_bytes"]})
     return values
 
 

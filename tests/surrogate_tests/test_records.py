@@ -120,3 +120,20 @@ def test_a_model_fits_a_tiny_moe_and_cp_sample_and_predicts_finite_values() -> N
     assert np.isfinite(predicted[["iteration_time_s", "peak_memory_bytes"]].to_numpy()).all()
     one = model.predict_one(record_to_job(records[0], hardware))
     assert one["iteration_time_s"] == pytest.approx(predicted["iteration_time_s"].iloc[0], rel=1e-5)
+
+
+def test_a_dense_table_takes_the_plain_path_with_the_same_features(monkeypatch) -> None:
+    """`surrogate.extended.plain_values` (dense 16-bit tables, fast) equals the general path."""
+    from surrogate import encoding
+
+    hardware = {"a100-80gb": catalog_hardware("a100-80gb")}
+    dense = validate_job(Job(model=load_model("llama-3-8b"), training=TrainingSpec(global_batch_size=64),
+                             parallel=ParallelPlan(tp=2, pp=2, distributed_optimizer=True),
+                             cluster=ClusterSpec(gpu="a100-80gb", num_gpus=16),
+                             hardware=hardware["a100-80gb"]))
+    table = pd.DataFrame([job_to_record(dense)] * 3)
+    columns = {c: table[c].to_numpy() for c in JOB_COLUMNS}
+    _, fast = encoding.feature_matrix(columns, hardware)
+    monkeypatch.setattr(encoding, "is_plain", lambda *args: False)
+    _, general = encoding.feature_matrix(columns, hardware)
+    np.testing.assert_array_equal(fast, general)
