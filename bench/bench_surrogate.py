@@ -1,7 +1,8 @@
 """Surrogate benchmark: the issue's targets, measured on this machine. Prints numbers, asserts nothing.
 
     python bench/bench_surrogate.py --samples runs/samples/a100-100k [--model runs/surrogates/NAME]
-        [--gen-n 2000] [--space data/spaces/default.yaml] [--jobs 2] [--allow-stale] [--rounds 2] [--before /path/to/old/checkout]
+        [--gen-n 2000] [--space data/spaces/default.yaml] [--jobs 2] [--allow-stale] [--rounds 2]
+        [--before /path/to/old/checkout]
 
 1. generation throughput: a fresh `--gen-n` sample run of `--space` (the default space; the MoE +
    cp space is data/spaces/moe_cp.yaml) on its hardware (joblib, --jobs);

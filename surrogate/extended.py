@@ -204,7 +204,8 @@ def _hardware_lp(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | No
         bf16 = spec.peak_tflops.get("bf16", spec.peak_tflops.get("fp16", 0.0))  # type: ignore[call-overload]
         p = str(precision.uniques[prec])
         recipe = CHOICES["fp8_recipe"][r8] if p == "fp8" else "nvfp4"
-        fmt = FORMATS.get((recipe, spec.architecture)) if p in ("fp8", "fp4") else None
+        arch = spec.architecture
+        fmt = FORMATS.get((recipe, arch)) if p in ("fp8", "fp4") and arch is not None else None
         table = spec.efficiency.low_precision_gemm_efficiency
         if fmt is None or p not in spec.peak_tflops:
             peak[i], eff[i] = bf16 * 1e12, 1.0

@@ -266,6 +266,8 @@ def _recipes(space: Space, spec: HardwareSpec) -> list[str]:
     from simulator.job.precision import DEFAULT_FP8, FORMATS
 
     arch = spec.architecture
+    if arch is None:
+        return ["delayed"]  # validation names the missing architecture
     measured = spec.efficiency.low_precision_gemm_efficiency
     ok = [r.value for r in space.fp8_recipe
           if (r.value, arch) in FORMATS and FORMATS[(r.value, arch)].gemm_kernel in measured]
