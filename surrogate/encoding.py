@@ -91,24 +91,24 @@ def fill_feature_matrix(columns: Mapping[str, Any], hardware: Mapping[str, Hardw
              for j, name in enumerate(PHYSICS_FEATURES) if name in _DENSE_READ}
     complete_model_values(models, general, fields, dense)
     plain = is_plain(new, fields, general)
+    hw = hardware_arrays(columns["gpu"], hardware)._asdict()
     if plain:
-        values = plain_values(fields, new, models, dense)
+        values = plain_values(fields, new, models, dense, hw)
     else:
-        hw = hardware_arrays(columns["gpu"], hardware)._asdict()
         values = extended_values(columns, fields, new, models, dense, hw, hardware)
     for j in range(len(NEW_COLUMNS)):
         out[:, width + j] = new[j]
     for j, name in enumerate(EXTENDED_PHYSICS, start=width + len(NEW_COLUMNS)):
         out[:, j] = values[name]
-    if not plain:  # a plain table's baselines are the dense ones, already in place
-        for name in ("est_log_time_s", "est_log_memory_bytes"):
-            out[:, len(RAW_FEATURES) + PHYSICS_FEATURES.index(name)] = values[name]
+    for name in ("est_log_time_s", "est_log_memory_bytes"):
+        out[:, len(RAW_FEATURES) + PHYSICS_FEATURES.index(name)] = values[name]
 
 
 # The dense physics features the extended physics reads (surrogate.extended).
 _DENSE_READ = frozenset({"params", "model_flops", "stage_params", "est_log_time_s",
                          "est_log_memory_bytes", "time_layer_compute_s", "time_host_excess_s",
-                         "time_tp_comm_s", "time_attention_s", "hw_peak_bf16"})
+                         "time_tp_comm_s", "time_attention_s", "hw_peak_bf16",
+                         "time_dp_comm_s", "time_stage_mb_s"})
 
 
 def space_bounds(columns: Mapping[str, Any]) -> dict[str, Any]:

@@ -47,7 +47,8 @@ EXTENDED_PHYSICS: tuple[str, ...] = (
     "cp_bytes_layer", "cp_s_layer", "lp_speedup", "quantize_bytes_layer", "fsdp_gather_bytes",
     "sharding_level", "time_moe_comm_s", "time_cp_comm_s", "time_lowp_saving_s",
     "time_graph_saving_s", "time_overlap_saving_s", "dense_est_log_time_s",
-    "dense_est_log_memory_bytes", "memory_delta_bytes", "hw_peak_lp", "hw_lp_efficiency")
+    "dense_est_log_memory_bytes", "memory_delta_bytes", "hw_peak_lp", "hw_lp_efficiency",
+    "time_dp_tree_s")
 EXTENDED_FEATURES: tuple[str, ...] = (*NEW_COLUMNS, *EXTENDED_PHYSICS)
 
 _F = {name: j for j, name in enumerate(ROW_FIELDS)}
@@ -278,7 +279,8 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     moe_comm = 4 * a2a_s * n_moe / L  # dispatch and combine, forward and backward, per layer
     cp_comm = np.where(ring, np.maximum(0.0, 2 * cp_s - _RING_HIDDEN * dense["time_attention_s"]), 2 * cp_s)
     est = np.exp(dense["est_log_time_s"])
-    time = np.maximum(est + layers * (moe_comm + cp_comm - lowp - graphs - overlap), 0.2 * est)
+    tree = dp_tree_correction(fields, dense, hw)
+    time = np.maximum(est + tree + layers * (moe_comm + cp_comm - lowp - graphs - overlap), 0.2 * est)
     kernel_mlp = 3 * h * active_ffn / t  # what the dense form counted per layer
     true_mlp = (per_gpu_experts * p + (L - n_moe) * 3 * h * f["ffn_hidden_size"] / t) / L
     bytes_per_param = 6 + 12 / np.where(f["distributed_optimizer"] > 0, expert_dp, 1.0)
@@ -300,7 +302,8 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
         "time_graph_saving_s": graphs, "time_overlap_saving_s": overlap,
         "dense_est_log_time_s": dense["est_log_time_s"],
         "dense_est_log_memory_bytes": dense["est_log_memory_bytes"],
-        "memory_delta_bytes": memory_delta, "hw_peak_lp": peak_lp, "hw_lp_efficiency": lp_eff,
+        "memory_delta_bytes": memory_delta, "time_dp_tree_s": tree, "hw_peak_lp": peak_lp,
+        "hw_lp_efficiency": lp_eff,
         # a row without a correction keeps its dense baseline to the bit
         "est_log_time_s": np.where(time == est, dense["est_log_time_s"], np.log(time)),
         "est_log_memory_bytes": np.where(memory == mem, dense["est_log_memory_bytes"], np.log(memory)),
@@ -319,7 +322,7 @@ def is_plain(new: np.ndarray, fields: np.ndarray, general: np.ndarray) -> bool:
 
 
 def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray,
-                 dense: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+                 dense: Mapping[str, np.ndarray], hw: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """`extended_values` of a plain table (`is_plain`), the same expressions where they are not
     zero (tests/surrogate_tests/test_records.py compares the two)."""
     f = {name: fields[j] for name, j in _F.items()}
@@ -336,7 +339,12 @@ def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray,
         "dense_est_log_time_s": dense["est_log_time_s"],
         "dense_est_log_memory_bytes": dense["est_log_memory_bytes"],
         "hw_peak_lp": dense["hw_peak_bf16"], "hw_lp_efficiency": zero + 1.0,
-        "est_log_time_s": dense["est_log_time_s"], "est_log_memory_bytes": dense["est_log_memory_bytes"]})
+        "est_log_memory_bytes": dense["est_log_memory_bytes"]})
+    tree = dp_tree_correction(fields, dense, hw)
+    est = np.exp(dense["est_log_time_s"])
+    time = np.maximum(est + tree + 0.0, 0.2 * est)
+    values["time_dp_tree_s"] = tree
+    values["est_log_time_s"] = np.where(time == est, dense["est_log_time_s"], np.log(time))
     return values
 
 
@@ -349,3 +357,33 @@ def _sharding_level(new: np.ndarray, f: Mapping[str, np.ndarray]) -> np.ndarray:
     fallback = np.where(f["distributed_optimizer"] > 0, float(DataParallelSharding.OPTIM.level),
                         float(DataParallelSharding.NO_SHARD.level))
     return np.where(chosen >= 0, chosen, fallback)
+
+
+def dp_tree_correction(fields: np.ndarray, dense: Mapping[str, np.ndarray],
+                       hw: Mapping[str, Any]) -> np.ndarray:
+    """Seconds to add to the dense estimate because NCCL reduces a bucket over nodes with the
+    double binary tree where that is faster than the ring (simulator.network.algorithms.tree:
+    2 log2(k) network hops instead of the ring's 2 (k - 1), at 0.92 of the bus bandwidth), which
+    the dense form's ring (`surrogate.timing._ring_s`) does not choose: per bucket min(ring,
+    tree) - ring, on the data-parallel gradient reduction, less what overlapping still hides."""
+    f = {name: fields[j] for name, j in _F.items()}
+    t, d, v = f["tp"], f["dp"], f["virtual_stages"]
+    gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
+    per_node = np.where(t < gpn, np.maximum(1.0, np.minimum(d, np.floor(gpn / t))), 1.0)
+    k = np.ceil(d / per_node)
+    grad = dense["stage_params"] * np.where(f["precision"] > 0, 4.0, 2.0)
+    overlap = f["overlap_grad_reduce"] > 0
+    buckets = np.where(overlap, np.maximum(1.0, np.ceil(grad / v / 25e6)) * v, 1.0)
+    per_call = grad / buckets
+    inter = 2 * (k - 1) / k * per_call * (gpn / per_node) / (f["inter_node_bandwidth_Gbps"] * 1e9 / 8
+                                                               * hw["inter_eff"])
+    ring_hops = 2 * (k - 1) * hw["inter_lat_s"]
+    tree_hops = 2 * np.floor(np.log2(np.maximum(k, 1.0))) * hw["inter_lat_s"]
+    saving = np.maximum(0.0, (inter + ring_hops) - (inter / 0.92 + tree_hops))
+    saving = np.where(k > 1, saving * buckets * np.where(f["distributed_optimizer"] > 0, 0.5, 1.0), 0.0)
+    old = dense["time_dp_comm_s"]
+    new = np.maximum(old - saving, 0.0)
+    backward = dense["time_stage_mb_s"] / v * (2 / 3)
+    hidden_old = np.where(overlap, np.minimum(old * 0.9, backward), 0.0)
+    hidden_new = np.where(overlap, np.minimum(new * 0.9, backward), 0.0)
+    return (new - hidden_new) - (old - hidden_old)
