@@ -236,21 +236,18 @@ def _col(new: np.ndarray, name: str) -> np.ndarray:
     return new[NEW_COLUMNS.index(name)]
 
 
-def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, models: np.ndarray,
-                    dense: Mapping[str, np.ndarray], hw: Mapping[str, Any],
-                    hardware: Mapping[str, HardwareSpec] | None) -> dict[str, np.ndarray]:
-    """`EXTENDED_PHYSICS` of each row plus the corrected ``est_log_time_s`` and
-    ``est_log_memory_bytes``. `dense`: the dense physics features of the effective rows (by
-    name), `hw`: the dense physics' hardware numbers per row (`surrogate.physics.Hardware`)."""
-    f = {name: fields[j] for name, j in _F.items()}
-    n_moe, active_ffn, routed, params_all, params_active, forward, _ = models
+def _comm_terms(f: Mapping[str, np.ndarray], new: np.ndarray, models: np.ndarray,
+                hw: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Per layer and micro-batch: the MoE dispatch all-to-all (bytes a rank sends, seconds)
+    and the cp exchange (bytes, seconds; ``ring``: the p2p exchange, hidden under attention)."""
+    n_moe, routed = models[0], models[2]
     t, p, d, b, s, h = (f[k] for k in ("tp", "pp", "dp", "micro_batch_size", "seq_length", "hidden_size"))
     cp, ep, etp = _col(new, "cp"), _col(new, "ep"), _col(new, "expert_tp")
     domain = np.maximum(_col(new, "nvlink_domain"), 1.0)
     gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
     intra, inter = f["intra_node_bandwidth_GBps"] * 1e9, f["inter_node_bandwidth_Gbps"] * 1e9 / 8
-    L, topk = f["num_layers"], _col(new, "moe_router_topk")
-    tokens = b * s / cp / np.where(f["sequence_parallel"] > 0, t, 1.0)  # a rank's tokens into the MoE
+    topk = _col(new, "moe_router_topk")
+    tokens = b * s / cp / np.where(f["sequence_parallel"] > 0, t, 1.0)  # a rank's MoE tokens
     expert_dp = np.maximum(1.0, t * cp * d / (etp * ep))
     per_gpu_experts = routed / p / (ep * etp)
     a2a_bytes = tokens * topk * h * 2.0 * (n_moe > 0)
@@ -265,6 +262,25 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     link_Bps = np.where(t * cp <= domain, intra * hw["intra_eff"], inter / gpn * hw["inter_eff"])
     cp_s = np.where(a2a_cp, _alltoall_s(cp_bytes, cp, t, domain, intra, inter, gpn, hw, False),
                     cp_bytes / link_Bps)
+    return {"tokens": tokens, "expert_dp": expert_dp, "per_gpu_experts": per_gpu_experts,
+            "a2a_bytes": a2a_bytes, "a2a_s": a2a_s, "cp_bytes": cp_bytes, "cp_s": cp_s,
+            "ring": ring}
+
+
+def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, models: np.ndarray,
+                    dense: Mapping[str, np.ndarray], hw: Mapping[str, Any],
+                    hardware: Mapping[str, HardwareSpec] | None) -> dict[str, np.ndarray]:
+    """`EXTENDED_PHYSICS` of each row plus the corrected ``est_log_time_s`` and
+    ``est_log_memory_bytes``. `dense`: the dense physics features of the effective rows (by
+    name), `hw`: the dense physics' hardware numbers per row (`surrogate.physics.Hardware`)."""
+    f = {name: fields[j] for name, j in _F.items()}
+    n_moe, active_ffn, _, params_all, params_active, forward, _ = models
+    t, p, d, b, s, h = (f[k] for k in ("tp", "pp", "dp", "micro_batch_size", "seq_length", "hidden_size"))
+    L = f["num_layers"]
+    comm = _comm_terms(f, new, models, hw)
+    tokens, expert_dp, per_gpu_experts = comm["tokens"], comm["expert_dp"], comm["per_gpu_experts"]
+    a2a_bytes, a2a_s, cp_bytes, cp_s, ring = (comm[k] for k in ("a2a_bytes", "a2a_s", "cp_bytes",
+                                                                 "cp_s", "ring"))
     peak_lp, lp_eff = _hardware_lp(c, hardware, new)
     speedup = peak_lp * lp_eff / np.maximum(hw["peak_bf16"], 1.0)
     low = f["precision"] >= 2
