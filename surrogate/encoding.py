@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from simulator.errors import DataError
 from simulator.jit import HAVE_NUMBA
@@ -28,7 +29,7 @@ from surrogate.extended import (
     new_field_matrix,
     plain_values,
 )
-from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS
+from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS, with_new_defaults
 from surrogate.kernel import PHYSICS_FEATURES, fill_features
 from surrogate.physics import CODES, ROW_FIELDS, hardware_arrays, row_field_matrix
 from surrogate.records import NEW_COLUMNS
@@ -200,3 +201,13 @@ def warn_out_of_space_record(record: Mapping[str, Any], bounds: Mapping[str, Any
         detail = "; ".join(problems)
         warnings.warn(f"outside the surrogate's trained space, predictions extrapolate -- {detail}",
                       OutOfSpaceWarning, stacklevel=3)
+
+
+def physics_features(df: pd.DataFrame,
+                     hardware: Mapping[str, HardwareSpec] | None = None) -> pd.DataFrame:
+    """Closed-form features of each row of a `JOB_COLUMNS` table (`surrogate.physics` and, for
+    MoE / cp / precision / sharding, `surrogate.extended`: its baselines corrected)."""
+    df = with_new_defaults(df)
+    names, x = feature_matrix({c: df[c].to_numpy() for c in JOB_COLUMNS}, hardware)
+    wanted = [*PHYSICS_FEATURES, *EXTENDED_PHYSICS]
+    return pd.DataFrame({n: x[:, names.index(n)].astype(np.float64) for n in wanted}, index=df.index)

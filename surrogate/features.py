@@ -20,7 +20,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from simulator.job.enums import Norm, PositionEmbedding
@@ -158,24 +157,8 @@ def with_new_defaults(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(**{c: resolved.get(c, NEW_DEFAULTS[c]) for c in missing})
 
 
-def physics_features(df: pd.DataFrame,
-                     hardware: Mapping[str, HardwareSpec] | None = None) -> pd.DataFrame:
-    """Closed-form features of each row of a `JOB_COLUMNS` table (`surrogate.physics` and, for
-    MoE / cp / precision / sharding, `surrogate.extended`: its baselines corrected)."""
-    from surrogate.encoding import feature_matrix  # not at import: the sample generator's
-
-    # workers import this module and need neither the physics nor numba (~0.4 s per process)
-    from surrogate.extended import EXTENDED_PHYSICS
-    from surrogate.kernel import PHYSICS_FEATURES
-
-    df = with_new_defaults(df)
-    names, x = feature_matrix({c: df[c].to_numpy() for c in JOB_COLUMNS}, hardware)
-    wanted = [*PHYSICS_FEATURES, *EXTENDED_PHYSICS]
-    return pd.DataFrame({n: x[:, names.index(n)].astype(np.float64) for n in wanted}, index=df.index)
-
-
 __all__ = ["BOOLEAN_COLUMNS", "CATEGORICAL_COLUMNS", "CLUSTER_COLUMNS", "DENSE_COLUMNS",
            "INTEGER_COLUMNS", "JOB_COLUMNS", "MODEL_COLUMNS", "NEW_CLUSTER_COLUMNS", "NEW_COLUMNS",
            "NEW_DEFAULTS", "NEW_MODEL_COLUMNS", "NEW_PLAN_COLUMNS", "NEW_TRAINING_COLUMNS",
            "PLAN_COLUMNS", "TRAINING_COLUMNS", "job_to_record", "model_of_record",
-           "physics_features", "record_to_job", "with_new_defaults"]
+           "record_to_job", "with_new_defaults"]
