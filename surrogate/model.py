@@ -232,13 +232,14 @@ class Surrogate:
         Same numbers as `predict([job])` without a DataFrame or an XGBoost call, whose fixed
         cost per call (~350 us per booster measured on one row) exceeds the whole prediction.
         """
-        from surrogate.encoding import warn_out_of_space_record
+        from surrogate.encoding import features_of_record, warn_out_of_space_record
+
         self._check_fitted()
         self._check_job_hardware([job])
         record = job_to_record(job)
         warn_out_of_space_record(record, self.bounds_)
         serving = self._serving()
-        _, x = feature_matrix({c: np.array([record[c]]) for c in JOB_COLUMNS}, self.hardware_)
+        x = features_of_record(record, serving["hw"][str(record["gpu"])], self.hardware_)
         forest = serving["forest"]
         if forest is not None:
             margins = forest.margins(x[0])
