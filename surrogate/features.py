@@ -157,8 +157,32 @@ def with_new_defaults(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(**{c: resolved.get(c, NEW_DEFAULTS[c]) for c in missing})
 
 
+def columns_with_new_defaults(columns: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`with_new_defaults` of a mapping of column arrays (the search's candidate batches built
+    before these columns): constant columns at their dense defaults, choices as one code."""
+    import numpy as np
+
+    from surrogate.columns import Factorized
+
+    missing = [c for c in NEW_COLUMNS if c not in columns]
+    if not missing:
+        return columns
+    n = len(columns["num_layers"])
+    out = dict(columns)
+    for c in missing:
+        value = NEW_DEFAULTS[c]
+        out[c] = (Factorized(np.zeros(n, dtype=np.intp), (value,)) if isinstance(value, str)
+                  else np.full(n, value))
+    if "expert_tp" in missing:
+        out["expert_tp"] = np.asarray(columns["tp"])
+    if "nvlink_domain" in missing:
+        out["nvlink_domain"] = np.minimum(np.asarray(columns["gpus_per_node"]),
+                                          np.asarray(columns["num_gpus"]))
+    return out
+
+
 __all__ = ["BOOLEAN_COLUMNS", "CATEGORICAL_COLUMNS", "CLUSTER_COLUMNS", "DENSE_COLUMNS",
            "INTEGER_COLUMNS", "JOB_COLUMNS", "MODEL_COLUMNS", "NEW_CLUSTER_COLUMNS", "NEW_COLUMNS",
            "NEW_DEFAULTS", "NEW_MODEL_COLUMNS", "NEW_PLAN_COLUMNS", "NEW_TRAINING_COLUMNS",
-           "PLAN_COLUMNS", "TRAINING_COLUMNS", "job_to_record", "model_of_record",
-           "record_to_job", "with_new_defaults"]
+           "PLAN_COLUMNS", "TRAINING_COLUMNS", "columns_with_new_defaults", "job_to_record",
+           "model_of_record", "record_to_job", "with_new_defaults"]

@@ -40,7 +40,13 @@ from surrogate.encoding import (
     space_bounds,
     warn_out_of_space_parts,
 )
-from surrogate.features import CATEGORICAL_COLUMNS, JOB_COLUMNS, job_to_record, with_new_defaults
+from surrogate.features import (
+    CATEGORICAL_COLUMNS,
+    JOB_COLUMNS,
+    columns_with_new_defaults,
+    job_to_record,
+    with_new_defaults,
+)
 from surrogate.splits import ValidationSplit, validation_split
 
 log = logging.getLogger(__name__)
@@ -290,6 +296,7 @@ class Surrogate:
     def predict_arrays(self, columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(iteration time s, peak memory bytes, GPU memory bytes) of arrays of `JOB_COLUMNS`."""
         self._check_fitted()
+        columns = columns_with_new_defaults(columns)  # a batch built before the MoE / cp columns
         return self._predict_table(columns, len(columns["num_layers"]), _as_columns)
 
     def _predict_table(self, table: Any, n: int, prepare: Callable[[Any], Mapping[str, Any]]
