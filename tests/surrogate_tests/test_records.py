@@ -138,3 +138,14 @@ def test_a_dense_table_takes_the_plain_path_with_the_same_features(monkeypatch) 
     monkeypatch.setattr(encoding, "is_plain", lambda *args: False)
     _, general = encoding.feature_matrix(columns, hardware)
     np.testing.assert_array_equal(fast, general)
+
+
+def test_a_batch_without_the_new_columns_predicts_as_the_dense_jobs(tiny_model, tiny_samples) -> None:
+    """The search's candidate batches built before the MoE / cp columns still predict."""
+    from surrogate.dataset import read_samples
+
+    df = read_samples(tiny_samples).head(20)
+    full = tiny_model.model.predict_arrays({c: df[c].to_numpy() for c in JOB_COLUMNS})
+    dense = tiny_model.model.predict_arrays({c: df[c].to_numpy() for c in DENSE_COLUMNS})
+    np.testing.assert_array_equal(full[0], dense[0])
+    np.testing.assert_array_equal(full[1], dense[1])
