@@ -1,9 +1,11 @@
 """Surrogate benchmark: the issue's targets, measured on this machine. Prints numbers, asserts nothing.
 
     python bench/bench_surrogate.py --samples runs/samples/a100-100k [--model runs/surrogates/NAME]
-        [--gen-n 2000] [--jobs 2] [--allow-stale] [--rounds 2] [--before /path/to/old/checkout]
+        [--gen-n 2000] [--space data/spaces/default.yaml] [--jobs 2] [--allow-stale] [--rounds 2]
+        [--before /path/to/old/checkout]
 
-1. generation throughput: a fresh `--gen-n` sample run of the default space (joblib, --jobs);
+1. generation throughput: a fresh `--gen-n` sample run of `--space` (the default space; the MoE +
+   cp space is data/spaces/moe_cp.yaml) on its hardware (joblib, --jobs);
 2. training time on the samples' training split (all of it: ~85k of 100k) and held-out-group test
    metrics (MAPE, median/P95 APE, Spearman, Kendall, memory MAPE, fits-in-memory accuracy);
 3. batch throughput: every sample predicted in one call (features included), best of 5 after a
@@ -55,11 +57,11 @@ TARGETS = {"mape": ("<=", 0.02), "p95_ape": ("<=", 0.06), "spearman": (">=", 0.9
            "train_seconds": ("<=", 120.0)}
 
 
-def bench_generation(n: int, jobs: int) -> dict[str, float]:
-    space = load_space("data/spaces/default.yaml")
-    spec = resolve_hardware("a100-80gb")
+def bench_generation(n: int, jobs: int, space_path: str = "data/spaces/default.yaml") -> dict[str, float]:
+    space = load_space(space_path)
+    specs = [resolve_hardware(h) for h in space.hardware]
     with tempfile.TemporaryDirectory() as tmp:
-        report = generate(GenerateConfig(space, {spec.name: spec}, n, seed=123, jobs=jobs),
+        report = generate(GenerateConfig(space, {s.name: s for s in specs}, n, seed=123, jobs=jobs),
                           Path(tmp) / "s", progress=False)
     return {"generation_n": n, "generation_seconds": report.seconds,
             "generation_samples_per_s": report.samples_per_s}
@@ -150,6 +152,9 @@ def main() -> None:
     p.add_argument("--model", help="an existing model folder (skips training)")
     p.add_argument("--out", default="runs/surrogates/bench")
     p.add_argument("--gen-n", type=int, default=2000)
+    p.add_argument("--space", default="data/spaces/default.yaml",
+                   help="the space of the generation step (e.g. data/spaces/moe_cp.yaml, the MoE + "
+                        "cp space, with --samples of it)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--n-estimators", type=int, default=TrainConfig.n_estimators,
                    help="boosting rounds of a model this bench trains")
@@ -167,7 +172,7 @@ def main() -> None:
         return
     results: dict[str, Any] = {}
     if args.gen_n > 0:
-        results.update(bench_generation(args.gen_n, args.jobs))
+        results.update(bench_generation(args.gen_n, args.jobs, args.space))
     if args.model:
         model = Surrogate.load(args.model, allow_stale=args.allow_stale)
         model_path = args.model

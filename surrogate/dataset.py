@@ -21,7 +21,7 @@ from simulator.errors import DataError
 from simulator.fileio import read_json_file
 from simulator.job.specs import HardwareSpec
 from simulator.simulate import simulate
-from surrogate.features import JOB_COLUMNS, record_to_job
+from surrogate.features import JOB_COLUMNS, record_to_job, with_new_defaults
 
 TARGETS = ("iteration_time_s", "peak_memory_bytes", "fits_in_memory", "cost_per_iteration_usd", "mfu")
 MANIFEST = "manifest.json"
@@ -100,7 +100,7 @@ def read_samples(folder: str | Path) -> pd.DataFrame:
     chunks = sorted(folder.glob("chunk-*.parquet"))
     if not chunks:
         raise DataError(f"{folder} holds no sample chunks yet; run generate (with --resume to continue)")
-    df = pd.concat([_read_chunk(c) for c in chunks], ignore_index=True)
+    df = with_new_defaults(pd.concat([_read_chunk(c) for c in chunks], ignore_index=True))
     missing = [c for c in (*JOB_COLUMNS, *TARGETS) if c not in df.columns]
     if missing:
         raise DataError(f"{folder} samples lack column(s) {', '.join(missing)}")

@@ -12,14 +12,27 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from simulator.errors import DataError
 from simulator.jit import HAVE_NUMBA
 from simulator.job.specs import HardwareSpec
 from surrogate.columns import distinct, factorize
-from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS
+from surrogate.extended import (
+    EXTENDED_FEATURES,
+    EXTENDED_PHYSICS,
+    complete_model_values,
+    effective_fields,
+    extended_values,
+    is_plain,
+    model_values,
+    new_field_matrix,
+    plain_values,
+)
+from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS, with_new_defaults
 from surrogate.kernel import PHYSICS_FEATURES, fill_features
-from surrogate.physics import CODES, ROW_FIELDS, row_field_matrix
+from surrogate.physics import CODES, ROW_FIELDS, hardware_arrays, row_field_matrix
+from surrogate.records import NEW_COLUMNS
 
 RAW_FEATURES = ROW_FIELDS  # the job columns but gpu, which enters through its hardware numbers
 NUMERIC_COLUMNS = tuple(c for c in JOB_COLUMNS if c not in CATEGORICAL_COLUMNS + BOOLEAN_COLUMNS)
@@ -54,7 +67,7 @@ def feature_matrix(columns: Mapping[str, Any],
 
 
 def feature_names() -> list[str]:
-    return [*RAW_FEATURES, *PHYSICS_FEATURES]
+    return [*RAW_FEATURES, *PHYSICS_FEATURES, *EXTENDED_FEATURES]
 
 
 def empty_features(n: int) -> np.ndarray:
@@ -62,7 +75,7 @@ def empty_features(n: int) -> np.ndarray:
     row-major for the compiled kernel (one row at a time), column-major for numpy (one feature
     at a time). XGBoost's `inplace_predict` reads either and predicts the same numbers
     (tests/surrogate_tests/test_fast_paths.py), so no transposing copy is made."""
-    width = len(RAW_FEATURES) + len(PHYSICS_FEATURES)
+    width = len(RAW_FEATURES) + len(PHYSICS_FEATURES) + len(EXTENDED_FEATURES)
     return np.empty((n, width), dtype=np.float32, order="C" if HAVE_NUMBA else "F")
 
 
@@ -70,7 +83,76 @@ def fill_feature_matrix(columns: Mapping[str, Any], hardware: Mapping[str, Hardw
                         out: np.ndarray) -> None:
     """Fill `out` (rows x `feature_names()`) with the features of arrays of `JOB_COLUMNS`."""
     fields = row_field_matrix(columns, _code)  # raises DataError on an unknown choice
-    fill_features(fields, columns["gpu"], hardware, out)
+    new = new_field_matrix(columns)
+    models, general = model_values(columns, new)
+    effective = effective_fields(fields, new, models)
+    fill_features(effective, columns["gpu"], hardware, out)
+    dense = {name: out[:, len(RAW_FEATURES) + j].astype(np.float64)
+             for j, name in enumerate(PHYSICS_FEATURES) if name in _DENSE_READ}
+    complete_model_values(models, general, fields, dense)
+    plain = is_plain(new, fields, general)
+    hw = hardware_arrays(columns["gpu"], hardware)._asdict()
+    if plain:
+        values = plain_values(fields, new, models, dense, hw)
+    else:
+        values = extended_values(columns, fields, new, models, dense, hw, hardware)
+    _write_extended(out, new, values)
+
+
+def _write_extended(out: np.ndarray, new: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
+    """The new columns and `EXTENDED_PHYSICS` after the dense features; the corrected baselines."""
+    width = len(RAW_FEATURES) + len(PHYSICS_FEATURES)
+    for j in range(len(NEW_COLUMNS)):
+        out[:, width + j] = new[j]
+    for j, name in enumerate(EXTENDED_PHYSICS, start=width + len(NEW_COLUMNS)):
+        out[:, j] = values[name]
+    for name in ("est_log_time_s", "est_log_memory_bytes"):
+        out[:, len(RAW_FEATURES) + PHYSICS_FEATURES.index(name)] = values[name]
+
+
+def features_of_record(record: Mapping[str, Any], hw: np.ndarray,
+                       hardware: Mapping[str, HardwareSpec] | None) -> np.ndarray:
+    """float32 (1, features) of one record (`Surrogate.predict_one`): a dense 16-bit job on the
+    compiled one-row kernel and the plain extended values of one-element arrays (the same
+    operations as a table's, so the same numbers; ~10x faster than a one-row table), any other
+    through `feature_matrix`. `hw`: the `HW_FIELDS` numbers of its GPU."""
+    from surrogate.kernel import features_of_values
+    from surrogate.physics import HW_FIELDS, row_field_values
+    from surrogate.records import CHOICES
+
+    try:
+        new = np.array([[float(CHOICES[c].index(str(record[c]))) if c in CHOICES else float(record[c])]
+                        for c in NEW_COLUMNS])
+        values_in = row_field_values(record)
+    except ValueError:  # an unknown choice: the table path names it
+        return feature_matrix({c: np.array([record[c]]) for c in JOB_COLUMNS}, hardware)[1]
+    fields = np.array(values_in).reshape(-1, 1)
+    etp, domain = NEW_COLUMNS.index("expert_tp"), NEW_COLUMNS.index("nvlink_domain")
+    if not new[etp, 0]:  # as `new_field_matrix` resolves a table saved before these columns
+        new[etp] = float(record["tp"])
+    if not new[domain, 0]:
+        new[domain] = float(min(record["gpus_per_node"], record["num_gpus"]))  # type: ignore[type-var]
+    general = np.array([bool(record["num_experts"]) or bool(record["multi_latent_attention"])
+                        or bool(record["mtp_num_layers"]) or bool(record["kv_channels"])])
+    if not is_plain(new, fields, general):
+        return feature_matrix({c: np.array([record[c]]) for c in JOB_COLUMNS}, hardware)[1]
+    out = empty_features(1)
+    features_of_values(values_in, hw, out)
+    dense = {name: out[:, len(RAW_FEATURES) + j].astype(np.float64)
+             for j, name in enumerate(PHYSICS_FEATURES) if name in _DENSE_READ}
+    models = np.zeros((7, 1))
+    models[1] = fields[ROW_FIELDS.index("ffn_hidden_size")]
+    complete_model_values(models, general, fields, dense)
+    rows = {k: np.array([float(v)]) for k, v in zip(HW_FIELDS, hw, strict=True)}
+    _write_extended(out, new, plain_values(fields, new, models, dense, rows))
+    return out
+
+
+# The dense physics features the extended physics reads (surrogate.extended).
+_DENSE_READ = frozenset({"params", "model_flops", "stage_params", "est_log_time_s",
+                         "est_log_memory_bytes", "time_layer_compute_s", "time_host_excess_s",
+                         "time_tp_comm_s", "time_attention_s", "hw_peak_bf16",
+                         "time_dp_comm_s", "time_stage_mb_s"})
 
 
 def space_bounds(columns: Mapping[str, Any]) -> dict[str, Any]:
@@ -162,3 +244,13 @@ def warn_out_of_space_record(record: Mapping[str, Any], bounds: Mapping[str, Any
         detail = "; ".join(problems)
         warnings.warn(f"outside the surrogate's trained space, predictions extrapolate -- {detail}",
                       OutOfSpaceWarning, stacklevel=3)
+
+
+def physics_features(df: pd.DataFrame,
+                     hardware: Mapping[str, HardwareSpec] | None = None) -> pd.DataFrame:
+    """Closed-form features of each row of a `JOB_COLUMNS` table (`surrogate.physics` and, for
+    MoE / cp / precision / sharding, `surrogate.extended`: its baselines corrected)."""
+    df = with_new_defaults(df)
+    names, x = feature_matrix({c: df[c].to_numpy() for c in JOB_COLUMNS}, hardware)
+    wanted = [*PHYSICS_FEATURES, *EXTENDED_PHYSICS]
+    return pd.DataFrame({n: x[:, names.index(n)].astype(np.float64) for n in wanted}, index=df.index)

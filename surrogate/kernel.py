@@ -154,7 +154,8 @@ def features_of_values(values: list[float], hw: np.ndarray, out: np.ndarray) -> 
         _feature_kernel(np.array(values).reshape(-1, 1), hw.reshape(1, -1), _ZERO, out)
         return
     out[0, :len(values)] = values
-    out[0, len(values):] = physics_values(rows_of_fields(values, Hardware(*hw.tolist())))
+    out[0, len(values):len(values) + len(PHYSICS_FEATURES)] = \
+        physics_values(rows_of_fields(values, Hardware(*hw.tolist())))
 
 
 _ZERO = np.zeros(1, dtype=np.intp)

@@ -40,7 +40,13 @@ from surrogate.encoding import (
     space_bounds,
     warn_out_of_space_parts,
 )
-from surrogate.features import CATEGORICAL_COLUMNS, JOB_COLUMNS, job_to_record
+from surrogate.features import (
+    CATEGORICAL_COLUMNS,
+    JOB_COLUMNS,
+    columns_with_new_defaults,
+    job_to_record,
+    with_new_defaults,
+)
 from surrogate.splits import ValidationSplit, validation_split
 
 log = logging.getLogger(__name__)
@@ -60,6 +66,7 @@ def _as_columns(columns: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _columns(df: pd.DataFrame) -> dict[str, Any]:
     """`JOB_COLUMNS` of a table as numpy arrays, the categorical ones factorized once."""
+    df = with_new_defaults(df)  # a table saved before the MoE / cp columns: dense jobs
     check_columns(set(df.columns), "table")
     return frame_columns(df, JOB_COLUMNS, CATEGORICAL_COLUMNS)
 
@@ -231,17 +238,14 @@ class Surrogate:
         Same numbers as `predict([job])` without a DataFrame or an XGBoost call, whose fixed
         cost per call (~350 us per booster measured on one row) exceeds the whole prediction.
         """
-        from surrogate.encoding import warn_out_of_space_record
-        from surrogate.kernel import features_of_values
-        from surrogate.physics import row_field_values
+        from surrogate.encoding import features_of_record, warn_out_of_space_record
 
         self._check_fitted()
         self._check_job_hardware([job])
         record = job_to_record(job)
         warn_out_of_space_record(record, self.bounds_)
         serving = self._serving()
-        x = np.empty((1, len(self.feature_names_)), dtype=np.float32)
-        features_of_values(row_field_values(record), serving["hw"][str(record["gpu"])], x)
+        x = features_of_record(record, serving["hw"][str(record["gpu"])], self.hardware_)
         forest = serving["forest"]
         if forest is not None:
             margins = forest.margins(x[0])
@@ -292,6 +296,7 @@ class Surrogate:
     def predict_arrays(self, columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(iteration time s, peak memory bytes, GPU memory bytes) of arrays of `JOB_COLUMNS`."""
         self._check_fitted()
+        columns = columns_with_new_defaults(columns)  # a batch built before the MoE / cp columns
         return self._predict_table(columns, len(columns["num_layers"]), _as_columns)
 
     def _predict_table(self, table: Any, n: int, prepare: Callable[[Any], Mapping[str, Any]]

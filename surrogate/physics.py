@@ -37,7 +37,8 @@ from surrogate.columns import factorize
 OPTIMIZER_BYTES_PER_PARAM = 12.0
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 RECOMPUTE = ("none", "selective", "full")
-PRECISIONS = ("fp16", "bf16")
+PRECISIONS = ("fp16", "bf16", "fp8", "fp4")  # fp8/fp4: bf16 weights, grads and peak here;
+# the recipe's GEMM peak is surrogate.extended's
 
 Vec = Any  # an np.ndarray of rows, or one row's float
 F = TypeVar("F", bound=Callable[..., Any])

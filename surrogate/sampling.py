@@ -28,11 +28,16 @@ from simulator.job.catalog import load_model
 from simulator.job.enums import Schedule
 from simulator.job.specs import HardwareSpec
 from surrogate.features import record_to_job
+from surrogate.records import NEW_DEFAULTS, NONE, model_columns
 from surrogate.space import Family, Method, Space
 
 AXES = ("hardware", "preset", "family", "parameters", "aspect", "head_dim", "gqa", "vocab", "seq",
         "num_gpus", "tp", "schedule", "virtual", "pp", "micro_batch", "microbatches", "precision",
         "recompute", "flash", "sp", "dist_opt", "overlap", "inter_bw")
+# Drawn from a second design (seed + 1), so that a space without these dimensions draws the
+# same jobs as before they existed.
+NEW_AXES = ("cp", "cp_comm", "ep", "expert_tp", "fp8_recipe", "sharding", "cuda_graphs",
+            "tp_overlap", "dispatcher")
 BATCH = 4096
 
 
@@ -70,7 +75,8 @@ def _model(u: dict[str, float], space: Space) -> tuple[dict[str, Any], bool]:
         m = load_model(_pick(u["family"], axes.presets))
         return {"num_layers": m.num_layers, "hidden_size": m.hidden_size,
                 "num_attention_heads": m.num_attention_heads, "num_query_groups": m.query_groups,
-                "ffn_hidden_size": m.ffn, "gated_mlp": m.gated_mlp, "vocab_size": m.vocab_size}, True
+                "ffn_hidden_size": m.ffn, "gated_mlp": m.gated_mlp, "vocab_size": m.vocab_size,
+                **model_columns(m)}, True
     family = _pick(u["family"], axes.families)
     params = _log_uniform(u["parameters"], axes.parameters.min, axes.parameters.max)
     ratio = _log_uniform(u["aspect"], axes.aspect_ratio.min, axes.aspect_ratio.max)
@@ -101,6 +107,11 @@ def _layout(u: dict[str, float], space: Space, model: dict[str, Any], fixed_laye
     if not tps:
         raise Rejected("no tensor-parallel size in the space divides heads, groups and ffn")
     tp = _pick(u["tp"], tps)
+    cps = [c for c in space.cp if (gpus // tp) % c == 0 and seq % (2 * c) == 0]
+    if not cps:
+        raise Rejected("no context-parallel size in the space divides the GPUs and the sequence")
+    cp = _pick(u["cp"], cps)
+    gpus //= cp  # the rest of the layout is that of the cp-fold smaller job
     schedule = _pick(u["schedule"], space.schedule)
     interleaved = schedule is Schedule.INTERLEAVED_1F1B
     v = _pick(u["virtual"], space.virtual_stages) if interleaved else 1
@@ -109,11 +120,15 @@ def _layout(u: dict[str, float], space: Space, model: dict[str, Any], fixed_laye
     layers = model["num_layers"]
     pps = [p for p in _powers_of_two(2 if interleaved else 1, space.pp_max)
            if (gpus // tp) % p == 0 and p * v <= layers
-           and (not fixed_layers or layers % (p * v) == 0)
+           and (not fixed_layers or layers % (p * v) == 0
+                or (space.uneven_pipeline and v == 1 and layers // p >= 1))
            and gpus // (tp * p) * min(space.micro_batch_size) * (p if interleaved else 1) <= max_seqs]
     if not pps:
         raise Rejected(f"no pipeline size fits {schedule.value} (layers, GPUs, global batch range)")
     pp = _pick(u["pp"], pps)
+    # a preset whose layers do not split evenly: Megatron's --decoder-first-pipeline-num-layers
+    # takes the remainder (DeepSeek-V3's 61 layers on pp 4: 16, 15, 15, 15)
+    first = layers - (pp - 1) * (layers // pp) if fixed_layers and layers % (pp * v) else 0
     if not fixed_layers:
         model["num_layers"] = max(1, round(layers / (pp * v))) * pp * v
     dp = gpus // (tp * pp)
@@ -127,7 +142,7 @@ def _layout(u: dict[str, float], space: Space, model: dict[str, Any], fixed_laye
         raise Rejected("num_microbatches range cannot meet the global batch range at this dp")
     m = min(hi, max(lo, round(_log_uniform(u["microbatches"], lo, hi) / step) * step))
     return {"global_batch_size": dp * mbs * m, "micro_batch_size": mbs, "tp": tp, "pp": pp, "dp": dp,
-            "virtual_stages": v, "schedule": schedule.value}
+            "virtual_stages": v, "schedule": schedule.value, "cp": cp, "first_stage_layers": first}
 
 
 def point_to_record(u: dict[str, float], space: Space,
@@ -144,10 +159,11 @@ def point_to_record(u: dict[str, float], space: Space,
     flash = _pick(u["flash"], space.flash_attention) and spec.supports_flash_attention
     inter = (_pick(u["inter_bw"], space.inter_node_bandwidth_Gbps) if space.inter_node_bandwidth_Gbps
              else spec.inter_node_bandwidth_Gbps)
-    return {**model, "seq_length": seq,
+    precision = _pick(u["precision"], precisions).value
+    record = {**model, "seq_length": seq,
             "global_batch_size": layout.pop("global_batch_size"),
             "micro_batch_size": layout.pop("micro_batch_size"),
-            "precision": _pick(u["precision"], precisions).value,
+            "precision": precision,
             "recompute": _pick(u["recompute"], space.recompute).value,
             "flash_attention": bool(flash), "num_gpus": gpus, **layout,
             "sequence_parallel": bool(_pick(u["sp"], space.sequence_parallel)) and layout["tp"] > 1,
@@ -155,7 +171,43 @@ def point_to_record(u: dict[str, float], space: Space,
             "overlap_grad_reduce": bool(_pick(u["overlap"], space.overlap_grad_reduce)),
             "gpu": spec.name, "gpus_per_node": spec.gpus_per_node,
             "intra_node_bandwidth_GBps": float(spec.nvlink_bandwidth_GBps),
-            "inter_node_bandwidth_Gbps": float(inter)}
+            "inter_node_bandwidth_Gbps": float(inter),
+            **_new_dimensions(u, space, model, layout, spec)}
+    return _finish(record, u, space, spec)
+
+
+def _new_dimensions(u: dict[str, float], space: Space, model: dict[str, Any],
+                    layout: dict[str, Any], spec: HardwareSpec) -> dict[str, Any]:
+    """The `surrogate.records` columns of a point (`layout` holds tp, cp, dp): MoE models get
+    an ep and expert tp that divide the experts and the stage's ranks and a dispatcher (flex
+    needs expert tp 1), dense ones CUDA graphs (Megatron refuses them with dropless MoE) and the
+    FSDP strategies (not modelled with MoE or cp); cp gets an exchange its heads allow."""
+    tp, cp, dp = layout["tp"], layout["cp"], layout["dp"]
+    experts = int(model.get("num_experts", 0))
+    out = {**{k: v for k, v in NEW_DEFAULTS.items() if k not in model and k not in layout},
+           "expert_tp": tp}
+    if experts:
+        ffn = int(model["moe_ffn_hidden_size"])
+        etp = _pick(u["expert_tp"], [e for e in space.expert_tp if ffn % e == 0] or [tp])
+        eps = [e for e in space.ep if experts % e == 0 and (tp * cp * dp) % (etp * e) == 0]
+        if not eps:
+            raise Rejected("no expert-parallel size in the space divides the experts and the ranks")
+        dispatchers = [d.value for d in space.moe_token_dispatcher if etp == 1 or d.value != "flex"]
+        out.update(ep=_pick(u["ep"], eps), expert_tp=etp,
+                   moe_token_dispatcher=_pick(u["dispatcher"], dispatchers or ["alltoall"]))
+    else:
+        out.update(ep=1, cuda_graphs=_pick(u["cuda_graphs"], space.cuda_graphs).value)
+    if cp > 1:
+        heads, groups = model["num_attention_heads"] // tp, model["num_query_groups"] // tp
+        exchanges = [c.value for c in space.cp_comm_type
+                     if c.value != "a2a" or (heads % cp == 0 and groups % cp == 0)]
+        out["cp_comm_type"] = _pick(u["cp_comm"], exchanges or ["p2p"])
+    shardings = [s.value for s in space.data_parallel_sharding
+                 if s.level <= 1 or (not experts and cp == 1)]
+    if shardings:
+        out["data_parallel_sharding"] = _pick(u["sharding"], shardings)
+    out["tp_comm_overlap"] = bool(_pick(u["tp_overlap"], space.tp_comm_overlap))
+    return out
 
 
 def _reason(message: str) -> str:
@@ -163,8 +215,7 @@ def _reason(message: str) -> str:
     return re.sub(r"(?<![\w.])\d+(\.\d+)?(?![\w.])", "#", message)[:160]
 
 
-def _design(method: Method, seed: int) -> Any:
-    d = len(AXES)
+def _design(method: Method, seed: int, d: int = len(AXES)) -> Any:
     if method is Method.SOBOL:
         return qmc.Sobol(d, scramble=True, seed=seed)
     if method is Method.LHS:
@@ -172,9 +223,9 @@ def _design(method: Method, seed: int) -> Any:
     return np.random.default_rng(seed)
 
 
-def _points(engine: Any) -> np.ndarray:
+def _points(engine: Any, d: int = len(AXES)) -> np.ndarray:
     if isinstance(engine, np.random.Generator):
-        return engine.random((BATCH, len(AXES)))
+        return engine.random((BATCH, d))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Sobol balance warning for non-power-of-two batches
         return np.asarray(engine.random(BATCH))
@@ -184,6 +235,7 @@ def draw(space: Space, hardware: Mapping[str, HardwareSpec], n: int, seed: int =
          method: Method = Method.SOBOL, max_draws: int | None = None) -> Draw:
     """The first `n` valid records of the design, with rejection counts by reason."""
     engine = _design(method, seed)
+    engine_new = _design(method, seed + 1, len(NEW_AXES))
     records: list[dict[str, Any]] = []
     reasons: Counter[str] = Counter()
     drawn = 0
@@ -192,10 +244,12 @@ def draw(space: Space, hardware: Mapping[str, HardwareSpec], n: int, seed: int =
         if drawn >= limit:
             raise ConfigError(f"space rejects almost every sample ({drawn} drawn, {len(records)} "
                               f"valid; top reasons: {dict(reasons.most_common(3))}); widen its ranges")
-        for row in _points(engine):
+        for row, row_new in zip(_points(engine), _points(engine_new, len(NEW_AXES)), strict=True):
             drawn += 1
+            u = {**dict(zip(AXES, row.tolist(), strict=True)),
+                 **dict(zip(NEW_AXES, row_new.tolist(), strict=True))}
             try:
-                record = point_to_record(dict(zip(AXES, row.tolist(), strict=True)), space, hardware)
+                record = point_to_record(u, space, hardware)
                 record_to_job(record, hardware)
             except (Rejected, ConfigError) as exc:
                 reasons[_reason(str(exc))] += 1
@@ -204,3 +258,34 @@ def draw(space: Space, hardware: Mapping[str, HardwareSpec], n: int, seed: int =
             if len(records) == n:
                 break
     return Draw(records, drawn, dict(reasons.most_common()))
+
+
+def _recipes(space: Space, spec: HardwareSpec) -> list[str]:
+    """The space's fp8 recipes that the GPU runs (a format for its architecture and a measured
+    GEMM efficiency, simulator.job.precision), else the GPU's default recipe."""
+    from simulator.job.precision import DEFAULT_FP8, FORMATS
+
+    arch = spec.architecture
+    if arch is None:
+        return ["delayed"]  # validation names the missing architecture
+    measured = spec.efficiency.low_precision_gemm_efficiency
+    ok = [r.value for r in space.fp8_recipe
+          if (r.value, arch) in FORMATS and FORMATS[(r.value, arch)].gemm_kernel in measured]
+    return ok or [DEFAULT_FP8[arch].value if arch in DEFAULT_FP8 else "delayed"]
+
+
+def _finish(record: dict[str, Any], u: dict[str, float], space: Space,
+            spec: HardwareSpec) -> dict[str, Any]:
+    """The columns that depend on others: the recipe of a low precision, tp comm overlap only
+    with sequence parallelism, the resolved NVLink domain (`Job.nvlink_domain`)."""
+    precision = record["precision"]
+    record["fp8_recipe"] = _pick(u["fp8_recipe"], _recipes(space, spec)) if precision == "fp8" else NONE
+    record["fp4_recipe"] = "nvfp4" if precision == "fp4" else NONE
+    if record["num_experts"] and record["tp"] > 1 and record["ep"] > 1:
+        record["sequence_parallel"] = True  # Megatron-Core asserts it for MoE with tp and ep
+    record["tp_comm_overlap"] = bool(record["tp_comm_overlap"] and record["sequence_parallel"])
+    if record["data_parallel_sharding"] != NONE:
+        record["distributed_optimizer"] = False  # the sharding says it (optim is ZeRO-1)
+    domain = spec.nvlink_domain or spec.gpus_per_node
+    record["nvlink_domain"] = min(domain, record["num_gpus"])
+    return record

@@ -18,7 +18,16 @@ from pydantic import Field, PositiveInt, model_validator
 
 from simulator.errors import ConfigError
 from simulator.job.catalog import data_dir, read_yaml
-from simulator.job.enums import Precision, Recompute, Schedule
+from simulator.job.enums import (
+    CpCommType,
+    CudaGraphs,
+    DataParallelSharding,
+    Fp8Recipe,
+    Precision,
+    Recompute,
+    Schedule,
+    TokenDispatcher,
+)
 from simulator.job.specs import Frozen, parse
 
 
@@ -86,14 +95,30 @@ class Space(Frozen):
     distributed_optimizer: tuple[bool, ...] = (True, False)
     overlap_grad_reduce: tuple[bool, ...] = (True, False)
     inter_node_bandwidth_Gbps: tuple[float, ...] = ()  # empty: each GPU type's default
+    # The dimensions of MoE / context parallelism / low precision (surrogate.records); the
+    # defaults leave a dense space's draws unchanged (they are drawn from a second design).
+    cp: tuple[PositiveInt, ...] = (1,)
+    cp_comm_type: tuple[CpCommType, ...] = (CpCommType.P2P,)
+    ep: tuple[PositiveInt, ...] = (1,)  # MoE models only (dense ones: 1)
+    expert_tp: tuple[PositiveInt, ...] = ()  # empty: the job's tp
+    fp8_recipe: tuple[Fp8Recipe, ...] = ()  # empty: the GPU's default recipe
+    data_parallel_sharding: tuple[DataParallelSharding, ...] = ()  # empty: distributed_optimizer
+    cuda_graphs: tuple[CudaGraphs, ...] = (CudaGraphs.NONE,)  # dense models only (dropless MoE: none)
+    tp_comm_overlap: tuple[bool, ...] = (False,)  # needs sequence parallelism and tp > 1
+    moe_token_dispatcher: tuple[TokenDispatcher, ...] = (TokenDispatcher.ALLTOALL,)
+    uneven_pipeline: bool = False  # presets whose layers pp does not divide: first stage larger
 
     @model_validator(mode="after")
     def _non_empty(self) -> Space:
         for key in ("hardware", "seq_length", "tp", "schedule", "micro_batch_size", "precision",
                     "recompute", "flash_attention", "sequence_parallel", "distributed_optimizer",
-                    "overlap_grad_reduce", "virtual_stages"):
+                    "overlap_grad_reduce", "virtual_stages", "cp", "cp_comm_type", "ep",
+                    "cuda_graphs", "tp_comm_overlap", "moe_token_dispatcher"):
             if not getattr(self, key):
                 raise ValueError(f"'{key}' needs at least one choice")
+        if CpCommType.A2A_P2P in self.cp_comm_type:
+            raise ValueError("cp_comm_type a2a+p2p needs hierarchical sizes, which a surrogate "
+                             "record does not hold; use p2p, a2a or all_gather")
         if not self.models.families and not (self.models.presets and self.models.preset_fraction):
             raise ValueError("models needs at least one family or presets with preset_fraction > 0")
         return self

@@ -8,7 +8,8 @@ import pytest
 from simulator import simulate
 from simulator.errors import ConfigError
 from surrogate.dataset import read_samples, simulate_records
-from surrogate.features import JOB_COLUMNS, job_to_record, physics_features, record_to_job
+from surrogate.encoding import physics_features
+from surrogate.features import JOB_COLUMNS, job_to_record, record_to_job
 from tests.conftest import make_job
 
 

@@ -45,7 +45,14 @@ np.savez(out, x=np.ascontiguousarray(x), one=np.array(one), batch=batch)
 
 
 def test_the_raw_features_are_the_job_columns_but_the_gpu() -> None:
-    assert tuple(c for c in JOB_COLUMNS if c != "gpu") == RAW_FEATURES
+    """The dense columns feed the compiled kernel; the MoE / cp / precision ones follow the
+    physics features (surrogate.extended), each column once."""
+    from surrogate.extended import EXTENDED_FEATURES
+    from surrogate.features import DENSE_COLUMNS, NEW_COLUMNS
+
+    assert tuple(c for c in DENSE_COLUMNS if c != "gpu") == RAW_FEATURES
+    assert EXTENDED_FEATURES[:len(NEW_COLUMNS)] == NEW_COLUMNS
+    assert set(JOB_COLUMNS) - {"gpu"} == set(RAW_FEATURES) | set(NEW_COLUMNS)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,151 @@
+"""The MoE / cp / precision record columns (surrogate.records): a job survives the trip through a
+record exactly, a record's bad value is one ConfigError naming its column, a job a record
+cannot hold is refused, an old table reads as dense jobs, and a model fits a MoE + cp sample."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.job.catalog import load_model
+from simulator.job.enums import Precision
+from simulator.job.specs import ClusterSpec, Job, ParallelPlan, TrainingSpec
+from simulator.job.validation import validate_job
+from simulator.simulate import simulate
+from surrogate.features import DENSE_COLUMNS, JOB_COLUMNS, job_to_record, record_to_job, with_new_defaults
+from surrogate.hardware import catalog_hardware
+from surrogate.records import NEW_COLUMNS
+
+ROOT = Path(__file__).resolve().parents[2]
+PRESETS = sorted(p.stem for p in (ROOT / "data" / "models").glob("*.yaml")
+                 if not p.stem.startswith("gpt-oss"))  # sliding windows: refused (test below)
+
+# (gpu, GPUs, tp, cp, ep, expert tp, precision, sharding) per kind of model: every new
+# dimension is exercised by some preset
+_MOE_PLANS = [("h100-sxm-80gb", 16, 2, 2, 4, 1, "fp8", "optim"),
+              ("gb200", 16, 2, 1, 8, 2, "fp4", None),
+              ("b200", 16, 1, 2, 8, 1, "bf16", None)]
+_DENSE_PLANS = [("h100-sxm-80gb", 16, 2, 2, 1, None, "fp8", None),
+                ("gb200", 8, 1, 1, 1, None, "fp4", "optim_grads_params"),
+                ("h200-141gb", 16, 4, 2, 1, None, "bf16", "optim")]
+
+
+def _job(preset: str, i: int) -> Job:
+    model = load_model(preset)
+    gpu, n, tp, cp, ep, etp, precision, sharding = (_MOE_PLANS if model.is_moe else _DENSE_PLANS)[i % 3]
+    if model.is_moe and model.num_experts is not None and model.num_experts % ep:
+        ep = math.gcd(ep, model.num_experts)
+    hw = catalog_hardware(gpu)
+    job = Job(model=model, training=TrainingSpec(global_batch_size=8 * n // (tp * cp), precision=precision,
+                                                 flash_attention=True),
+              parallel=ParallelPlan(tp=tp, cp=cp, ep=ep, expert_tp=etp, sequence_parallel=tp > 1,
+                                    data_parallel_sharding=sharding),
+              cluster=ClusterSpec(gpu=hw.name, num_gpus=n), hardware=hw)
+    return validate_job(job)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_preset_job_survives_the_trip_through_a_record_exactly(preset: str) -> None:
+    job = _job(preset, PRESETS.index(preset))
+    record = job_to_record(job)
+    assert tuple(record) == JOB_COLUMNS
+    again = record_to_job(record)
+    assert job_to_record(again) == record
+    a, b = simulate(job), simulate(again)
+    assert (a.iteration_time_s, a.peak_memory_bytes) == (b.iteration_time_s, b.peak_memory_bytes)
+
+
+def test_a_sliding_window_preset_is_refused_naming_the_field() -> None:
+    hw = catalog_hardware("h100-sxm-80gb")
+    job = validate_job(Job(model=load_model("gpt-oss-20b"),
+                           training=TrainingSpec(global_batch_size=8, flash_attention=True),
+                           parallel=ParallelPlan(ep=8), cluster=ClusterSpec(gpu=hw.name, num_gpus=8),
+                           hardware=hw))
+    with pytest.raises(ConfigError, match=r"model\.window_size=128 cannot be held"):
+        job_to_record(job)
+
+
+def test_a_layer_pattern_a_record_cannot_hold_is_refused() -> None:
+    hw = catalog_hardware("h100-sxm-80gb")
+    model = load_model("mixtral-8x7b").model_copy(update={"moe_layer_freq": (1, 0) * 16})
+    job = Job(model=model, training=TrainingSpec(global_batch_size=8), parallel=ParallelPlan(),
+              cluster=ClusterSpec(gpu=hw.name, num_gpus=8), hardware=hw)
+    with pytest.raises(ConfigError, match="moe_layer_freq"):
+        job_to_record(job)
+
+
+@pytest.mark.parametrize(("column", "value"), [("cp_comm_type", "ring"), ("fp8_recipe", "fast"),
+                                                ("data_parallel_sharding", "zero9"),
+                                                ("moe_token_dispatcher", "deepep"), ("num_experts", -8),
+                                                ("cp", 0), ("moe_first_dense_layers", 99)])
+def test_a_bad_new_column_is_one_config_error_naming_it(column: str, value: object) -> None:
+    record = {**job_to_record(_job("qwen3-30b-a3b", 0)), column: value}
+    with pytest.raises(ConfigError, match=column.split("_")[0]) as info:
+        record_to_job(record)
+    assert column in str(info.value) or column.removeprefix("moe_") in str(info.value)
+
+
+def test_a_record_saved_before_the_new_columns_is_the_dense_job() -> None:
+    job = _job("llama-3-8b", 2)
+    dense_job = validate_job(job.model_copy(update={
+        "parallel": job.parallel.model_copy(update={"cp": 1, "data_parallel_sharding": None, "tp": 2}),
+        "training": job.training.model_copy(update={"precision": Precision.BF16})}))
+    record = job_to_record(dense_job)
+    old = {k: record[k] for k in DENSE_COLUMNS}
+    assert simulate(record_to_job(old)).iteration_time_s == simulate(dense_job).iteration_time_s
+    table = with_new_defaults(pd.DataFrame([old]))
+    assert {c: table[c].iloc[0] for c in NEW_COLUMNS} == {c: record[c] for c in NEW_COLUMNS}
+
+
+def test_a_model_fits_a_tiny_moe_and_cp_sample_and_predicts_finite_values() -> None:
+    from surrogate.dataset import simulate_records
+    from surrogate.model import Surrogate
+    from surrogate.sampling import draw
+    from surrogate.space import Range, load_space
+
+    space = load_space(ROOT / "data" / "spaces" / "moe_cp.yaml").model_copy(update={
+        "hardware": ("h100-sxm-80gb", "gb200")})
+    space = space.model_copy(update={"models": space.models.model_copy(update={
+        "presets": ("qwen3-30b-a3b", "mixtral-8x7b"), "parameters": Range(min=1e9, max=8e9)})})
+    hardware = {h.name: h for h in map(catalog_hardware, space.hardware)}
+    records = draw(space, hardware, 60, seed=1).records
+    assert any(r["num_experts"] for r in records) and any(r["cp"] > 1 for r in records)
+    table = simulate_records(records, hardware)
+    model = Surrogate(n_estimators=5, memory_estimators=5, n_jobs=1).fit(table, hardware)
+    predicted = model.predict(table[list(JOB_COLUMNS)])
+    assert np.isfinite(predicted[["iteration_time_s", "peak_memory_bytes"]].to_numpy()).all()
+    one = model.predict_one(record_to_job(records[0], hardware))
+    assert one["iteration_time_s"] == pytest.approx(predicted["iteration_time_s"].iloc[0], rel=1e-5)
+
+
+def test_a_dense_table_takes_the_plain_path_with_the_same_features(monkeypatch) -> None:
+    """`surrogate.extended.plain_values` (dense 16-bit tables, fast) equals the general path."""
+    from surrogate import encoding
+
+    hardware = {"a100-80gb": catalog_hardware("a100-80gb")}
+    dense = validate_job(Job(model=load_model("llama-3-8b"), training=TrainingSpec(global_batch_size=64),
+                             parallel=ParallelPlan(tp=2, pp=2, distributed_optimizer=True),
+                             cluster=ClusterSpec(gpu="a100-80gb", num_gpus=16),
+                             hardware=hardware["a100-80gb"]))
+    table = pd.DataFrame([job_to_record(dense)] * 3)
+    columns = {c: table[c].to_numpy() for c in JOB_COLUMNS}
+    _, fast = encoding.feature_matrix(columns, hardware)
+    monkeypatch.setattr(encoding, "is_plain", lambda *args: False)
+    _, general = encoding.feature_matrix(columns, hardware)
+    np.testing.assert_array_equal(fast, general)
+
+
+def test_a_batch_without_the_new_columns_predicts_as_the_dense_jobs(tiny_model, tiny_samples) -> None:
+    """The search's candidate batches built before the MoE / cp columns still predict."""
+    from surrogate.dataset import read_samples
+
+    df = read_samples(tiny_samples).head(20)
+    full = tiny_model.model.predict_arrays({c: df[c].to_numpy() for c in JOB_COLUMNS})
+    dense = tiny_model.model.predict_arrays({c: df[c].to_numpy() for c in DENSE_COLUMNS})
+    np.testing.assert_array_equal(full[0], dense[0])
+    np.testing.assert_array_equal(full[1], dense[1])
