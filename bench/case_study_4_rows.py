@@ -77,9 +77,9 @@ class Case:
 
 
 def release_key(release: str) -> tuple[int, ...]:
-    """'NeMo container 26.06.01' -> (26, 6, 1); 'MLPerf Training v5.1' -> (5, 1): the numbers of
-    the release label compared as a version (empty when the label has none)."""
-    match = re.search(r"(\d+(?:\.\d+)+)", release)
+    """'NeMo container 26.06.01' -> (26, 6, 1); 'MLPerf Training v5.1' -> (5, 1): the release
+    label's version, compared as numbers (empty when the label names none, as a paper's row)."""
+    match = re.search(r"(?:container |\bv)(\d+(?:\.\d+)+)", release)
     return tuple(int(x) for x in match.group(1).split(".")) if match else ()
 
 
