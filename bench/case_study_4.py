@@ -135,13 +135,15 @@ def print_part_a(done: list[Simulated], skipped: Counter[str], older: Counter[st
 
 def print_breakdowns(done: list[Simulated]) -> None:
     print("\n## Part A: where the iteration goes (share of the critical stage's iteration)\n")
-    print("| model | GPU | precision | iteration s | breakdown |")
-    print("|---|---|---|---:|---|")
+    print("| model | GPU | GPUs | precision | iteration s | breakdown | busy s: first / 2nd / last stage |")
+    print("|---|---|---:|---|---:|---|---|")
     for s in done:
         shares = ", ".join(f"{k} {v:.0%}" for k, v in breakdown_shares(s.result.breakdown).items()
                            if v >= 0.005)
-        print(f"| {s.case.model} | {s.case.gpu} | {s.case.precision} | "
-              f"{s.result.iteration_time_s:.2f} | {shares} |")
+        st = s.result.stages
+        busy = " / ".join(f"{x.busy_s:.2f}" for x in (st[0], st[min(1, len(st) - 1)], st[-1]))
+        print(f"| {s.case.model} | {s.case.gpu} | {s.case.num_gpus} | {s.case.precision} | "
+              f"{s.result.iteration_time_s:.2f} | {shares} | {busy} |")
 
 
 def job_file_text(case: rows.Case) -> str:
