@@ -102,3 +102,12 @@ def test_rows_outside_the_study_are_counted_not_simulated(cases: list[rows.Case]
     outside = [c for c in cases if c.skip.startswith("GPU outside")]
     assert outside and all(c.job is None for c in outside)
     assert all(c.gpu in rows.STUDY_GPUS for c in cases if c.job is not None)
+
+
+def test_the_docs_part_a_tables_are_what_the_script_prints(cases: list[rows.Case],
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert case_study_4.main(["--no-plot"]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    doc = (ROOT / "docs" / "case_study_4.md").read_text()
+    stale = [line for line in printed if line not in doc]
+    assert not stale, f"docs/case_study_4.md is stale: rerun bench/case_study_4.py; first: {stale[:1]}"
