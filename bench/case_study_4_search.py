@@ -53,6 +53,18 @@ def _line(label: str, r: SimulationResult, gpus: int) -> str:
             f"  {'fits' if r.fits_in_memory else 'OOM'}")
 
 
+def _job_of(config: Any, plan: dict[str, Any]) -> Any:
+    """The job of a reported plan (its fields named as the job's), built the way a `baseline:`
+    of the same fields is: `plan_dict` spells schedule and virtual stages out, the space's knob
+    joins them."""
+    from vtrain_ml.planner.baseline import baseline_candidate
+    from vtrain_ml.planner.space import SearchSpace
+
+    candidate = baseline_candidate(SearchSpace(config.model_copy(update={"baseline": plan})))
+    assert candidate is not None and candidate.job is not None, plan
+    return candidate.job
+
+
 def compare(config: Any, report: Any, published: list[Simulated]) -> None:
     from vtrain_ml.planner.space import SearchSpace
 
@@ -60,7 +72,7 @@ def compare(config: Any, report: Any, published: list[Simulated]) -> None:
     model = str(config.model if isinstance(config.model, str) else config.model.get("preset"))
     best = fastest_per_gpu(list(report.ranked or report.evaluated), str(config.hardware))
     for gpu, outcome in sorted(best.items()):
-        job = space.build(outcome.plan).job
+        job = _job_of(config, outcome.plan)
         ours = simulate(job)
         print(f"\n{model} on {gpu}: best plan found {outcome.plan}")
         print(_line("found", ours, job.cluster.num_gpus))
