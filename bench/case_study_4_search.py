@@ -66,9 +66,6 @@ def _job_of(config: Any, plan: dict[str, Any]) -> Any:
 
 
 def compare(config: Any, report: Any, published: list[Simulated]) -> None:
-    from vtrain_ml.planner.space import SearchSpace
-
-    space = SearchSpace(config)
     model = str(config.model if isinstance(config.model, str) else config.model.get("preset"))
     best = fastest_per_gpu(list(report.ranked or report.evaluated), str(config.hardware))
     for gpu, outcome in sorted(best.items()):
