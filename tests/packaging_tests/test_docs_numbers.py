@@ -54,7 +54,7 @@ def test_every_mention_of_case_study_1s_optimum_and_front_is_current(exhaustive)
                      r"all (\d+) (?:points|plans) of the (?:exhaustive )?(?:Pareto )?front"],
     }
     stale = []
-    for doc in DOCS:
+    for doc in (d for d in DOCS if d.name != "case_study_4.md"):  # its fronts are its own searches'
         text = " ".join(doc.read_text().split())
         for expected, regexes in patterns.items():
             stale += [f"{doc.name}: '{m.group(0)}' (today {expected})" for rx in regexes
