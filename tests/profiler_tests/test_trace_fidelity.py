@@ -101,17 +101,25 @@ def _assert_same(ours: Counter[tuple[str, str]], theirs: Counter[tuple[str, str]
     assert sum(ours.values()) > 500  # a whole iteration was compared, not an empty list
 
 
-@pytest.mark.parametrize(("flash", "recompute"), [(True, "none"), (False, "full")])
-def test_reference_stack_runs_the_operators_of_the_measured_mgpt_runs(tmp_path, flash, recompute):
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test, restored after it: the suite runs in a shuffled order and
+    other tests' profiles record the thread count they were measured with."""
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("flash", "recompute"), [(True, "none"), (False, "full")])
+def test_reference_stack_runs_the_operators_of_the_measured_mgpt_runs(tmp_path, flash, recompute, one_thread):
     job = _job(tmp_path, GPT_MODEL, flash, recompute)
     _assert_same(_ours(job, "reference"), _theirs(job, "mgpt"))
 
 
 @pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers is not installed")
 @pytest.mark.parametrize(("model", "kind"), [(GPT_MODEL, "gpt2"), (LLAMA_MODEL, "llama")])
-def test_huggingface_stack_runs_the_operators_of_the_measured_runs(tmp_path, model, kind):
-    torch.set_num_threads(1)
+def test_huggingface_stack_runs_the_operators_of_the_measured_runs(tmp_path, model, kind, one_thread):
     job = _job(tmp_path, model, True, "none")
     _assert_same(_ours(job, "huggingface"), _theirs(job, kind))
 
