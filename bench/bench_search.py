@@ -45,7 +45,7 @@ from simulator.job.specs import Job
 from simulator.simulate import clear_caches
 from vtrain_ml.planner import rules
 from vtrain_ml.planner.config import Objective, SearchConfig, config_from_dict, load_config
-from vtrain_ml.planner.evaluation import Evaluation, evaluate_exact, evaluate_exact_many
+from vtrain_ml.planner.evaluation import Evaluation, evaluate_exact, evaluate_exact_many, stop_workers
 from vtrain_ml.planner.exhaustive import plan_order, run_exhaustive
 from vtrain_ml.planner.objective import constraint_values
 from vtrain_ml.planner.report import SearchReport
@@ -139,10 +139,8 @@ def search(config: SearchConfig, folder: Path, tag: str, **changes: Any) -> Sear
 
 def exhaustive_cold(config: SearchConfig) -> SearchReport:
     """Every valid plan simulated exactly on 2 processes, memo tables empty (fresh workers)."""
-    from joblib.externals.loky import get_reusable_executor
-
     clear_caches()
-    get_reusable_executor().shutdown(wait=True)
+    stop_workers()
     return run_exhaustive(config.model_copy(update={"n_jobs": 2}))
 
 
@@ -382,6 +380,7 @@ def exact_cost(rounds: int) -> None:
     for r in range(rounds):
         for name in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
             get_reusable_executor().shutdown(wait=True)  # fresh workers: cold caches for both
+            stop_workers()
             began = time.perf_counter()
             answers[name] = ways[name](jobs)
             walls[name].append(time.perf_counter() - began)

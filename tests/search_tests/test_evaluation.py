@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from joblib import Parallel, delayed
+
 from tests.search_tests.conftest import tiny_config
 from vtrain_ml.planner.evaluation import evaluate_exact, evaluate_exact_many, job_deltas
 from vtrain_ml.planner.space import SearchSpace
@@ -38,3 +40,13 @@ def test_parallel_evaluations_equal_serial_ones_in_order() -> None:
     wider = jobs[3].model_copy(update={"model": jobs[3].model.model_copy(update={"hidden_size": 2048})})
     jobs = [*jobs[:3], wider, *jobs[3:]]
     assert evaluate_exact_many(jobs, n_jobs=2) == [evaluate_exact(j) for j in jobs]
+
+
+def test_the_search_workers_and_joblib_parallel_share_one_process() -> None:
+    """A calibration (joblib `Parallel`) after a search in one process, and a search after it: the
+    two pools are separate, so neither finds the other's executor (a shuffled test order once ran
+    calibrate's `--jobs 2` after a parallel search and failed inside joblib)."""
+    jobs = _tiny_jobs()
+    first = evaluate_exact_many(jobs, n_jobs=2)
+    assert list(Parallel(n_jobs=2)(delayed(abs)(i) for i in (-3, -2, -1))) == [3, 2, 1]
+    assert evaluate_exact_many(jobs, n_jobs=2) == first

@@ -115,14 +115,38 @@ WORKER_IDLE_S = 300  # a worker with nothing to do for this long exits (joblib's
 
 
 def workers(n_jobs: int) -> Any:
-    """The reusable pool of `n_jobs` loky worker processes (joblib's executor). Each worker
+    """This module's own pool of `n_jobs` loky worker processes, kept between calls. Each worker
     ignores Ctrl-C (the search stops between batches; a terminal's Ctrl-C reaches the whole
     process group) and exits as soon as its parent process is gone, so that a killed search
-    leaves no idle workers behind (they would otherwise wait out their idle timeout)."""
-    from joblib.externals.loky import get_reusable_executor
+    leaves no idle workers behind (they would otherwise wait out their idle timeout).
 
-    return get_reusable_executor(max_workers=n_jobs, timeout=WORKER_IDLE_S, initializer=_worker_start,
-                                 initargs=(os.getpid(),))
+    It is not loky's process-wide reusable executor: joblib's `Parallel` (calibration, sample
+    generation) takes that one over when its arguments match and expects the attributes of its
+    own subclass, so sharing it failed in whichever caller came second."""
+    from joblib.externals.loky import ProcessPoolExecutor
+
+    global _POOL
+    pool, size = _POOL
+    if pool is None or size != n_jobs or pool._flags.shutdown or pool._flags.broken is not None:
+        if pool is not None:
+            pool.shutdown(wait=False)
+        pool = ProcessPoolExecutor(max_workers=n_jobs, timeout=WORKER_IDLE_S, initializer=_worker_start,
+                                   initargs=(os.getpid(),))
+        _POOL = (pool, n_jobs)
+    return pool
+
+
+_POOL: tuple[Any, int] = (None, 0)
+
+
+def stop_workers() -> None:
+    """Shut this module's worker processes down now (the next call starts fresh ones, with empty
+    memo tables: what a benchmark of cold evaluations needs)."""
+    global _POOL
+    pool, _ = _POOL
+    if pool is not None:
+        pool.shutdown(wait=True)
+    _POOL = (None, 0)
 
 
 def _worker_start(parent: int) -> None:
