@@ -25,7 +25,7 @@ lint: $(BIN)/activate
 	$(BIN)/lint-imports
 
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 # The README's accuracy table (bench/bench_accuracy.py), then the slow checks of its targets: the
 # cross-validated calibrations (tens of minutes on 2 cores). The checks that take seconds (memory,
