@@ -13,6 +13,7 @@ parallelism are simulated here (TE's default p2p exchange).
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,6 +252,7 @@ def _published_layout(r: dict[str, str], model: dict[str, Any], precision: tuple
                                 "precision": precision[0], "flash_attention": True,
                                 "recompute": "full" if "full" in r["recompute"].lower() else
                                 "selective" if "selective" in r["recompute"].lower() else "none"}
+    training.update(recipe_memory_settings(r["recompute"], r["recipe_overrides"]))
     if precision[1] and precision[0] == "fp8":
         training["fp8_recipe"] = precision[1]
     if "param-gather=True" in r["precision"]:
@@ -274,3 +276,31 @@ def _published_layout(r: dict[str, str], model: dict[str, Any], precision: tuple
     hw = dict(GPUS)[family] if family else ""
     return {"model": model, "training": training, "parallel": parallel,
             "cluster": {"gpu": hw, "num_gpus": gpus}}, ""
+
+
+_MODULES = re.compile(r"recompute_modules=\[([^\]]*)\]")
+_DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
+           "torch.uint8": "fp8"}
+
+
+def recipe_memory_settings(recompute: str, overrides: str) -> dict[str, Any]:
+    """Training fields a row's recipe columns state (never inferred): the selective recompute
+    modules of the `recompute` column (Megatron-Bridge's presets set them under selective
+    granularity: `set_deepseek_v3_common_configs`; an empty list recomputes nothing), and from
+    `recipe_overrides` `grad_reduce_in_fp32=False` and the precision-aware optimizer's dtypes.
+    A row that names several variants of one setting states none of them."""
+    out: dict[str, Any] = {}
+    modules = _MODULES.findall(recompute)
+    if len(set(modules)) == 1 and "granularity=full" not in recompute:
+        names = [m.strip().strip("'\"") for m in modules[0].split(",") if m.strip()]
+        out.update(recompute="selective" if names else "none")
+        if names:
+            out["recompute_modules"] = names
+    grad = set(re.findall(r"grad_reduce_in_fp32=(True|False)", overrides))
+    if len(grad) == 1:
+        out["grad_reduce_in_fp32"] = grad.pop() == "True"
+    for name in ("exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype"):
+        found = set(re.findall(rf"optimizer\.{name}=<expr:(torch\.[a-z0-9]+)>", overrides))
+        if len(found) == 1 and (dtype := _DTYPES.get(found.pop())):
+            out[name] = dtype
+    return out
