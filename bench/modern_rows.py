@@ -13,6 +13,7 @@ parallelism are simulated here (TE's default p2p exchange).
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,9 @@ ASSUMED = {
                   "under FSDP ZeRO-3 (optim_grads_params), float8 = TE tensorwise",
     "published": "settings the tables leave out take the Megatron perf recipes' defaults: "
                  "sequence parallelism and tp_comm_overlap when tp > 1, distributed optimizer, "
-                 "overlapped gradient reduction, no recompute unless stated",
+                 "overlapped gradient reduction, no recompute unless stated; Megatron-Bridge rows "
+                 "of Llama 3, DeepSeek-V3, Qwen3 and GPT-OSS a 16-bit gradient buffer "
+                 "(grad_reduce_in_fp32=False, set by every performance script of those families)",
 }
 
 
@@ -251,6 +254,8 @@ def _published_layout(r: dict[str, str], model: dict[str, Any], precision: tuple
                                 "precision": precision[0], "flash_attention": True,
                                 "recompute": "full" if "full" in r["recompute"].lower() else
                                 "selective" if "selective" in r["recompute"].lower() else "none"}
+    training.update(bridge_script_settings(r["source"], r["model"]))
+    training.update(recipe_memory_settings(r["recompute"], r["recipe_overrides"]))
     if precision[1] and precision[0] == "fp8":
         training["fp8_recipe"] = precision[1]
     if "param-gather=True" in r["precision"]:
@@ -274,3 +279,49 @@ def _published_layout(r: dict[str, str], model: dict[str, Any], precision: tuple
     hw = dict(GPUS)[family] if family else ""
     return {"model": model, "training": training, "parallel": parallel,
             "cluster": {"gpu": hw, "num_gpus": gpus}}, ""
+
+
+# What every Megatron-Bridge performance script of these model families sets and the summary tables
+# never print: `cfg.mixed_precision.grad_reduce_in_fp32 = False; cfg.ddp.grad_reduce_in_fp32 =
+# False` in set_llama3_common_configs, set_llama31_common_configs, set_deepseek_v3_common_configs,
+# set_qwen3_common_configs and set_gpt_oss_common_configs (NVIDIA-NeMo/Megatron-Bridge
+# scripts/performance/configs/{llama,llama3,llama31,deepseek,qwen,qwen3,gpt_oss}/*_llm_pretrain.py,
+# every stored version read on 2026-11-26). A row that states the setting itself overrides it.
+BRIDGE_SCRIPT_SETTINGS: dict[str, Any] = {"grad_reduce_in_fp32": False}
+BRIDGE_SCRIPT_FAMILIES = ("llama3", "deepseekv3", "qwen3", "gptoss")
+
+
+def bridge_script_settings(source: str, model: str) -> dict[str, Any]:
+    """The settings above for a Megatron-Bridge performance-summary row of those families."""
+    family = re.sub(r"[^a-z0-9]", "", model.lower())
+    if source.startswith("NVIDIA-NeMo/Megatron-Bridge") and family.startswith(BRIDGE_SCRIPT_FAMILIES):
+        return dict(BRIDGE_SCRIPT_SETTINGS)
+    return {}
+
+
+_MODULES = re.compile(r"recompute_modules=\[([^\]]*)\]")
+_DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
+           "torch.uint8": "fp8"}
+
+
+def recipe_memory_settings(recompute: str, overrides: str) -> dict[str, Any]:
+    """Training fields a row's recipe columns state (never inferred): the selective recompute
+    modules of the `recompute` column (Megatron-Bridge's presets set them under selective
+    granularity: `set_deepseek_v3_common_configs`; an empty list recomputes nothing), and from
+    `recipe_overrides` `grad_reduce_in_fp32=False` and the precision-aware optimizer's dtypes.
+    A row that names several variants of one setting states none of them."""
+    out: dict[str, Any] = {}
+    modules = _MODULES.findall(recompute)
+    if len(set(modules)) == 1 and "granularity=full" not in recompute:
+        names = [m.strip().strip("'\"") for m in modules[0].split(",") if m.strip()]
+        out.update(recompute="selective" if names else "none")
+        if names:
+            out["recompute_modules"] = names
+    grad = set(re.findall(r"grad_reduce_in_fp32=(True|False)", overrides))
+    if len(grad) == 1:
+        out["grad_reduce_in_fp32"] = grad.pop() == "True"
+    for name in ("exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype"):
+        found = set(re.findall(rf"optimizer\.{name}=<expr:(torch\.[a-z0-9]+)>", overrides))
+        if len(found) == 1 and (dtype := _DTYPES.get(found.pop())):
+            out[name] = dtype
+    return out

@@ -31,7 +31,8 @@ from simulator.graph.primitives import (
     pointwise,
 )
 from simulator.graph.quantize import LinearSpec, linear, linear_comm, norm_writes
-from simulator.job.enums import PositionEmbedding, Recompute, SoftmaxType
+from simulator.graph.recompute import selective_block
+from simulator.job.enums import PositionEmbedding, Recompute, RecomputeModule, SoftmaxType
 from simulator.job.layer_pattern import DENSE, LayerKind
 from simulator.job.specs import Job
 
@@ -55,10 +56,17 @@ def build_layer(job: Job, kind: LayerKind = DENSE) -> Block:
     parts.add(dropout_add(c, "mlp.dropout_add"))
     parts.small_weights.append(norm_weight_grad(job, c, "post_attn_norm"))
     bwd = parts.bwd + _parameter_gradient_ops(job, c, parts)
-    block = _with_recompute(job, tuple(parts.fwd), tuple(reversed(bwd)), parts.forward_comm,
-                            parts.backward_comm, core, c)
+    modules = job.training.recompute_modules
+    if job.training.recompute is Recompute.SELECTIVE and modules is not None \
+            and tuple(modules) != (RecomputeModule.CORE_ATTN,):
+        block = selective_block(job, kind, tuple(parts.fwd), tuple(reversed(bwd)), parts, core, c)
+        moe_saved = block.moe_saved_bytes
+    else:
+        block = _with_recompute(job, tuple(parts.fwd), tuple(reversed(bwd)), parts.forward_comm,
+                                parts.backward_comm, core, c)
+        moe_saved = parts.moe_saved_bytes
     return replace(block, dispatch_buffer_bytes=parts.dispatch_buffer_bytes,
-                   kv_buffer_bytes=core.buffer_bytes, moe_saved_bytes=parts.moe_saved_bytes)
+                   kv_buffer_bytes=core.buffer_bytes, moe_saved_bytes=moe_saved)
 
 
 def _is_plain_attention(job: Job, kind: LayerKind) -> bool:
@@ -149,7 +157,8 @@ def _with_recompute(job: Job, fwd: tuple[Op, ...], bwd: tuple[Op, ...],
     Selective recompute checkpoints the core attention, flash attention included
     (Megatron-Core `Attention._checkpointed_attention_forward`, recompute module `core_attn`):
     its inputs Q, K, V stay saved, its internals are dropped and its forward runs again (with
-    context parallelism, its K/V exchanges too)."""
+    context parallelism, its K/V exchanges too). Other `training.recompute_modules`:
+    simulator.graph.recompute."""
     full = sum(op.saved_bytes for op in fwd)
     mode = job.training.recompute
     if mode is Recompute.FULL:

@@ -4,14 +4,15 @@ Model FLOPs follow Narayanan et al. 2021 (Sec. 5.1, Appendix): matmul FLOPs only
 twice for backward, generalized to GQA and gated MLPs; for a GPT model they equal
 72 B s l h^2 (1 + s/(6h) + V/(12 l h)). Hardware FLOPs add the recomputed forward (full: whole
 layers; selective: the attention score and value matmuls -- flash attention included, since
-Megatron checkpoints the core attention whatever its kernel and runs its forward again).
+Megatron checkpoints the core attention whatever its kernel and runs its forward again -- or the
+matmuls of the chosen `training.recompute_modules`).
 They are properties of the job's graph, not of a simulation's timing, so they live here and the
 report divides them by its time (simulator.report.metrics).
 """
 
 from __future__ import annotations
 
-from simulator.job.enums import Recompute
+from simulator.job.enums import Recompute, RecomputeModule
 from simulator.job.layer_pattern import LayerKind, layer_kinds
 from simulator.job.specs import Job, ModelSpec
 
@@ -92,6 +93,11 @@ def model_flops_per_iteration(job: Job) -> float:
 def hardware_flops_per_iteration(job: Job) -> float:
     m = job.model
     tokens = job.training.global_batch_size * m.seq_length
+    modules = job.training.recompute_modules
+    if job.training.recompute is Recompute.SELECTIVE and modules is not None \
+            and tuple(modules) != (RecomputeModule.CORE_ATTN,):
+        extra = sum(_modules_recompute_per_token(m, k, set(modules)) for k in layer_kinds(m))
+        return model_flops_per_iteration(job) + tokens * extra
     if not _plain(m):
         return model_flops_per_iteration(job) + tokens * _general_recompute_per_token(job)
     extra = {
@@ -112,3 +118,29 @@ def _general_recompute_per_token(job: Job) -> float:
     if mode is Recompute.FULL:
         return sum(kind_forward_flops_per_token(m, k) for k in kinds)
     return sum(attention_core_flops_per_token(m, k.window) for k in kinds)
+
+
+def _modules_recompute_per_token(m: ModelSpec, kind: LayerKind,
+                                 modules: set[RecomputeModule]) -> float:
+    """Matmul FLOPs per token that `training.recompute_modules` runs again in a layer of `kind`
+    (simulator.graph.recompute): the attention core, MLA's up projections, the dense MLP, the
+    MoE layer (router, top-k experts, shared experts) or its shared experts; norms and
+    activations run no matmul."""
+    M = RecomputeModule
+    shared = m.moe_shared_expert_intermediate_size or 0
+    flops = attention_core_flops_per_token(m, kind.window) if M.CORE_ATTN in modules else 0.0
+    if M.MLA_UP_PROJ in modules and m.multi_latent_attention:
+        dqk = m.qk_head_dim + m.qk_pos_emb_head_dim
+        heads = m.num_attention_heads
+        flops += 2.0 * ((m.q_lora_rank or m.hidden_size) * heads * dqk
+                        + m.kv_lora_rank * heads * (m.qk_head_dim + m.v_head_dim))
+    if kind.moe and M.MOE in modules:
+        assert m.num_experts is not None
+        flops += 2.0 * (m.num_experts * m.hidden_size
+                        + m.moe_router_topk * mlp_matmul_weights(m, m.moe_ffn)
+                        + (mlp_matmul_weights(m, shared) if shared else 0))
+    elif kind.moe and M.SHARED_EXPERTS in modules and shared:
+        flops += 2.0 * mlp_matmul_weights(m, shared)
+    if not kind.moe and M.MLP in modules:
+        flops += 2.0 * mlp_matmul_weights(m, m.ffn)
+    return flops

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from simulator.graph.ops import Op, OpKind, Phase
 from simulator.job.enums import DataParallelSharding, Norm
 from simulator.job.framework import FrameworkSemantics, semantics
+from simulator.job.param_bytes import param_bytes
 from simulator.job.precision import LowPrecisionFormat, low_precision
 from simulator.job.specs import Job
 
@@ -68,7 +69,7 @@ def gradient_accumulation_fused(job: Job) -> bool:
 
 def grad_bytes(job: Job) -> int:
     """Bytes of one accumulated gradient element (the framework's gradient buffer dtype)."""
-    return semantics(job.training.framework).param_bytes(job.training.precision).gradients
+    return param_bytes(job).gradients
 
 
 def gemm(name: str, m: int, n: int, k: int, dt: int, saved: float, batch: int = 1,

@@ -163,3 +163,34 @@ class CpCommType(StrEnum):
     A2A = "a2a"  # Ulysses: all-to-all from sequence to head sharding and back
     ALL_GATHER = "all_gather"  # K/V all-gathered (exposed), Llama 3's long-context recipe
     A2A_P2P = "a2a+p2p"  # a2a inside the inner group, ring across the outer groups
+
+
+class RecomputeModule(StrEnum):
+    """Megatron-Core's `--recompute-modules` under `--recompute-granularity selective`
+    (core/transformer/transformer_config.py, `recompute_modules`; default ["core_attn"]).
+    Output-discarding checkpoints (`tensor_parallel.CheckpointWithoutOutput`) free a module's
+    output after its consumers ran and re-run the module before their backward; the others are
+    ordinary checkpoints that keep only the module's input (simulator.graph.recompute)."""
+
+    CORE_ATTN = "core_attn"  # the attention core (checkpoint; inputs Q, K, V kept)
+    MOE_ACT = "moe_act"  # the experts' activation function (output discarded)
+    LAYERNORM = "layernorm"  # input_layernorm and pre_mlp_layernorm when separate (discarded)
+    MLA_UP_PROJ = "mla_up_proj"  # MLA's up projections and rope (output discarded)
+    MLP = "mlp"  # the dense MLP (checkpoint)
+    MOE = "moe"  # the whole MoE layer: router, dispatch, experts (checkpoint)
+    SHARED_EXPERTS = "shared_experts"  # the MoE layer's shared experts (checkpoint)
+
+
+class StateDtype(StrEnum):
+    """The dtype of an optimizer tensor under Megatron's precision-aware optimizer
+    (`--exp-avg-dtype`, `--exp-avg-sq-dtype`, `--main-params-dtype`; megatron/training/
+    arguments.py, Transformer Engine's FusedAdam)."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+
+    @property
+    def bytes(self) -> int:
+        return {StateDtype.FP32: 4, StateDtype.BF16: 2, StateDtype.FP16: 2, StateDtype.FP8: 1}[self]

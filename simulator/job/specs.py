@@ -32,9 +32,11 @@ from simulator.job.enums import (
     PositionEmbedding,
     Precision,
     Recompute,
+    RecomputeModule,
     RouterScore,
     Schedule,
     SoftmaxType,
+    StateDtype,
     TokenDispatcher,
 )
 
@@ -145,6 +147,18 @@ class TrainingSpec(Frozen):
     num_layers_at_end_in_bf16: NonNegativeInt = 1
     fp8_dot_product_attention: bool = False
     cuda_graphs: CudaGraphs = CudaGraphs.NONE  # launches captured in CUDA graphs
+    # Megatron's --recompute-modules with recompute: selective (None: ["core_attn"], its default;
+    # simulator.graph.recompute)
+    recompute_modules: tuple[RecomputeModule, ...] | None = None
+    # DDP's grad_reduce_in_fp32 (Megatron-LM: --accumulate-allreduce-grads-in-fp32 /
+    # --grad-reduce-in-bf16). None: Megatron's default, fp32 gradient buffers for bf16 / fp8 /
+    # fp4 training and 16-bit ones for fp16. False: gradients accumulated and reduced in 16 bits.
+    grad_reduce_in_fp32: bool | None = None
+    # The precision-aware optimizer (--use-precision-aware-optimizer, Transformer Engine's
+    # FusedAdam; simulator.job.param_bytes): Adam's moments and the master weights
+    exp_avg_dtype: StateDtype = StateDtype.FP32
+    exp_avg_sq_dtype: StateDtype = StateDtype.FP32
+    main_params_dtype: StateDtype = StateDtype.FP32
 
 
 class ParallelPlan(Frozen):

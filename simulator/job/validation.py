@@ -13,8 +13,10 @@ from simulator.job.enums import CudaGraphs, DataParallelSharding, Framework, Rec
 from simulator.job.framework import semantics
 from simulator.job.limits import size_problems
 from simulator.job.moe_cp_rules import moe_cp_problems
+from simulator.job.param_bytes import optimizer_precision_problems
 from simulator.job.partition import partition_problems
 from simulator.job.precision import precision_problems
+from simulator.job.recompute_rules import recompute_problems
 from simulator.job.specs import Job
 
 
@@ -47,7 +49,8 @@ def job_problems(job: Job) -> list[str]:
         problems.append(f"tensor_parallel_size={tp} does not divide ffn_hidden_size={m.ffn}")
     problems += (_pipeline_problems(job) + _framework_problems(job) + _network_problems(job)
                  + moe_cp_problems(job) + precision_problems(job) + _sharding_problems(job)
-                 + _overlap_problems(job) + size_problems(job))
+                 + _overlap_problems(job) + size_problems(job) + recompute_problems(job)
+                 + optimizer_precision_problems(job))
     dp, cp = job.dp, p.cp
     names, sizes = ("tp*pp", f"{tp}*{pp}") if cp == 1 else ("tp*cp*pp", f"{tp}*{cp}*{pp}")
     if p.dp is not None and tp * cp * pp * p.dp != c.num_gpus:

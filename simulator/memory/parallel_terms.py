@@ -21,7 +21,7 @@ import numpy as np
 
 from simulator.graph.blocks import JobGraph
 from simulator.graph.params import optimizer_shards, stage_expert_param_counts
-from simulator.job.framework import semantics
+from simulator.job.param_bytes import param_bytes
 from simulator.job.specs import Job
 
 
@@ -52,7 +52,7 @@ def parallel_terms(job: Job, graph: JobGraph, held_quantized: np.ndarray | float
     """The terms of the module docstring; `held_quantized`: expert parameters held in a
     low-precision format instead of 16 bits (`fp8_param_gather`; their bytes are counted with
     the quantized weight copies, simulator.memory.states.quantized_weights)."""
-    pb = semantics(job.training.framework).param_bytes(job.training.precision)
+    pb = param_bytes(job)
     _, expert_shard = optimizer_shards(job)
     n = stage_expert_param_counts(job)
     present = graph.layer_counts.sum(axis=2) > 0  # (k, pp) the stage runs blocks of kind k

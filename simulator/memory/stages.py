@@ -41,6 +41,7 @@ from simulator.graph.blocks import JobGraph
 from simulator.graph.params import optimizer_shards
 from simulator.job.enums import Recompute
 from simulator.job.framework import semantics
+from simulator.job.param_bytes import param_bytes
 from simulator.job.partition import stage_layers
 from simulator.job.specs import GiB, Job
 from simulator.memo import Memo, Pinned
@@ -198,7 +199,7 @@ def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
         return _parallel_moments(job, graph, plan)
     p = job.parallel.pp
     fw = semantics(job.training.framework)
-    pb = fw.param_bytes(job.training.precision)
+    pb = param_bytes(job)
     states = model_states(job)
     grads = states.gradients
     # eager: allocated by the first backward of the iteration; DDP's buckets are allocated once
@@ -243,7 +244,7 @@ def _parallel_moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
     recipe's quantized copies of both (with `fp8_param_gather` instead of their 16-bit
     weights). FSDP is not modelled with them (validation refuses it)."""
     p = job.parallel.pp
-    pb = semantics(job.training.framework).param_bytes(job.training.precision)
+    pb = param_bytes(job)
     n, _ = expert_and_dense_counts(job, stage_param_counts(job))
     shard, _ = optimizer_shards(job)
     q = quantized_weights(job)

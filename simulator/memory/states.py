@@ -26,6 +26,7 @@ from simulator.graph.params import (
 from simulator.job.enums import DataParallelSharding, Precision
 from simulator.job.framework import semantics
 from simulator.job.layer_pattern import layer_kinds, stage_kind_counts
+from simulator.job.param_bytes import param_bytes
 from simulator.job.partition import stage_layers
 from simulator.job.precision import LowPrecisionFormat, low_precision
 from simulator.job.specs import Job
@@ -48,7 +49,7 @@ def static_bytes_per_param(job: Job) -> float:
     """Bytes per parameter of weights, gradients and optimizer states under the job's framework
     (simulator.job.framework), the sharded part split over dp with the distributed optimizer."""
     shard = job.dp if job.shards_optimizer else 1
-    return semantics(job.training.framework).param_bytes(job.training.precision).per_param(shard)
+    return param_bytes(job).per_param(shard)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def model_states(job: Job) -> ModelStates:
     linear weights ARE the quantized tensors, with no 16-bit copy (Megatron: "keep the compute
     param in fp8"). Under ZeRO-3 cached copies exist only for the units in flight, and quantized
     parameters are sharded like the others."""
-    pb = semantics(job.training.framework).param_bytes(job.training.precision)
+    pb = param_bytes(job)
     n, layers = stage_param_counts(job), stage_layers(job)
     shard = job.dp if job.shards_optimizer else 1
     level = job.sharding.level if job.dp > 1 else 0

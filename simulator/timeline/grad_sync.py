@@ -22,7 +22,7 @@ from simulator.graph.params import (
     stage_quantized_linear_counts,
 )
 from simulator.job.enums import CollectiveKind
-from simulator.job.framework import semantics
+from simulator.job.param_bytes import param_bytes
 from simulator.job.specs import Job
 from simulator.network.collectives import NetworkModel
 from simulator.network.groups import data_parallel_placement, expert_data_parallel_placement
@@ -37,7 +37,7 @@ def reduction_s(job: Job, params: np.ndarray, network: NetworkModel,
                 fraction: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(p,) seconds of the gradient reduction of `fraction` of every stage's gradients, and of
     the distributed optimizer's parameter all-gather (zero without it)."""
-    pb = semantics(job.training.framework).param_bytes(job.training.precision)
+    pb = param_bytes(job)
     dense, experts = _split(job, params)
     shard = job.shards_optimizer
     kind = CollectiveKind.REDUCE_SCATTER if shard else CollectiveKind.ALL_REDUCE

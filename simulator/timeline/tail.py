@@ -32,6 +32,7 @@ from simulator.graph.params import final_norm_params, kind_params, padded_vocab
 from simulator.job.enums import CollectiveKind, Norm, Precision
 from simulator.job.framework import semantics
 from simulator.job.layer_pattern import stage_kind_counts
+from simulator.job.param_bytes import param_bytes
 from simulator.job.partition import stage_layers
 from simulator.job.specs import Job
 from simulator.network.collectives import NetworkModel
@@ -118,7 +119,7 @@ def compute_tail(job: Job, timeline: Timeline, params_per_stage: np.ndarray,
     elif job.dp > 1 and job.parallel.overlap_grad_reduce:
         kind = (CollectiveKind.REDUCE_SCATTER if job.shards_optimizer
                 else CollectiveKind.ALL_REDUCE)
-        pb = semantics(job.training.framework).param_bytes(job.training.precision)
+        pb = param_bytes(job)
         reduced = tail_reduced_params(job, params_per_stage)
         exposed, dp_total = _overlapped(job, timeline, reduced * pb.gradients, kind, network)
         if fixed.gather_s is not None:
@@ -150,7 +151,7 @@ def _overlapped_parallel(job: Job, timeline: Timeline, params: np.ndarray,
                          network: NetworkModel) -> tuple[np.ndarray, np.ndarray]:
     """Bucketed reduction overlapped with the last backwards: `_overlapped` with each bucket
     carrying its share of the stage's dense and expert gradients over their groups."""
-    pb = semantics(job.training.framework).param_bytes(job.training.precision)
+    pb = param_bytes(job)
     kind = (CollectiveKind.REDUCE_SCATTER if job.shards_optimizer
             else CollectiveKind.ALL_REDUCE)
 
@@ -168,7 +169,7 @@ def fixed_tail(job: Job, params_per_stage: np.ndarray, kernels: KernelModel,
     if uses_parallel_groups(job):
         return _fixed_parallel(job, params_per_stage, kernels, network)
     p = job.parallel.pp
-    pb = semantics(job.training.framework).param_bytes(job.training.precision)
+    pb = param_bytes(job)
     grad_bytes = tail_reduced_params(job, params_per_stage) * pb.gradients
     dp_total = np.zeros(p)
     exposed = np.zeros(p)
@@ -215,7 +216,7 @@ def sp_parameters(job: Job) -> np.ndarray:
 def _sp_grad_sync(job: Job, network: NetworkModel) -> np.ndarray:
     if not (job.parallel.sequence_parallel and job.parallel.tp > 1):
         return np.zeros(job.parallel.pp)
-    gb = semantics(job.training.framework).param_bytes(job.training.precision).gradients
+    gb = param_bytes(job).gradients
     where = tp_placement(job)
     return per_value(sp_parameters(job),
                      lambda n: network.time(CollectiveKind.ALL_REDUCE, n * gb, where))
@@ -240,7 +241,7 @@ def _embedding_sync(job: Job, network: NetworkModel) -> np.ndarray:
     sync = np.zeros(p)
     if p > 1 and (m.tied_embeddings or m.mtp_num_layers):  # MTP embeds with the same table
         fw = semantics(job.training.framework)
-        gb = fw.param_bytes(job.training.precision).gradients
+        gb = param_bytes(job).gradients
         nbytes = padded_vocab(m, tp, fw.pads_vocab) * m.hidden_size / tp * gb
         t = network.time(CollectiveKind.ALL_REDUCE, nbytes, embedding_placement(job))
         sync[0] = sync[-1] = t
