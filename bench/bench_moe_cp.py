@@ -276,7 +276,42 @@ def published_job(r: pd.Series) -> tuple[dict[str, Any] | None, str]:
                                "gpus_per_node": _int(r.gpus_per_node) or 8}
     if domain and "nvlink_domain" in ClusterSpec.model_fields:
         cluster["nvlink_domain"] = domain
+    if preset == "deepseek-v3" and int(r.pp) > 1:
+        split = deepseek_stage_layers(int(r.pp), vp)
+        if split is None:
+            return None, (f"Megatron-Bridge's DeepSeek-V3 pipeline layout has no entry for "
+                          f"pp={int(r.pp)} x vp={vp} (not stated; not invented)")
+        first, last = split
+        rest, middle = 61 - first - last, int(r.pp) - 2
+        if middle and rest // middle == first:  # an even first rank: only the last is short
+            parallel["last_stage_layers"] = last
+        else:
+            parallel.update(first_stage_layers=first, last_stage_layers=last)
     return {"model": model, "training": training, "parallel": parallel, "cluster": cluster}, ""
+
+
+# Megatron-Bridge's DeepSeek-V3 pipeline placement, `set_deepseek_v3_pipeline_model_parallel_layout`
+# (recipes/deepseek/deepseek_v3.py, layout_map): decoder layers per virtual stage -- embedding + 4
+# decoder layers, 14 x 4, then 1 decoder layer + MTP + loss for 16 virtual stages; 8, 6 x 8, 5 +
+# MTP + loss for 8. A rank holds virtual stages r, r + pp, ...; the per-rank totals become
+# `first_stage_layers` / `last_stage_layers` (simulator/job/partition.py spreads a rank's layers
+# over its chunks itself, shorter chunks first, so the per-chunk split can differ from NVIDIA's
+# while every rank's total is theirs).
+_DEEPSEEK_VIRTUAL = {16: [4] + [4] * 14 + [1], 8: [8] + [8] * 6 + [5]}
+_DEEPSEEK_PLAIN = {(4, 1): [16, 16, 16, 13]}
+
+
+def deepseek_stage_layers(pp: int, vp: int) -> tuple[int, int] | None:
+    """(first, last) rank's decoder layers of Megatron-Bridge's DeepSeek-V3 layout for (pp, vp),
+    or None when the layout map has no entry."""
+    if (pp, vp) in _DEEPSEEK_PLAIN:
+        per_rank = _DEEPSEEK_PLAIN[(pp, vp)]
+        return per_rank[0], per_rank[-1]
+    virtual = _DEEPSEEK_VIRTUAL.get(pp * vp)
+    if virtual is None or pp == 1:
+        return None
+    ranks = [sum(virtual[r::pp]) for r in range(pp)]
+    return ranks[0], ranks[-1]
 
 
 def _recompute(text: Any) -> str:

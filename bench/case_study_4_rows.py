@@ -12,7 +12,7 @@ are counted with their reason, never invented.
 
 Each row becomes a job by the mappings bench/bench_moe_cp.py (MoE rows) and bench/modern_rows.py
 (dense rows) already apply to the whole published set, imported rather than copied; two things
-are added here:
+are used here (the first lives in bench_moe_cp, which applies it to every published row):
 - DeepSeek-V3's 61 layers do not divide over pipeline stages. Megatron-Bridge places them with
   `set_deepseek_v3_pipeline_model_parallel_layout` (recipes/deepseek/deepseek_v3.py, layout_map:
   per virtual stage, embedding + 4 decoder layers, 14 x 4, then 1 decoder layer + MTP + loss for
@@ -42,6 +42,7 @@ if str(BENCH) not in sys.path:  # the sibling bench scripts import each other by
     sys.path.insert(0, str(BENCH))
 import bench_moe_cp  # noqa: E402
 import modern_rows  # noqa: E402
+from bench_moe_cp import deepseek_stage_layers as deepseek_stage_layers  # noqa: E402
 
 # Token budgets of the real runs. DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv
 # 2412.19437), abstract and Sec. 4.2: "pre-trained on 14.8 trillion diverse and high-quality
@@ -52,11 +53,6 @@ STUDY_GPUS = ("h100-sxm-80gb", "h200-141gb", "b200", "gb200")
 FILES = ("nvidia_megatron_bridge_perf_summary.csv", "mlperf_training_nvidia.csv",
          "nvidia_nemo_perf_summary.csv", "nvidia_nemo_automodel_perf_summary.csv",
          "large_scale_training_reports.csv")
-
-# Megatron-Bridge's DeepSeek-V3 layout_map, decoder layers per virtual stage (module docstring)
-_DEEPSEEK_VIRTUAL = {16: [4] + [4] * 14 + [1], 8: [8] + [8] * 6 + [5]}
-_DEEPSEEK_PLAIN = {(4, 1): [16, 16, 16, 13]}
-
 
 @dataclass(frozen=True)
 class Case:
@@ -81,19 +77,6 @@ def release_key(release: str) -> tuple[int, ...]:
     label's version, compared as numbers (empty when the label names none, as a paper's row)."""
     match = re.search(r"(?:container |\bv)(\d+(?:\.\d+)+)", release)
     return tuple(int(x) for x in match.group(1).split(".")) if match else ()
-
-
-def deepseek_stage_layers(pp: int, vp: int) -> tuple[int, int] | None:
-    """(first, last) rank's decoder layers of Megatron-Bridge's DeepSeek-V3 layout for (pp, vp),
-    or None when the layout map has no entry (module docstring)."""
-    if (pp, vp) in _DEEPSEEK_PLAIN:
-        per_rank = _DEEPSEEK_PLAIN[(pp, vp)]
-        return per_rank[0], per_rank[-1]
-    virtual = _DEEPSEEK_VIRTUAL.get(pp * vp)
-    if virtual is None or pp == 1:
-        return None
-    ranks = [sum(virtual[r::pp]) for r in range(pp)]
-    return ranks[0], ranks[-1]
 
 
 def model_of(name: str) -> str | None:
@@ -168,23 +151,9 @@ def _llama_job(row: pd.Series) -> tuple[dict[str, Any] | None, str]:
 
 
 def _deepseek_job(row: pd.Series) -> tuple[dict[str, Any] | None, str]:
-    job, why = bench_moe_cp.published_job(row)
-    if job is None:
-        return None, why
-    par = job["parallel"]
-    pp, vp = par["pp"], par.get("virtual_stages", 1)
-    if pp > 1:
-        split = deepseek_stage_layers(pp, vp)
-        if split is None:
-            return None, (f"Megatron-Bridge's DeepSeek-V3 pipeline layout has no entry for "
-                          f"pp={pp} x vp={vp} (not stated; not invented)")
-        first, last = split
-        rest, middle = 61 - first - last, pp - 2
-        if middle and rest // middle == first:  # an even first rank: only the last is short
-            par["last_stage_layers"] = last
-        else:
-            par.update(first_stage_layers=first, last_stage_layers=last)
-    return job, ""
+    """bench_moe_cp's job of the row; it places DeepSeek-V3's 61 layers by Megatron-Bridge's
+    layout map (bench_moe_cp.deepseek_stage_layers)."""
+    return bench_moe_cp.published_job(row)
 
 
 def case_of(row: pd.Series) -> Case:
