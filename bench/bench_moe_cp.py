@@ -43,9 +43,10 @@ from modern_rows import precision_and_recipe as modern_precision  # noqa: E402
 
 from simulator import job_from_dict, simulate  # noqa: E402
 from simulator.errors import VTrainError  # noqa: E402
-from simulator.job.catalog import data_dir, hardware_names, resolve_hardware  # noqa: E402
+from simulator.job.catalog import data_dir, hardware_names, load_model, resolve_hardware  # noqa: E402
 from simulator.job.enums import GpuArchitecture, Precision  # noqa: E402
 from simulator.job.specs import ClusterSpec, GiB  # noqa: E402
+from vtrain_ml.planner.dimensions import uneven_split  # noqa: E402
 
 MODERN = ROOT.parent / "shared" / "data" / "modern"
 LLAMA = dict(norm="rmsnorm", use_bias=False, gated_mlp=True, position_embedding="rope",
@@ -276,6 +277,11 @@ def published_job(r: pd.Series) -> tuple[dict[str, Any] | None, str]:
                                "gpus_per_node": _int(r.gpus_per_node) or 8}
     if domain and "nvlink_domain" in ClusterSpec.model_fields:
         cluster["nvlink_domain"] = domain
+    if preset in ACCOUNTS_FOR_EMBEDDING_AND_LOSS and int(r.pp) > 1:
+        split = uneven_split(load_model(preset, {k: v for k, v in model.items() if k != "preset"}),
+                             int(r.pp), vp)
+        if split is not None:
+            parallel.update(first_stage_layers=split[0], last_stage_layers=split[1])
     if preset == "deepseek-v3" and int(r.pp) > 1:
         split = deepseek_stage_layers(int(r.pp), vp)
         if split is None:
@@ -289,6 +295,12 @@ def published_job(r: pd.Series) -> tuple[dict[str, Any] | None, str]:
             parallel.update(first_stage_layers=first, last_stage_layers=last)
     return {"model": model, "training": training, "parallel": parallel, "cluster": cluster}, ""
 
+
+# Megatron-Bridge's Qwen3-235B-A22B recipe counts the embedding and the loss as pipeline layers
+# (`account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split` in
+# recipes/qwen/qwen3_moe.py, qwen3_235b_a22b_pretrain_config): 94 + 2 over pp x vp virtual stages,
+# the first and last rank one decoder layer short (vtrain_ml.planner.dimensions.uneven_split).
+ACCOUNTS_FOR_EMBEDDING_AND_LOSS = ("qwen3-235b-a22b",)
 
 # Megatron-Bridge's DeepSeek-V3 pipeline placement, `set_deepseek_v3_pipeline_model_parallel_layout`
 # (recipes/deepseek/deepseek_v3.py, layout_map): decoder layers per virtual stage -- embedding + 4
