@@ -166,8 +166,6 @@ def prepare(item: Planned, request: TraceRequest) -> Running:
     from profiler.device import resolve_device
 
     device = resolve_device(request.device)
-    if request.threads:
-        torch.set_num_threads(request.threads)
     torch.manual_seed(request.seed)
     with device:  # parameters are created (and initialized) on the device: fast for big shards
         model, loss_fn = STACKS[request.stack](item.shard)
@@ -237,7 +235,22 @@ def timed_cpu(run: Running, repeats: int) -> tuple[list[float], list[float]]:
 
 
 def record(item: Planned, request: TraceRequest, out: Path) -> TraceSource:
-    """Run one shard: warm up, time without the profiler, trace one iteration."""
+    """Run one shard: warm up, time without the profiler, trace one iteration, with
+    `request.threads` torch threads; the caller's thread count is restored after (a library
+    call must not change the process's torch settings: a later profile in the same process
+    would record another device name)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if request.threads:
+        torch.set_num_threads(request.threads)
+    try:
+        return _record(item, request, out)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _record(item: Planned, request: TraceRequest, out: Path) -> TraceSource:
     import torch
 
     run = prepare(item, request)

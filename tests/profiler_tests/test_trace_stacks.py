@@ -134,3 +134,21 @@ def test_a_2_layer_cpu_trace_predicts_24_layers(tmp_path):
         step = phases[n][TracePhase.OPTIMIZER].host_s - phases[2][TracePhase.OPTIMIZER].host_s
         assert layer > 0 and step > 0
         assert predicted[n] - predicted[2] == pytest.approx((n - 2) * micro * layer + step, rel=1e-9), n
+
+
+def test_a_trace_with_its_own_thread_count_restores_the_callers(tmp_path):
+    """`threads=1` holds for the traced run only: a profile taken later in the same process
+    names the device by its thread count, and a leaked count made it refuse its own resume."""
+    import torch
+
+    from profiler.stacks.runner import TraceRequest, run_traces
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        request = TraceRequest((("tiny", load_job(TINY)),), "reference", "cpu", layers=2, micro_batches=1,
+                               warmup=1, repeats=1, threads=1)
+        next(iter(run_traces(request, tmp_path, None)))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
