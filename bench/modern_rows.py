@@ -286,7 +286,7 @@ def _published_layout(r: dict[str, str], model: dict[str, Any], precision: tuple
 # False` in set_llama3_common_configs, set_llama31_common_configs, set_deepseek_v3_common_configs,
 # set_qwen3_common_configs and set_gpt_oss_common_configs (NVIDIA-NeMo/Megatron-Bridge
 # scripts/performance/configs/{llama,llama3,llama31,deepseek,qwen,qwen3,gpt_oss}/*_llm_pretrain.py,
-# every stored version read on 2026-11-26). A row that states the setting itself overrides it.
+# read in their current and older layouts on 2026-11-27). A row that states the setting overrides it.
 BRIDGE_SCRIPT_SETTINGS: dict[str, Any] = {"grad_reduce_in_fp32": False}
 BRIDGE_SCRIPT_FAMILIES = ("llama3", "deepseekv3", "qwen3", "gptoss")
 
