@@ -38,8 +38,8 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from modern_rows import bridge_script_settings, recipe_memory_settings  # noqa: E402
 from modern_rows import precision_and_recipe as modern_precision  # noqa: E402
+from modern_rows import recipe_training_settings  # noqa: E402
 
 from simulator import job_from_dict, simulate  # noqa: E402
 from simulator.errors import VTrainError  # noqa: E402
@@ -261,8 +261,8 @@ def published_job(r: pd.Series) -> tuple[dict[str, Any] | None, str]:
         "precision": precision[0], "flash_attention": True, "recompute": _recompute(r.recompute),
         "moe_token_dispatcher": "flex" if any(x in text for x in ("hybridep", "deepep")) else "alltoall",
         "moe_overlap_ep_comm": "moe_a2a_overlap=true" in text}
-    training.update(bridge_script_settings(str(r.source), str(r.model)))
-    training.update(recipe_memory_settings(str(r.recompute), str(r.recipe_overrides)))
+    training.update(recipe_training_settings(str(r.source), str(r.model), str(r.recompute),
+                                             str(r.recipe_overrides)))
     if precision[1] is not None and precision[0] == "fp8":
         training["fp8_recipe"] = precision[1]
     if "tokendrop" in text:

@@ -254,8 +254,7 @@ def _published_layout(r: dict[str, str], model: dict[str, Any], precision: tuple
                                 "precision": precision[0], "flash_attention": True,
                                 "recompute": "full" if "full" in r["recompute"].lower() else
                                 "selective" if "selective" in r["recompute"].lower() else "none"}
-    training.update(bridge_script_settings(r["source"], r["model"]))
-    training.update(recipe_memory_settings(r["recompute"], r["recipe_overrides"]))
+    training.update(recipe_training_settings(r["source"], r["model"], r["recompute"], r["recipe_overrides"]))
     if precision[1] and precision[0] == "fp8":
         training["fp8_recipe"] = precision[1]
     if "param-gather=True" in r["precision"]:
@@ -297,6 +296,12 @@ def bridge_script_settings(source: str, model: str) -> dict[str, Any]:
     if source.startswith("NVIDIA-NeMo/Megatron-Bridge") and family.startswith(BRIDGE_SCRIPT_FAMILIES):
         return dict(BRIDGE_SCRIPT_SETTINGS)
     return {}
+
+
+def recipe_training_settings(source: str, model: str, recompute: str, overrides: str) -> dict[str, Any]:
+    """A published row's memory settings: its recipe family's script defaults, overridden by
+    what the row's own columns state."""
+    return {**bridge_script_settings(source, model), **recipe_memory_settings(recompute, overrides)}
 
 
 _MODULES = re.compile(r"recompute_modules=\[([^\]]*)\]")
