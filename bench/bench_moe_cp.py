@@ -253,6 +253,8 @@ def published_job(r: pd.Series) -> tuple[dict[str, Any] | None, str]:
     if _int(r.micro_batch_size) is None or _int(r.global_batch_size) is None:
         return None, "batch sizes not stated"
     text = f"{r.recipe_overrides} {r.other_overlaps} {r.model}".lower()
+    if any(helper in text for helper in A2A_OVERLAP_HELPERS):
+        text += " moe_flex_dispatcher_backend=hybridep moe_a2a_overlap=true"
     model: dict[str, Any] = {"preset": preset, "seq_length": int(r.seq_len)}
     if "w/o mtp" in text:
         model["mtp_num_layers"] = 0
@@ -295,6 +297,14 @@ def published_job(r: pd.Series) -> tuple[dict[str, Any] | None, str]:
             parallel.update(first_stage_layers=first, last_stage_layers=last)
     return {"model": model, "training": training, "parallel": parallel, "cluster": cluster}, ""
 
+
+# Helpers of Megatron-Bridge's perf_recipes that the 26.08 rows name ("helper calls:" in
+# recipe_overrides; tag v0.6.0, 51885cf): each sets moe_token_dispatcher_type="flex" with
+# moe_flex_dispatcher_backend="hybridep" and comm_overlap.overlap_moe_expert_parallel_comm=True
+# (Megatron's --overlap-moe-expert-parallel-comm, the moe_a2a_overlap of the older tables):
+# src/megatron/bridge/perf_recipes/{qwen,deepseek,gpt_oss}/common.py.
+A2A_OVERLAP_HELPERS = ("_enable_hybridep_full_iteration_mxfp8", "_enable_deepseek_full_iteration_mxfp8",
+                       "_apply_gpt_oss_120b_full_iter_fp8mx_configs")
 
 # Megatron-Bridge's Qwen3-235B-A22B recipe counts the embedding and the loss as pipeline layers
 # (`account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split` in

@@ -273,6 +273,9 @@ class Efficiency(Frozen):
     host_overhead_s: float = Field(5.25e-5, ge=0)  # host dispatch per launch, measured on a GPU host
     intra_bus_efficiency: float = Field(0.8, gt=0, le=1)
     inter_bus_efficiency: float = Field(0.8, gt=0, le=1)
+    # NCCL's all-to-all inside the NVLink domain where it was measured apart from the other
+    # collectives (B200: 0.64, bench/fit_b200_kernels.py); None: intra_bus_efficiency
+    all_to_all_bus_efficiency: float | None = Field(None, gt=0, le=1)
     # per ring step (NCCL's Ring/Simple hardware latencies, src/graph/tuning.cc: NVLink 3.4 us,
     # network 14 us); every NCCL latency of that link type scales with them
     intra_latency_s: float = Field(3.4e-6, ge=0)

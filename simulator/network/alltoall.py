@@ -11,7 +11,8 @@ per GPU). Both run at once, so the slower bounds the time, plus one latency per 
 posts the n - 1 sends and receives of `ncclAllToAll` as one group).
 
 Bus efficiencies: NCCL's all-to-all (Megatron's `alltoall` and `allgather` dispatchers, TE's
-Ulysses attention) uses the hardware file's collective efficiencies. DeepEP's kernels (`flex`)
+Ulysses attention) uses the hardware file's collective efficiencies (its own
+`all_to_all_bus_efficiency` inside the domain where one was measured). DeepEP's kernels (`flex`)
 reach a stated share of the links: on H800 (~160 GB/s NVLink, 400 Gb/s CX7 ~50 GB/s RDMA)
 153-158 GB/s intranode and 43-58 GB/s internode bottleneck bandwidth with EP 8-64
 (deepseek-ai/DeepEP docs/legacy.md, "Normal kernels with NVLink and RDMA forwarding"); on SM100
@@ -39,7 +40,8 @@ def all_to_all_s(hardware: HardwareSpec, intra_bandwidth_Bps: float, inter_bandw
         return 0.0
     eff = hardware.efficiency
     deepep = kind is CollectiveKind.DEEPEP_ALL_TO_ALL
-    intra_eff = DEEPEP_NVLINK_EFFICIENCY if deepep else eff.intra_bus_efficiency
+    nccl_eff = eff.all_to_all_bus_efficiency or eff.intra_bus_efficiency
+    intra_eff = DEEPEP_NVLINK_EFFICIENCY if deepep else nccl_eff
     g = where.ranks_per_domain
     intra = (g - 1) / n * nbytes / (intra_bandwidth_Bps * intra_eff)
     if not where.crosses_domains:

@@ -114,6 +114,26 @@ def test_alltoall_time_follows_the_nvlink_share_of_the_bytes() -> None:
     assert result.costs.layer.forward_ep_comm == pytest.approx(expected, rel=1e-9)
 
 
+
+def test_a_measured_all_to_all_efficiency_prices_the_all_to_alls_only() -> None:
+    """A hardware file's `all_to_all_bus_efficiency` (NCCL's all-to-all measured apart, as on
+    the B200) prices the dispatch and combine; the tokens-per-expert all-gather keeps the bus
+    efficiency of the other collectives."""
+    job = moe_job()
+    eff = job.hardware.efficiency.model_copy(update={"all_to_all_bus_efficiency": 0.5})
+    job = job.model_copy(update={"hardware": job.hardware.model_copy(update={"efficiency": eff})})
+    bw = job.hardware.nvlink_bandwidth_GBps * 1e9 * 0.5
+
+    def a2a(nbytes: float) -> float:
+        return 7 / 8 * nbytes / bw + eff.intra_latency_s
+
+    gather = default_network(job).time(CollectiveKind.ALL_GATHER, 8 * 8 * 8, strided_placement(job, 8, 1))
+    tokens = 2048 * 2
+    expected = a2a(tokens * 1024 * 2) * 2 + a2a(tokens * 4) + gather
+    assert simulate(job).costs.layer.forward_ep_comm == pytest.approx(expected, rel=1e-9)
+    assert gather == default_network(moe_job()).time(CollectiveKind.ALL_GATHER, 8 * 8 * 8,
+                                                     strided_placement(job, 8, 1))
+
 PUBLISHED_ACTIVE_WITHOUT_INPUT_EMBEDDING = {"gpt-oss-120b", "gpt-oss-20b"}  # the model card's count
 
 
