@@ -292,7 +292,12 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     lowp = np.where(low, dense["time_layer_compute_s"] * _GEMM_SHARE * gain, 0.0)
     graphs = np.where(_col(new, "cuda_graphs") > 0, dense["time_host_excess_s"], 0.0)
     overlap = np.where(_col(new, "tp_comm_overlap") > 0, dense["time_tp_comm_s"] * _TP_HIDDEN, 0.0)
-    moe_comm = 4 * a2a_s * n_moe / L  # dispatch and combine, forward and backward, per layer
+    # dispatch and combine, forward and backward, per layer; with the combined-1F1B overlap
+    # (simulator.costs.blocks: the other direction's compute hides them) a forward pair beyond
+    # a layer's backward compute (2/3 of it) and a backward pair beyond its forward (1/3)
+    layer_c = dense["time_layer_compute_s"]
+    hidden = (np.maximum(0.0, 2 * a2a_s - 2 / 3 * layer_c) + np.maximum(0.0, 2 * a2a_s - layer_c / 3))
+    moe_comm = np.where(_col(new, "moe_overlap_ep_comm") > 0, hidden, 4 * a2a_s) * n_moe / L
     cp_comm = np.where(ring, np.maximum(0.0, 2 * cp_s - _RING_HIDDEN * dense["time_attention_s"]), 2 * cp_s)
     est = np.exp(dense["est_log_time_s"])
     tree = dp_tree_correction(fields, dense, hw)
@@ -330,7 +335,7 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
 def is_plain(new: np.ndarray, fields: np.ndarray, general: np.ndarray) -> bool:
     """Whether no row of a table uses a dimension past the dense surrogate (a dense 16-bit
     table: `plain_values` gives its `extended_values`, without their cost)."""
-    defaults = {"cp": 1.0, "ep": 1.0, "cuda_graphs": 0.0, "tp_comm_overlap": 0.0,
+    defaults = {"cp": 1.0, "ep": 1.0, "cuda_graphs": 0.0, "tp_comm_overlap": 0.0, "moe_overlap_ep_comm": 0.0,
                 "data_parallel_sharding": 0.0, "fp8_recipe": 0.0, "fp4_recipe": 0.0}
     return (not general.any() and bool((fields[_F["precision"]] < 2).all())
             and all(bool((_col(new, k) == v).all()) for k, v in defaults.items())

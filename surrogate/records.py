@@ -38,7 +38,8 @@ NEW_MODEL_COLUMNS = ("kv_channels", "num_experts", "moe_router_topk", "moe_ffn_h
                      "moe_layer_freq", "moe_router_score_function", "multi_latent_attention",
                      "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
                      "v_head_dim", "qk_layernorm", "mtp_num_layers")
-NEW_TRAINING_COLUMNS = ("fp8_recipe", "fp4_recipe", "cuda_graphs", "moe_token_dispatcher")
+NEW_TRAINING_COLUMNS = ("fp8_recipe", "fp4_recipe", "cuda_graphs", "moe_token_dispatcher",
+                        "moe_overlap_ep_comm")
 NEW_PLAN_COLUMNS = ("cp", "cp_comm_type", "ep", "expert_tp", "data_parallel_sharding",
                     "tp_comm_overlap", "first_stage_layers", "last_stage_layers")
 NEW_CLUSTER_COLUMNS = ("nvlink_domain",)
@@ -56,7 +57,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data_parallel_sharding": (NONE, *(s.value for s in DataParallelSharding)),
 }
 NEW_CATEGORICAL_COLUMNS = tuple(CHOICES)
-NEW_BOOLEAN_COLUMNS = ("multi_latent_attention", "qk_layernorm", "tp_comm_overlap")
+NEW_BOOLEAN_COLUMNS = ("multi_latent_attention", "qk_layernorm", "tp_comm_overlap", "moe_overlap_ep_comm")
 
 # A dense 16-bit job without the new dimensions. ``expert_tp`` and ``nvlink_domain`` 0 mean
 # "the job's default" (tp; the node) for tables saved before these columns; records written by
@@ -68,7 +69,7 @@ NEW_DEFAULTS: dict[str, Any] = {
     "q_lora_rank": 0, "kv_lora_rank": 0, "qk_head_dim": 0, "qk_pos_emb_head_dim": 0,
     "v_head_dim": 0, "qk_layernorm": False, "mtp_num_layers": 0,
     "fp8_recipe": NONE, "fp4_recipe": NONE, "cuda_graphs": CudaGraphs.NONE.value,
-    "moe_token_dispatcher": TokenDispatcher.ALLTOALL.value,
+    "moe_token_dispatcher": TokenDispatcher.ALLTOALL.value, "moe_overlap_ep_comm": False,
     "cp": 1, "cp_comm_type": CpCommType.P2P.value, "ep": 1, "expert_tp": 0,
     "data_parallel_sharding": NONE, "tp_comm_overlap": False, "first_stage_layers": 0,
     "last_stage_layers": 0, "nvlink_domain": 0,
@@ -81,8 +82,12 @@ _UNHELD: dict[tuple[str, str], Any] = {
        for k in ("window_size", "window_attn_skip_freq", "softmax_type")},
     **{("training", k): TrainingSpec.model_fields[k].default
        for k in ("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
-                 "moe_grouped_gemm", "moe_overlap_ep_comm", "moe_load_imbalance",
-                 "fp8_param_gather", "first_last_layers_bf16", "fp8_dot_product_attention")},
+                 "moe_grouped_gemm", "moe_load_imbalance",
+                 "fp8_param_gather", "first_last_layers_bf16", "fp8_dot_product_attention",
+                 # the memory knobs of today's recipes: not columns yet (the closed form
+                 # assumes fp32 gradients and optimizer states, and whole-layer recompute)
+                 "recompute_modules", "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype",
+                 "main_params_dtype")},
     ("parallel", "hierarchical_context_parallel_sizes"):
         ParallelPlan.model_fields["hierarchical_context_parallel_sizes"].default,
     **{("cluster", k): ClusterSpec.model_fields[k].default for k in ("topology", "jitter")},
@@ -102,9 +107,10 @@ def _refuse_unheld_of(section: str, spec: object) -> None:
         value = getattr(spec, name)
         if value != default:
             shown = getattr(value, "value", value)
-            held = getattr(default, "value", default)
+            plain = getattr(default, "value", default)
+            held = "its default" if default is None else f"{section}.{name}={plain}"
             raise ConfigError(f"{section}.{name}={shown} cannot be held in a surrogate record "
-                              f"(the surrogate models {section}.{name}={held}); evaluate this "
+                              f"(the surrogate models {held}); evaluate this "
                               f"job with the exact simulator")
 
 
@@ -154,6 +160,7 @@ def new_columns_of_job(job: Job) -> dict[str, Any]:
         "fp8_recipe": recipe if low and t.precision.value == "fp8" else NONE,
         "fp4_recipe": recipe if low and t.precision.value == "fp4" else NONE,
         "cuda_graphs": t.cuda_graphs.value, "moe_token_dispatcher": t.moe_token_dispatcher.value,
+        "moe_overlap_ep_comm": t.moe_overlap_ep_comm,
         "cp": p.cp, "cp_comm_type": p.cp_comm_type.value, "ep": p.ep, "expert_tp": job.expert_tp,
         "data_parallel_sharding": p.data_parallel_sharding.value if p.data_parallel_sharding else NONE,
         "tp_comm_overlap": p.tp_comm_overlap, "first_stage_layers": p.first_stage_layers or 0,
@@ -204,7 +211,8 @@ def new_fields_of_record(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
              "qk_layernorm": bool(r["qk_layernorm"]), "mtp_num_layers": r["mtp_num_layers"]}
     training = {"fp8_recipe": _choice(r, "fp8_recipe"), "fp4_recipe": _choice(r, "fp4_recipe"),
                 "cuda_graphs": _choice(r, "cuda_graphs"),
-                "moe_token_dispatcher": _choice(r, "moe_token_dispatcher")}
+                "moe_token_dispatcher": _choice(r, "moe_token_dispatcher"),
+                "moe_overlap_ep_comm": bool(r["moe_overlap_ep_comm"])}
     parallel = {"cp": r["cp"], "cp_comm_type": _choice(r, "cp_comm_type"), "ep": r["ep"],
                 # a dense job's expert tp is its tp (`Job.expert_tp`); the field is MoE's
                 "expert_tp": (r["expert_tp"] or None) if int(r["num_experts"]) > 0 else None,

@@ -38,6 +38,8 @@ AXES = ("hardware", "preset", "family", "parameters", "aspect", "head_dim", "gqa
 # same jobs as before they existed.
 NEW_AXES = ("cp", "cp_comm", "ep", "expert_tp", "fp8_recipe", "sharding", "cuda_graphs",
             "tp_overlap", "dispatcher")
+# Added later still, from a third design (seed + 2): the draws above stay as they were.
+LATER_AXES = ("ep_overlap",)
 BATCH = 4096
 
 
@@ -236,6 +238,7 @@ def draw(space: Space, hardware: Mapping[str, HardwareSpec], n: int, seed: int =
     """The first `n` valid records of the design, with rejection counts by reason."""
     engine = _design(method, seed)
     engine_new = _design(method, seed + 1, len(NEW_AXES))
+    engine_later = _design(method, seed + 2, len(LATER_AXES))
     records: list[dict[str, Any]] = []
     reasons: Counter[str] = Counter()
     drawn = 0
@@ -244,10 +247,12 @@ def draw(space: Space, hardware: Mapping[str, HardwareSpec], n: int, seed: int =
         if drawn >= limit:
             raise ConfigError(f"space rejects almost every sample ({drawn} drawn, {len(records)} "
                               f"valid; top reasons: {dict(reasons.most_common(3))}); widen its ranges")
-        for row, row_new in zip(_points(engine), _points(engine_new, len(NEW_AXES)), strict=True):
+        for row, row_new, row_later in zip(_points(engine), _points(engine_new, len(NEW_AXES)),
+                                           _points(engine_later, len(LATER_AXES)), strict=True):
             drawn += 1
             u = {**dict(zip(AXES, row.tolist(), strict=True)),
-                 **dict(zip(NEW_AXES, row_new.tolist(), strict=True))}
+                 **dict(zip(NEW_AXES, row_new.tolist(), strict=True)),
+                 **dict(zip(LATER_AXES, row_later.tolist(), strict=True))}
             try:
                 record = point_to_record(u, space, hardware)
                 record_to_job(record, hardware)
@@ -284,6 +289,11 @@ def _finish(record: dict[str, Any], u: dict[str, float], space: Space,
     if record["num_experts"] and record["tp"] > 1 and record["ep"] > 1:
         record["sequence_parallel"] = True  # Megatron-Core asserts it for MoE with tp and ep
     record["tp_comm_overlap"] = bool(record["tp_comm_overlap"] and record["sequence_parallel"])
+    # the combined-1F1B overlap where Megatron allows it (simulator.job.moe_cp_rules)
+    overlap = bool(_pick(u.get("ep_overlap", 0.0), space.moe_overlap_ep_comm))
+    record["moe_overlap_ep_comm"] = bool(
+        overlap and record["ep"] > 1 and record["moe_token_dispatcher"] != "allgather"
+        and record["recompute"] != "full" and (record["pp"] == 1 or record["schedule"] == "interleaved_1f1b"))
     if record["data_parallel_sharding"] != NONE:
         record["distributed_optimizer"] = False  # the sharding says it (optim is ZeRO-1)
     domain = spec.nvlink_domain or spec.gpus_per_node

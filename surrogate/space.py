@@ -106,6 +106,9 @@ class Space(Frozen):
     cuda_graphs: tuple[CudaGraphs, ...] = (CudaGraphs.NONE,)  # dense models only (dropless MoE: none)
     tp_comm_overlap: tuple[bool, ...] = (False,)  # needs sequence parallelism and tp > 1
     moe_token_dispatcher: tuple[TokenDispatcher, ...] = (TokenDispatcher.ALLTOALL,)
+    # Megatron's combined-1F1B dispatch overlap, where a job allows it (ep > 1, not the allgather
+    # dispatcher, no full recompute, the interleaved schedule when pp > 1); else False
+    moe_overlap_ep_comm: tuple[bool, ...] = (False,)
     uneven_pipeline: bool = False  # presets whose layers pp does not divide: first stage larger
 
     @model_validator(mode="after")
@@ -113,7 +116,7 @@ class Space(Frozen):
         for key in ("hardware", "seq_length", "tp", "schedule", "micro_batch_size", "precision",
                     "recompute", "flash_attention", "sequence_parallel", "distributed_optimizer",
                     "overlap_grad_reduce", "virtual_stages", "cp", "cp_comm_type", "ep",
-                    "cuda_graphs", "tp_comm_overlap", "moe_token_dispatcher"):
+                    "cuda_graphs", "tp_comm_overlap", "moe_token_dispatcher", "moe_overlap_ep_comm"):
             if not getattr(self, key):
                 raise ValueError(f"'{key}' needs at least one choice")
         if CpCommType.A2A_P2P in self.cp_comm_type:

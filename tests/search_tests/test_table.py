@@ -42,6 +42,12 @@ TINY_SPACES = {
                                     "max_gpus": 16,
                                     "hardware": [{"name": "h100-sxm-80gb", "price_per_gpu_hour_usd": 2.5},
                                                  {"name": "b200", "nvlink_domain": 4}]},
+    # the combined-1F1B dispatch overlap: refused with ep 1, the allgather dispatcher, full
+    # recompute, or pp > 1 without the interleaved schedule
+    "moe: dispatch overlap": {**moe_dict(ep=[1, 2, 4], pp=[1, 2], recompute=["none", "full"],
+                                         schedule=["1f1b", "interleaved_1f1b"], virtual_stages=[2],
+                                         moe_token_dispatcher=["alltoall", "allgather", "flex"],
+                                         moe_overlap_ep_comm=[False, True]), "max_gpus": 8},
     "dense: sharding, overlap, uneven split": tiny_dict(
         model={**tiny_dict()["model"], "num_layers": 6}, hardware="b200", precision="bf16",
         space={**{k: v for k, v in tiny_dict()["space"].items() if k != "distributed_optimizer"},

@@ -70,6 +70,16 @@ def test_a_sliding_window_preset_is_refused_naming_the_field() -> None:
         job_to_record(job)
 
 
+@pytest.mark.parametrize(("field", "value"), [("grad_reduce_in_fp32", False),
+                                              ("recompute_modules", ("moe_act",)), ("exp_avg_dtype", "bf16")])
+def test_a_memory_knob_a_record_cannot_hold_is_refused_not_dropped(field: str, value: object) -> None:
+    """A record without the field would read back as the default: a different job, silently."""
+    job = _job("qwen3-30b-a3b", 0)
+    job = job.model_copy(update={"training": TrainingSpec.model_validate(
+        {**job.training.model_dump(), field: value, "recompute": "selective"})})
+    with pytest.raises(ConfigError, match=rf"training\.{field}=.*cannot be held.*exact simulator"):
+        job_to_record(job)
+
 def test_a_layer_pattern_a_record_cannot_hold_is_refused() -> None:
     hw = catalog_hardware("h100-sxm-80gb")
     model = load_model("mixtral-8x7b").model_copy(update={"moe_layer_freq": (1, 0) * 16})
@@ -101,6 +111,25 @@ def test_a_record_saved_before_the_new_columns_is_the_dense_job() -> None:
     table = with_new_defaults(pd.DataFrame([old]))
     assert {c: table[c].iloc[0] for c in NEW_COLUMNS} == {c: record[c] for c in NEW_COLUMNS}
 
+
+def test_the_dispatch_overlap_survives_the_trip_and_is_drawn_only_where_megatron_allows_it() -> None:
+    from surrogate.sampling import draw
+    from surrogate.space import load_space
+
+    job = _job("qwen3-30b-a3b", 0)
+    job = validate_job(job.model_copy(update={"training": job.training.model_copy(
+        update={"moe_overlap_ep_comm": True})}))
+    record = job_to_record(job)
+    assert record["moe_overlap_ep_comm"] is True
+    assert simulate(record_to_job(record)).iteration_time_s == simulate(job).iteration_time_s
+    space = load_space(ROOT / "data" / "spaces" / "moe_cp.yaml").model_copy(update={
+        "hardware": ("h100-sxm-80gb",)})
+    records = draw(space, {"h100-sxm-80gb": catalog_hardware("h100-sxm-80gb")}, 300, seed=2).records
+    on = [r for r in records if r["moe_overlap_ep_comm"]]
+    assert on, "the space lists true: some MoE plans must use it"
+    assert all(r["ep"] > 1 and r["moe_token_dispatcher"] != "allgather" and r["recompute"] != "full"
+               and (r["pp"] == 1 or r["schedule"] == "interleaved_1f1b") for r in on)
+    assert any(r["ep"] > 1 and not r["moe_overlap_ep_comm"] for r in records)
 
 def test_a_model_fits_a_tiny_moe_and_cp_sample_and_predicts_finite_values() -> None:
     from surrogate.dataset import simulate_records

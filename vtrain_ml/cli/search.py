@@ -73,7 +73,8 @@ SPACE_FLAGS: dict[str, tuple[str, str]] = {
     "cuda_graphs": ("--cuda-graphs", "none, per_layer, full_iteration"),
     "moe_token_dispatcher": ("--dispatcher", "alltoall, allgather, flex"),
 }
-BOOLEAN_SPACE_FLAGS = {"tp_comm_overlap": ("--tp-comm-overlap", "false, true")}
+BOOLEAN_SPACE_FLAGS = {"tp_comm_overlap": ("--tp-comm-overlap", "false, true"),
+                       "moe_overlap_ep_comm": ("--moe-overlap-ep-comm", "false, true (MoE models)")}
 
 
 def parser() -> argparse.ArgumentParser:

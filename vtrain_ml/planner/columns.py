@@ -89,6 +89,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "cuda_graphs": ("cuda_graphs",), "moe_token_dispatcher": ("moe_token_dispatcher",),
     "cp_comm_type": ("cp_comm_type",), "data_parallel_sharding": ("data_parallel_sharding",),
     "tp_comm_overlap": ("tp_comm_overlap",), "expert_tp": ("tp", "expert_tp"),
+    "moe_overlap_ep_comm": ("moe_overlap_ep_comm",),
     "first_stage_layers": _SPLIT, "last_stage_layers": _SPLIT,
 }
 # Record columns that hold a property of the model alone, under a name that is not a ModelSpec

@@ -91,6 +91,10 @@ class LayoutSpace(Frozen):
     cuda_graphs: tuple[CudaGraphs, ...] | None = None
     tp_comm_overlap: tuple[bool, ...] | None = None
     moe_token_dispatcher: tuple[TokenDispatcher, ...] | None = None
+    # Megatron's --overlap-moe-expert-parallel-comm (combined 1F1B: one micro-batch's dispatch
+    # and combine under the other's compute); a plan can use it with ep > 1, the alltoall or
+    # flex dispatcher, no full recompute and, with pp > 1, the interleaved schedule
+    moe_overlap_ep_comm: tuple[bool, ...] | None = None
     # Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
     # a pp (x virtual stages) that does not divide the layers but divides layers + 2 (+ the MTP
     # layers) puts one layer fewer on the first stage and on the last (Llama 3.1 405B's 126
@@ -102,7 +106,7 @@ class LayoutSpace(Frozen):
 # defaults, so that an older search keeps its study name and stored trials.
 NEW_SPACE_FIELDS = ("num_gpus", "ep", "expert_tp", "cp", "cp_comm_type", "precision",
                     "data_parallel_sharding", "cuda_graphs", "tp_comm_overlap",
-                    "moe_token_dispatcher", "account_for_embedding_and_loss")
+                    "moe_token_dispatcher", "account_for_embedding_and_loss", "moe_overlap_ep_comm")
 NEW_TOP_FIELDS = ("fp8_recipe", "fp4_recipe")
 
 

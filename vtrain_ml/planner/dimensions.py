@@ -140,7 +140,8 @@ def model_problems(config: SearchConfig, model: ModelSpec | None) -> list[str]:
     moe_only: dict[str, list[object]] = {
                 "ep": [x for x in s.ep or () if x > 1], "expert_tp": list(s.expert_tp or ()),
                 "moe_token_dispatcher": [d.value for d in s.moe_token_dispatcher or ()
-                                         if d.value != "alltoall"]}
+                                         if d.value != "alltoall"],
+                "moe_overlap_ep_comm": [x for x in s.moe_overlap_ep_comm or () if x]}
     if model is None or not model.is_moe:
         problems += [f"space.{k}={v[0]} applies to a mixture-of-experts model; "
                      f"{'the architectures searched are' if model is None else f'model {model.name} is'} "

@@ -49,7 +49,8 @@ def plan_dict(job: Job, with_model: bool) -> dict[str, Any]:
         "tp_comm_overlap": p.tp_comm_overlap, "price_per_gpu_hour_usd": job.price_per_gpu_hour_usd,
     }
     if job.model.is_moe:
-        plan |= {"expert_tp": job.expert_tp, "moe_token_dispatcher": t.moe_token_dispatcher.value}
+        plan |= {"expert_tp": job.expert_tp, "moe_token_dispatcher": t.moe_token_dispatcher.value,
+                 "moe_overlap_ep_comm": t.moe_overlap_ep_comm}
     return plan
 
 
@@ -60,6 +61,7 @@ EXTRA_COLUMNS: tuple[tuple[str, str, int, Any], ...] = (
     ("ep", "ep", 4, 1), ("expert_tp", "etp", 3, None), ("precision", "precision", 15, None),
     ("data_parallel_sharding", "sharding", 18, None), ("cuda_graphs", "graphs", 14, "none"),
     ("tp_comm_overlap", "tpo", 3, False), ("moe_token_dispatcher", "dispatch", 9, None),
+    ("moe_overlap_ep_comm", "epo", 3, False),
 )
 
 
@@ -233,7 +235,8 @@ def describe_plan(plan: dict[str, Any], hardware: bool = False) -> str:
                                     ("distributed optimizer", plan["distributed_optimizer"]),
                                     ("overlapped grad reduce", plan["overlap_grad_reduce"])) if on]
     extras += [f"{key}={plan[key]}" for key, value in (("cp", 1), ("ep", 1), ("cp_comm_type", "p2p"),
-                                                        ("cuda_graphs", "none"), ("tp_comm_overlap", False))
+                                                        ("cuda_graphs", "none"), ("tp_comm_overlap", False),
+                                                        ("moe_overlap_ep_comm", False))
                if key in plan and plan[key] != value and (key != "cp_comm_type" or plan.get("cp", 1) > 1)]
     if str(plan.get("precision", "")).startswith(("fp8", "fp4")):
         extras.append(str(plan["precision"]))

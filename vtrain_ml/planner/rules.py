@@ -15,14 +15,21 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.graph.params import final_norm_params, layer_params, padded_vocab, position_params
-from simulator.job.enums import CpCommType, DataParallelSharding, Schedule, SoftmaxType, TokenDispatcher
+from simulator.job.enums import (
+    CpCommType,
+    DataParallelSharding,
+    Recompute,
+    Schedule,
+    SoftmaxType,
+    TokenDispatcher,
+)
 from simulator.job.framework import semantics
 from simulator.job.limits import MAX_PIPELINE_STEPS
 from simulator.job.precision import precision_problems
 from simulator.job.specs import ClusterSpec, GiB, Job, ModelSpec, ParallelPlan, TrainingSpec
 from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
 from vtrain_ml.planner.dimensions import precision_choice, uneven_split
-from vtrain_ml.planner.space import SearchSpace
+from vtrain_ml.planner.space import SearchSpace, parse_pipeline
 from vtrain_ml.planner.table import SpaceTable
 
 FRAMEWORK = TrainingSpec.model_fields["framework"].default  # the framework of every searched job
@@ -151,7 +158,16 @@ def new_rules_grid(table: SpaceTable) -> np.ndarray:
     ok = ok & ((tp * cp * table.dp) % (etp * ep) == 0)
     ok = ok & ~((ep * etp > 1) & (tp > 1) & ~sp)
     flex = table.equals("moe_token_dispatcher", TokenDispatcher.FLEX.value, TokenDispatcher.ALLTOALL.value)
-    return ok & ~(flex & (etp > 1))
+    ok = ok & ~(flex & (etp > 1))
+    # moe_overlap_ep_comm (simulator.job.moe_cp_rules): ep > 1, not the allgather dispatcher, no
+    # full recompute, the interleaved schedule when pp > 1
+    gather = table.equals("moe_token_dispatcher", TokenDispatcher.ALLGATHER.value,
+                          TokenDispatcher.ALLTOALL.value)
+    full = table.knob("recompute", Recompute.NONE.value, lambda r: r == Recompute.FULL.value).astype(bool)
+    interleaved = table.axis("pipeline", lambda c: parse_pipeline(str(c))[0]
+                             is Schedule.INTERLEAVED_1F1B).astype(bool)
+    refused = (ep == 1) | gather | full | ((table.pp > 1) & ~interleaved)
+    return ok & ~(table.flag("moe_overlap_ep_comm") & refused)
 
 def budget_grid(table: SpaceTable) -> np.ndarray:
     """Plans within the GPU budget (all of it, with `use_all_gpus`), on a grid."""

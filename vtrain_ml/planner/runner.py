@@ -145,8 +145,11 @@ def _prepare(ctx: SearchContext, table: SpaceTable) -> StrategyChoice:
         store.evaluate(probe, "exact", scorer.predict(probe))
     screen.mark_done()
     exact_s = store.seconds_per_plan or _stored_seconds(ctx)
+    # the surrogate's start-up is charged even where this process already imported XGBoost: the
+    # choice must not depend on what the process did before (an earlier search, a test run's
+    # order); the overcharge can only tip a choice toward the exact path
     costs = Costs(table.space.size, len(screen.feasible), int((~screen.done).sum()), exact_s,
-                  0.0 if scorer.ready or _surrogate_started() else SURROGATE_STARTUP_S, FIT_S,
+                  0.0 if scorer.ready else SURROGATE_STARTUP_S, FIT_S,
                   screen.batch_size())
     ctx.info["costs"] = {"exact_s_per_plan": exact_s, "enumerate_s": costs.enumerate_s(),
                          "screen_s": costs.screen_s()}
@@ -155,13 +158,6 @@ def _prepare(ctx: SearchContext, table: SpaceTable) -> StrategyChoice:
         ctx.teach()
         scorer.refit()
     return choice
-
-
-def _surrogate_started() -> bool:
-    """Whether this process already paid the surrogate's start-up (imported XGBoost)."""
-    import sys
-
-    return "xgboost" in sys.modules
 
 
 def _stored_seconds(ctx: SearchContext) -> float:

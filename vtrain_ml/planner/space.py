@@ -216,7 +216,8 @@ class SearchSpace:
         else:
             knobs.append(("data_parallel_sharding", [x.value for x in s.data_parallel_sharding]))
         knobs += [("overlap_grad_reduce", list(s.overlap_grad_reduce)), ("flash_attention", flash)]
-        for name in ("cp_comm_type", "moe_token_dispatcher", "cuda_graphs", "tp_comm_overlap"):
+        for name in ("cp_comm_type", "moe_token_dispatcher", "cuda_graphs", "tp_comm_overlap",
+                     "moe_overlap_ep_comm"):
             values = getattr(s, name)
             if values is not None:
                 knobs.append((name, [getattr(v, "value", v) for v in values]))
@@ -326,7 +327,8 @@ class SearchSpace:
                                   fp4_recipe=low.fp4_recipe,
                                   cuda_graphs=CudaGraphs(str(p.get("cuda_graphs", CudaGraphs.NONE.value))),
                                   moe_token_dispatcher=TokenDispatcher(str(p.get(
-                                      "moe_token_dispatcher", dispatcher)))),
+                                      "moe_token_dispatcher", dispatcher))),
+                                  moe_overlap_ep_comm=bool(p.get("moe_overlap_ep_comm", False))),
             parallel=ParallelPlan(tp=tp, pp=pp, dp=dp, cp=cp, virtual_stages=virtual, schedule=schedule,
                                   cp_comm_type=CpCommType(str(p.get("cp_comm_type", CpCommType.P2P.value))),
                                   ep=int(p.get("ep", 1)),
