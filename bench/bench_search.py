@@ -77,7 +77,10 @@ LLAMA3_70B: dict[str, Any] = {
 # bench/modern_rows.py assumes them: sequence parallelism and tp comm overlap when tp > 1, the
 # distributed optimizer, overlapped gradient reduction, no recompute unless stated; the layers
 # split as Megatron's --account-for-embedding/loss-in-pipeline-split (126 + 2 over 16 x 4 chunks;
-# DeepSeek-V3's 61 + 2 + 1 MTP over 4 x 4, the Bridge layout's count).
+# DeepSeek-V3's 61 + 2 + 1 MTP over 4 x 4, the Bridge layout's count). Every Megatron-Bridge
+# performance script of these families sets a 16-bit gradient buffer (`grad_reduce_in_fp32 =
+# False` in set_*_common_configs; bench/modern_rows.bridge_script_settings): fixed here as a
+# one-value list, baseline and plans alike.
 LLAMA405_GB200: dict[str, Any] = {
     # LLAMA3.1_405B, DGX-GB200, 256 GPUs, FP8 (fp8_cs: per-tensor current scaling = tensorwise),
     # GBS 1536, MBS 1, seq 8192, TP 4, PP 16, VP 4, CP 1; 842 tokens/s/GPU
@@ -90,7 +93,7 @@ LLAMA405_GB200: dict[str, Any] = {
               "precision": ["fp8/tensorwise", "fp8/mxfp8"], "sequence_parallel": [True],
               "distributed_optimizer": [True], "overlap_grad_reduce": [True],
               "tp_comm_overlap": [False, True], "flash_attention": [True],
-              "account_for_embedding_and_loss": True},
+              "account_for_embedding_and_loss": True, "grad_reduce_in_fp32": [False]},
     "baseline": {"hardware": "gb200", "num_gpus": 256, "tp": 4, "pp": 16, "cp": 1,
                  "schedule": "interleaved_1f1b", "virtual_stages": 4, "precision": "fp8/tensorwise",
                  "micro_batch_size": 1, "recompute": "none", "sequence_parallel": True,
@@ -106,7 +109,8 @@ DSV3_GB200: dict[str, Any] = {
               "schedule": ["1f1b", "interleaved_1f1b"], "virtual_stages": [2, 4, 8],
               "moe_token_dispatcher": ["alltoall", "flex"], "sequence_parallel": [False, True],
               "distributed_optimizer": [True], "overlap_grad_reduce": [True], "flash_attention": [True],
-              "account_for_embedding_and_loss": True},
+              "account_for_embedding_and_loss": True, "grad_reduce_in_fp32": [False],
+              "moe_overlap_ep_comm": [False, True]},
     "baseline": {"hardware": "gb200", "num_gpus": 256, "tp": 1, "pp": 4, "cp": 1, "ep": 64,
                  "schedule": "interleaved_1f1b", "virtual_stages": 4, "precision": "fp8/mxfp8",
                  "micro_batch_size": 1, "recompute": "none", "sequence_parallel": False,

@@ -32,14 +32,15 @@ import pandas as pd
 from simulator.errors import DataError
 from simulator.graph.flops import attention_matmul_weights, kind_forward_flops_per_token
 from simulator.graph.params import expert_params, layers_params, total_params
-from simulator.job.enums import DataParallelSharding
+from simulator.job.enums import DataParallelSharding, StateDtype
 from simulator.job.layer_pattern import layer_kinds
-from simulator.job.specs import HardwareSpec
+from simulator.job.param_bytes import training_param_bytes
+from simulator.job.specs import HardwareSpec, TrainingSpec
 from simulator.network.alltoall import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFFICIENCY
 from surrogate.columns import factorize
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
-from surrogate.physics import ROW_FIELDS
-from surrogate.records import CHOICES, NEW_COLUMNS
+from surrogate.physics import PRECISIONS, ROW_FIELDS
+from surrogate.records import CHOICES, NEW_COLUMNS, NONE
 
 EXTENDED_PHYSICS: tuple[str, ...] = (
     "moe_layers", "active_ffn", "expert_params_per_gpu", "model_params_all", "model_params_active",
@@ -48,7 +49,7 @@ EXTENDED_PHYSICS: tuple[str, ...] = (
     "sharding_level", "time_moe_comm_s", "time_cp_comm_s", "time_lowp_saving_s",
     "time_graph_saving_s", "time_overlap_saving_s", "dense_est_log_time_s",
     "dense_est_log_memory_bytes", "memory_delta_bytes", "hw_peak_lp", "hw_lp_efficiency",
-    "time_dp_tree_s")
+    "time_dp_tree_s", "state_bytes_delta")
 EXTENDED_FEATURES: tuple[str, ...] = (*NEW_COLUMNS, *EXTENDED_PHYSICS)
 
 _F = {name: j for j, name in enumerate(ROW_FIELDS)}
@@ -307,7 +308,8 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     bytes_per_param = 6 + 12 / np.where(f["distributed_optimizer"] > 0, expert_dp, 1.0)
     moe_delta = np.where(n_moe > 0, L / p * (true_mlp - kernel_mlp) * bytes_per_param, 0.0)
     shard_delta = -stage * np.where(level >= 3, 6.0, np.where(level >= 2, 4.0, 0.0)) * (1 - 1 / d)
-    memory_delta = moe_delta + shard_delta + low * stage
+    states = _state_bytes_delta(f, new, level) * stage  # 16-bit gradients / Adam moments
+    memory_delta = moe_delta + shard_delta + low * stage + states
     mem = np.exp(dense["est_log_memory_bytes"])
     memory = np.maximum(mem + memory_delta, 0.3 * mem)
     values = {
@@ -324,6 +326,7 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
         "dense_est_log_time_s": dense["est_log_time_s"],
         "dense_est_log_memory_bytes": dense["est_log_memory_bytes"],
         "memory_delta_bytes": memory_delta, "time_dp_tree_s": tree, "hw_peak_lp": peak_lp,
+        "state_bytes_delta": states,
         "hw_lp_efficiency": lp_eff,
         # a row without a correction keeps its dense baseline to the bit
         "est_log_time_s": np.where(time == est, dense["est_log_time_s"], np.log(time)),
@@ -336,7 +339,8 @@ def is_plain(new: np.ndarray, fields: np.ndarray, general: np.ndarray) -> bool:
     """Whether no row of a table uses a dimension past the dense surrogate (a dense 16-bit
     table: `plain_values` gives its `extended_values`, without their cost)."""
     defaults = {"cp": 1.0, "ep": 1.0, "cuda_graphs": 0.0, "tp_comm_overlap": 0.0, "moe_overlap_ep_comm": 0.0,
-                "data_parallel_sharding": 0.0, "fp8_recipe": 0.0, "fp4_recipe": 0.0}
+                "data_parallel_sharding": 0.0, "fp8_recipe": 0.0, "fp4_recipe": 0.0,
+                "grad_reduce_in_fp32": 0.0, "exp_avg_dtype": 0.0, "exp_avg_sq_dtype": 0.0}
     return (not general.any() and bool((fields[_F["precision"]] < 2).all())
             and all(bool((_col(new, k) == v).all()) for k, v in defaults.items())
             and bool((_col(new, "expert_tp") == fields[_F["tp"]]).all()))
@@ -367,6 +371,45 @@ def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray,
     values["time_dp_tree_s"] = tree
     values["est_log_time_s"] = np.where(time == est, dense["est_log_time_s"], np.log(time))
     return values
+
+
+_MEMORY_COLUMNS = ("grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype", "fp8_recipe", "fp4_recipe")
+
+
+@lru_cache(maxsize=256)
+def _role_deltas(precision: str, recipe: str | None, grad: str, m1: str, m2: str) -> tuple[float, float]:
+    """(replicated, sharded) bytes per parameter that the memory settings add to the framework's
+    defaults (simulator.job.param_bytes.training_param_bytes; Megatron-LM, as every record)."""
+    base = TrainingSpec(global_batch_size=1, precision=precision)
+    settings = base.model_copy(update={
+        "grad_reduce_in_fp32": None if grad == NONE else grad == "true",
+        "exp_avg_dtype": StateDtype(m1), "exp_avg_sq_dtype": StateDtype(m2)})
+    a, b = training_param_bytes(settings, recipe), training_param_bytes(base, recipe)
+    return float(a.replicated - b.replicated), float(a.sharded - b.sharded)
+
+
+def _state_bytes_delta(f: Mapping[str, np.ndarray], new: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """Bytes per parameter of a stage that a row's gradient-buffer and Adam-moment dtypes add
+    (negative: saved), the sharded roles over dp x cp with the distributed optimizer."""
+    codes = np.stack([f["precision"], *(_col(new, c) for c in _MEMORY_COLUMNS)]).astype(np.intp)
+    set_ = ((codes[1] != CHOICES["grad_reduce_in_fp32"].index(NONE))
+            | (codes[2] != CHOICES["exp_avg_dtype"].index("fp32"))
+            | (codes[3] != CHOICES["exp_avg_sq_dtype"].index("fp32")))
+    out = np.zeros(codes.shape[1])
+    if not set_.any():
+        return out
+    keys, inverse = np.unique(codes[:, set_], axis=1, return_inverse=True)
+    repl, shard = np.zeros(keys.shape[1]), np.zeros(keys.shape[1])
+    for j in range(keys.shape[1]):
+        p, g, m1, m2, r8, r4 = keys[:, j]
+        recipe = CHOICES["fp8_recipe"][r8] if PRECISIONS[p] == "fp8" else (
+            CHOICES["fp4_recipe"][r4] if PRECISIONS[p] == "fp4" else NONE)
+        repl[j], shard[j] = _role_deltas(PRECISIONS[p], None if recipe == NONE else recipe,
+                                         CHOICES["grad_reduce_in_fp32"][g], CHOICES["exp_avg_dtype"][m1],
+                                         CHOICES["exp_avg_sq_dtype"][m2])
+    shards = np.where(level >= DataParallelSharding.OPTIM.level, f["dp"] * _col(new, "cp"), 1.0)
+    out[set_] = repl[inverse.ravel()] + shard[inverse.ravel()] / shards[set_]
+    return out
 
 
 def _sharding_level(new: np.ndarray, f: Mapping[str, np.ndarray]) -> np.ndarray:

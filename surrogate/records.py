@@ -26,6 +26,7 @@ from simulator.job.enums import (
     Fp8Recipe,
     RouterScore,
     SoftmaxType,
+    StateDtype,
     TokenDispatcher,
 )
 from simulator.job.precision import recipe_name
@@ -39,7 +40,8 @@ NEW_MODEL_COLUMNS = ("kv_channels", "num_experts", "moe_router_topk", "moe_ffn_h
                      "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
                      "v_head_dim", "qk_layernorm", "mtp_num_layers")
 NEW_TRAINING_COLUMNS = ("fp8_recipe", "fp4_recipe", "cuda_graphs", "moe_token_dispatcher",
-                        "moe_overlap_ep_comm")
+                        "moe_overlap_ep_comm", "grad_reduce_in_fp32", "exp_avg_dtype",
+                        "exp_avg_sq_dtype")
 NEW_PLAN_COLUMNS = ("cp", "cp_comm_type", "ep", "expert_tp", "data_parallel_sharding",
                     "tp_comm_overlap", "first_stage_layers", "last_stage_layers")
 NEW_CLUSTER_COLUMNS = ("nvlink_domain",)
@@ -55,6 +57,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "moe_token_dispatcher": tuple(d.value for d in TokenDispatcher),
     "cp_comm_type": tuple(c.value for c in CpCommType),
     "data_parallel_sharding": (NONE, *(s.value for s in DataParallelSharding)),
+    "grad_reduce_in_fp32": (NONE, "true", "false"),  # none: the framework's default
+    "exp_avg_dtype": tuple(d.value for d in StateDtype),
+    "exp_avg_sq_dtype": tuple(d.value for d in StateDtype),
 }
 NEW_CATEGORICAL_COLUMNS = tuple(CHOICES)
 NEW_BOOLEAN_COLUMNS = ("multi_latent_attention", "qk_layernorm", "tp_comm_overlap", "moe_overlap_ep_comm")
@@ -70,6 +75,8 @@ NEW_DEFAULTS: dict[str, Any] = {
     "v_head_dim": 0, "qk_layernorm": False, "mtp_num_layers": 0,
     "fp8_recipe": NONE, "fp4_recipe": NONE, "cuda_graphs": CudaGraphs.NONE.value,
     "moe_token_dispatcher": TokenDispatcher.ALLTOALL.value, "moe_overlap_ep_comm": False,
+    "grad_reduce_in_fp32": NONE, "exp_avg_dtype": StateDtype.FP32.value,
+    "exp_avg_sq_dtype": StateDtype.FP32.value,
     "cp": 1, "cp_comm_type": CpCommType.P2P.value, "ep": 1, "expert_tp": 0,
     "data_parallel_sharding": NONE, "tp_comm_overlap": False, "first_stage_layers": 0,
     "last_stage_layers": 0, "nvlink_domain": 0,
@@ -84,10 +91,8 @@ _UNHELD: dict[tuple[str, str], Any] = {
        for k in ("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
                  "moe_grouped_gemm", "moe_load_imbalance",
                  "fp8_param_gather", "first_last_layers_bf16", "fp8_dot_product_attention",
-                 # the memory knobs of today's recipes: not columns yet (the closed form
-                 # assumes fp32 gradients and optimizer states, and whole-layer recompute)
-                 "recompute_modules", "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype",
-                 "main_params_dtype")},
+                 # recompute modules and the master weights' dtype: not columns (yet)
+                 "recompute_modules", "main_params_dtype")},
     ("parallel", "hierarchical_context_parallel_sizes"):
         ParallelPlan.model_fields["hierarchical_context_parallel_sizes"].default,
     **{("cluster", k): ClusterSpec.model_fields[k].default for k in ("topology", "jitter")},
@@ -161,6 +166,8 @@ def new_columns_of_job(job: Job) -> dict[str, Any]:
         "fp4_recipe": recipe if low and t.precision.value == "fp4" else NONE,
         "cuda_graphs": t.cuda_graphs.value, "moe_token_dispatcher": t.moe_token_dispatcher.value,
         "moe_overlap_ep_comm": t.moe_overlap_ep_comm,
+        "grad_reduce_in_fp32": NONE if t.grad_reduce_in_fp32 is None else str(t.grad_reduce_in_fp32).lower(),
+        "exp_avg_dtype": t.exp_avg_dtype.value, "exp_avg_sq_dtype": t.exp_avg_sq_dtype.value,
         "cp": p.cp, "cp_comm_type": p.cp_comm_type.value, "ep": p.ep, "expert_tp": job.expert_tp,
         "data_parallel_sharding": p.data_parallel_sharding.value if p.data_parallel_sharding else NONE,
         "tp_comm_overlap": p.tp_comm_overlap, "first_stage_layers": p.first_stage_layers or 0,
@@ -168,7 +175,11 @@ def new_columns_of_job(job: Job) -> dict[str, Any]:
     }
 
 
-_NULLABLE = ("fp8_recipe", "fp4_recipe", "data_parallel_sharding")  # "none" is None there
+_NULLABLE = ("fp8_recipe", "fp4_recipe", "data_parallel_sharding", "grad_reduce_in_fp32")  # "none": None
+
+
+def _flag(value: str | None) -> bool | None:
+    return None if value is None else value == "true"
 
 
 def _choice(r: dict[str, Any], column: str) -> str | None:
@@ -212,7 +223,10 @@ def new_fields_of_record(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     training = {"fp8_recipe": _choice(r, "fp8_recipe"), "fp4_recipe": _choice(r, "fp4_recipe"),
                 "cuda_graphs": _choice(r, "cuda_graphs"),
                 "moe_token_dispatcher": _choice(r, "moe_token_dispatcher"),
-                "moe_overlap_ep_comm": bool(r["moe_overlap_ep_comm"])}
+                "moe_overlap_ep_comm": bool(r["moe_overlap_ep_comm"]),
+                "grad_reduce_in_fp32": _flag(_choice(r, "grad_reduce_in_fp32")),
+                "exp_avg_dtype": _choice(r, "exp_avg_dtype"),
+                "exp_avg_sq_dtype": _choice(r, "exp_avg_sq_dtype")}
     parallel = {"cp": r["cp"], "cp_comm_type": _choice(r, "cp_comm_type"), "ep": r["ep"],
                 # a dense job's expert tp is its tp (`Job.expert_tp`); the field is MoE's
                 "expert_tp": (r["expert_tp"] or None) if int(r["num_experts"]) > 0 else None,

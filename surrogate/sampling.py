@@ -25,7 +25,7 @@ from scipy.stats import qmc
 
 from simulator.errors import ConfigError
 from simulator.job.catalog import load_model
-from simulator.job.enums import Schedule
+from simulator.job.enums import Schedule, StateDtype
 from simulator.job.specs import HardwareSpec
 from surrogate.features import record_to_job
 from surrogate.records import NEW_DEFAULTS, NONE, model_columns
@@ -39,7 +39,7 @@ AXES = ("hardware", "preset", "family", "parameters", "aspect", "head_dim", "gqa
 NEW_AXES = ("cp", "cp_comm", "ep", "expert_tp", "fp8_recipe", "sharding", "cuda_graphs",
             "tp_overlap", "dispatcher")
 # Added later still, from a third design (seed + 2): the draws above stay as they were.
-LATER_AXES = ("ep_overlap",)
+LATER_AXES = ("ep_overlap", "grad_reduce", "exp_avg", "exp_avg_sq")
 BATCH = 4096
 
 
@@ -294,6 +294,12 @@ def _finish(record: dict[str, Any], u: dict[str, float], space: Space,
     record["moe_overlap_ep_comm"] = bool(
         overlap and record["ep"] > 1 and record["moe_token_dispatcher"] != "allgather"
         and record["recompute"] != "full" and (record["pp"] == 1 or record["schedule"] == "interleaved_1f1b"))
+    grad = _pick(u.get("grad_reduce", 0.0), space.grad_reduce_in_fp32)
+    record["grad_reduce_in_fp32"] = NONE if grad is None else str(grad).lower()
+    sharded = record["distributed_optimizer"] or record["data_parallel_sharding"] != NONE
+    for column, axis in (("exp_avg_dtype", "exp_avg"), ("exp_avg_sq_dtype", "exp_avg_sq")):
+        record[column] = (_pick(u.get(axis, 0.0), getattr(space, column)).value if sharded
+                          else StateDtype.FP32.value)
     if record["data_parallel_sharding"] != NONE:
         record["distributed_optimizer"] = False  # the sharding says it (optim is ZeRO-1)
     domain = spec.nvlink_domain or spec.gpus_per_node

@@ -26,6 +26,7 @@ from simulator.job.enums import (
     Precision,
     Recompute,
     Schedule,
+    StateDtype,
     TokenDispatcher,
 )
 from simulator.job.specs import Frozen, parse
@@ -109,6 +110,11 @@ class Space(Frozen):
     # Megatron's combined-1F1B dispatch overlap, where a job allows it (ep > 1, not the allgather
     # dispatcher, no full recompute, the interleaved schedule when pp > 1); else False
     moe_overlap_ep_comm: tuple[bool, ...] = (False,)
+    # the memory settings of today's recipes (simulator.job.param_bytes): None is Megatron's
+    # default; moments below fp32 only where the optimizer is distributed (else fp32)
+    grad_reduce_in_fp32: tuple[bool | None, ...] = (None,)
+    exp_avg_dtype: tuple[StateDtype, ...] = (StateDtype.FP32,)
+    exp_avg_sq_dtype: tuple[StateDtype, ...] = (StateDtype.FP32,)
     uneven_pipeline: bool = False  # presets whose layers pp does not divide: first stage larger
 
     @model_validator(mode="after")
@@ -116,7 +122,8 @@ class Space(Frozen):
         for key in ("hardware", "seq_length", "tp", "schedule", "micro_batch_size", "precision",
                     "recompute", "flash_attention", "sequence_parallel", "distributed_optimizer",
                     "overlap_grad_reduce", "virtual_stages", "cp", "cp_comm_type", "ep",
-                    "cuda_graphs", "tp_comm_overlap", "moe_token_dispatcher", "moe_overlap_ep_comm"):
+                    "cuda_graphs", "tp_comm_overlap", "moe_token_dispatcher", "moe_overlap_ep_comm",
+                    "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype"):
             if not getattr(self, key):
                 raise ValueError(f"'{key}' needs at least one choice")
         if CpCommType.A2A_P2P in self.cp_comm_type:

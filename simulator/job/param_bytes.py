@@ -30,14 +30,17 @@ from dataclasses import replace
 from simulator.job.enums import Fp8Recipe, Framework, Precision, StateDtype
 from simulator.job.framework import FP32, ParamBytes, semantics
 from simulator.job.precision import recipe_name
-from simulator.job.specs import Job
+from simulator.job.specs import Job, TrainingSpec
 
 PARAM_REMAINDER_BYTES = 2  # the low 16 bits of an fp32 master weight over its bf16 parameter
 
 
 def precision_aware_optimizer(job: Job) -> bool:
     """Megatron's `--use-precision-aware-optimizer`: on when any optimizer dtype is below fp32."""
-    t = job.training
+    return _precision_aware(job.training)
+
+
+def _precision_aware(t: TrainingSpec) -> bool:
     return any(d is not StateDtype.FP32
                for d in (t.exp_avg_dtype, t.exp_avg_sq_dtype, t.main_params_dtype))
 
@@ -45,26 +48,34 @@ def precision_aware_optimizer(job: Job) -> bool:
 def te_master_weights(job: Job) -> bool:
     """Transformer Engine's FusedAdam holds the master weights (optimizer_config.py's
     `use_precision_aware_optimizer_no_fp8_or_ds_fp8`)."""
-    if not precision_aware_optimizer(job):
+    return _te_master_weights(job.training, recipe_name(job))
+
+
+def _te_master_weights(t: TrainingSpec, recipe: str | None) -> bool:
+    if not _precision_aware(t):
         return False
-    name = recipe_name(job)
-    return (job.training.main_params_dtype is not StateDtype.FP32 or name is None
-            or name == Fp8Recipe.DELAYED.value)
+    return (t.main_params_dtype is not StateDtype.FP32 or recipe is None
+            or recipe == Fp8Recipe.DELAYED.value)
 
 
 def param_bytes(job: Job) -> ParamBytes:
     """Bytes per parameter of each role (see the module docstring); the framework's table when
     the job leaves these fields at their defaults."""
-    t = job.training
+    return training_param_bytes(job.training, recipe_name(job))
+
+
+def training_param_bytes(t: TrainingSpec, recipe: str | None) -> ParamBytes:
+    """`param_bytes` of a job with training settings `t` and low-precision recipe `recipe` (its
+    `recipe_name`): what the surrogate and the planner's memory bound use without a Job."""
     pb = semantics(t.framework).param_bytes(t.precision)
     if t.grad_reduce_in_fp32 is not None and not semantics(t.framework).fp32_parameters:
         grad = FP32 if t.grad_reduce_in_fp32 else t.precision.base.bytes
         copy = FP32 if semantics(t.framework).fp32_main_grad_copy_fp16 and grad < FP32 else 0
         pb = replace(pb, gradients=grad, main_gradients=copy)
-    if not precision_aware_optimizer(job):
+    if not _precision_aware(t):
         return pb
     moments = t.exp_avg_dtype.bytes + t.exp_avg_sq_dtype.bytes
-    if not te_master_weights(job):
+    if not _te_master_weights(t, recipe):
         return replace(pb, optimizer_states=moments)
     master = t.main_params_dtype.bytes
     if (t.main_params_dtype is StateDtype.FP32 and t.precision.base is Precision.BF16

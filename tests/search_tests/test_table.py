@@ -48,6 +48,12 @@ TINY_SPACES = {
                                          schedule=["1f1b", "interleaved_1f1b"], virtual_stages=[2],
                                          moe_token_dispatcher=["alltoall", "allgather", "flex"],
                                          moe_overlap_ep_comm=[False, True]), "max_gpus": 8},
+    # the memory settings: a 16-bit gradient buffer and bf16 Adam moments (these only with the
+    # distributed optimizer) change the static bound, on a memory-bound model
+    "memory settings": tiny_dict(model="gpt3-175b", max_gpus=64, global_batch=64, precision="bf16",
+                                 space={**tiny_dict()["space"], "grad_reduce_in_fp32": [True, False],
+                                        "exp_avg_dtype": ["fp32", "bf16"],
+                                        "exp_avg_sq_dtype": ["fp32", "bf16"]}),
     "dense: sharding, overlap, uneven split": tiny_dict(
         model={**tiny_dict()["model"], "num_layers": 6}, hardware="b200", precision="bf16",
         space={**{k: v for k, v in tiny_dict()["space"].items() if k != "distributed_optimizer"},

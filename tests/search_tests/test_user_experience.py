@@ -78,14 +78,20 @@ def _dominated(report: SearchReport) -> list[str]:
 
 
 @pytest.mark.parametrize("strategy", ["screen", "optuna"])
-def test_a_searched_pareto_front_has_no_dominated_point_and_covers_the_exhaustive_one(strategy: str) -> None:
+def test_a_searched_pareto_front_has_no_dominated_point_and_is_within_the_error_of_the_exhaustive_one(
+        strategy: str) -> None:
     config = tiny_config(objective="pareto", trials=60, verify_every=20, strategy=strategy)
     found = run_search(config, factory=lambda: NoisyOracle(0.05))
     reference = run_exhaustive(config)
     assert found.pareto and not _dominated(found) and not found.complete
-    exact_front = {json.dumps(o.plan, sort_keys=True) for o in reference.pareto}
-    found_front = {json.dumps(o.plan, sort_keys=True) for o in found.pareto}
-    assert found_front <= exact_front, "a point the exhaustive front rejects is dominated"
+    # A searched front is partial: a point of it may be dominated by a plan never simulated, but
+    # only by less than the scorer can tell apart (each plan's score may be 5% off either way:
+    # 10% between two), never by more
+    exact = [(o.exact.iteration_time_s, o.exact.cost_usd) for o in reference.pareto]
+    for o in found.pareto:
+        t, c = o.exact.iteration_time_s, o.exact.cost_usd
+        worse = [(t / et - 1, c / ec - 1) for et, ec in exact if et <= t and ec <= c and (et < t or ec < c)]
+        assert all(max(dt, dc) < 0.10 for dt, dc in worse), f"{o.plan} is dominated beyond the error: {worse}"
     assert found.exact_evaluations < reference.exact_evaluations
 
 

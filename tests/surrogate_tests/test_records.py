@@ -70,8 +70,8 @@ def test_a_sliding_window_preset_is_refused_naming_the_field() -> None:
         job_to_record(job)
 
 
-@pytest.mark.parametrize(("field", "value"), [("grad_reduce_in_fp32", False),
-                                              ("recompute_modules", ("moe_act",)), ("exp_avg_dtype", "bf16")])
+@pytest.mark.parametrize(("field", "value"), [("recompute_modules", ("moe_act",)),
+                                              ("main_params_dtype", "fp16")])
 def test_a_memory_knob_a_record_cannot_hold_is_refused_not_dropped(field: str, value: object) -> None:
     """A record without the field would read back as the default: a different job, silently."""
     job = _job("qwen3-30b-a3b", 0)
@@ -79,6 +79,46 @@ def test_a_memory_knob_a_record_cannot_hold_is_refused_not_dropped(field: str, v
         {**job.training.model_dump(), field: value, "recompute": "selective"})})
     with pytest.raises(ConfigError, match=rf"training\.{field}=.*cannot be held.*exact simulator"):
         job_to_record(job)
+
+
+@pytest.mark.parametrize("grad", [None, True, False])
+def test_the_gradient_buffer_and_adam_moment_dtypes_survive_the_trip(grad: bool | None) -> None:
+    job = _job("qwen3-30b-a3b", 0)
+    job = validate_job(job.model_copy(update={"training": TrainingSpec.model_validate({
+        **job.training.model_dump(), "grad_reduce_in_fp32": grad, "exp_avg_dtype": "bf16",
+        "exp_avg_sq_dtype": "bf16"})}))
+    record = job_to_record(job)
+    assert (record["grad_reduce_in_fp32"], record["exp_avg_dtype"]) == (
+        "none" if grad is None else str(grad).lower(), "bf16")
+    again = record_to_job(record)
+    assert again.training.grad_reduce_in_fp32 is grad
+    a, b = simulate(job), simulate(again)
+    assert (a.iteration_time_s, a.peak_memory_bytes) == (b.iteration_time_s, b.peak_memory_bytes)
+
+
+def test_the_closed_form_counts_the_bytes_the_memory_settings_save() -> None:
+    """The surrogate's baseline memory moves by what simulator.job.param_bytes says: a 16-bit
+    buffer and bf16 moments on the same job, sharded roles over dp x cp."""
+    from simulator.job.param_bytes import param_bytes
+    from simulator.memory.states import stage_param_counts
+    from surrogate.encoding import feature_matrix
+    from surrogate.hardware import catalog_hardware as hw_of
+
+    base = _job("llama-3-8b", 2)  # h200, 16 GPUs, tp 4, cp 2, optim sharding
+    low = validate_job(base.model_copy(update={"training": TrainingSpec.model_validate({
+        **base.training.model_dump(), "grad_reduce_in_fp32": False, "exp_avg_dtype": "bf16",
+        "exp_avg_sq_dtype": "bf16"})}))
+    a, b = param_bytes(base), param_bytes(low)
+    shard = base.dp * base.parallel.cp
+    per_param = (b.replicated - a.replicated) + (b.sharded - a.sharded) / shard
+    assert per_param < 0
+    hardware = {base.cluster.gpu: hw_of(base.cluster.gpu)}
+    names, x = feature_matrix(pd.DataFrame([job_to_record(base), job_to_record(low)]), hardware)
+    column = list(names).index("state_bytes_delta")
+    stage = float(stage_param_counts(base).max())
+    assert x[0, column] == 0.0
+    assert x[1, column] == pytest.approx(per_param * stage, rel=1e-6)
+
 
 def test_a_layer_pattern_a_record_cannot_hold_is_refused() -> None:
     hw = catalog_hardware("h100-sxm-80gb")

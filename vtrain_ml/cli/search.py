@@ -72,9 +72,14 @@ SPACE_FLAGS: dict[str, tuple[str, str]] = {
     "data_parallel_sharding": ("--sharding", "no_shard, optim, optim_grads, optim_grads_params"),
     "cuda_graphs": ("--cuda-graphs", "none, per_layer, full_iteration"),
     "moe_token_dispatcher": ("--dispatcher", "alltoall, allgather, flex"),
+    "exp_avg_dtype": ("--exp-avg-dtype", "Adam's first moment: fp32, bf16, fp16, fp8 (below fp32: "
+                                         "the distributed optimizer)"),
+    "exp_avg_sq_dtype": ("--exp-avg-sq-dtype", "Adam's second moment: fp32, bf16, fp16, fp8"),
 }
 BOOLEAN_SPACE_FLAGS = {"tp_comm_overlap": ("--tp-comm-overlap", "false, true"),
-                       "moe_overlap_ep_comm": ("--moe-overlap-ep-comm", "false, true (MoE models)")}
+                       "moe_overlap_ep_comm": ("--moe-overlap-ep-comm", "false, true (MoE models)"),
+                       "grad_reduce_in_fp32": ("--grad-reduce-in-fp32", "true, false (false: a 16-bit "
+                                               "gradient buffer, as NVIDIA's perf recipes)")}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -26,6 +26,7 @@ from simulator.job.enums import (
     Precision,
     Recompute,
     Schedule,
+    StateDtype,
     TokenDispatcher,
 )
 from simulator.job.specs import Frozen, parse
@@ -95,6 +96,13 @@ class LayoutSpace(Frozen):
     # and combine under the other's compute); a plan can use it with ep > 1, the alltoall or
     # flex dispatcher, no full recompute and, with pp > 1, the interleaved schedule
     moe_overlap_ep_comm: tuple[bool, ...] | None = None
+    # The memory settings of today's recipes (simulator.job.param_bytes): Megatron's DDP
+    # grad_reduce_in_fp32 (false: a 16-bit gradient buffer, as every Megatron-Bridge performance
+    # script of Llama 3, DeepSeek-V3, Qwen3 and GPT-OSS sets) and the precision-aware optimizer's
+    # Adam moments (below fp32 only with the distributed optimizer)
+    grad_reduce_in_fp32: tuple[bool, ...] | None = None
+    exp_avg_dtype: tuple[StateDtype, ...] | None = None
+    exp_avg_sq_dtype: tuple[StateDtype, ...] | None = None
     # Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
     # a pp (x virtual stages) that does not divide the layers but divides layers + 2 (+ the MTP
     # layers) puts one layer fewer on the first stage and on the last (Llama 3.1 405B's 126
@@ -106,7 +114,11 @@ class LayoutSpace(Frozen):
 # defaults, so that an older search keeps its study name and stored trials.
 NEW_SPACE_FIELDS = ("num_gpus", "ep", "expert_tp", "cp", "cp_comm_type", "precision",
                     "data_parallel_sharding", "cuda_graphs", "tp_comm_overlap",
-                    "moe_token_dispatcher", "account_for_embedding_and_loss", "moe_overlap_ep_comm")
+                    "moe_token_dispatcher", "account_for_embedding_and_loss", "moe_overlap_ep_comm",
+                    "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype")
+# the space fields that change the bytes per parameter of the model states (planner.rules'
+# static memory bound reads them from simulator.job.param_bytes)
+MEMORY_KNOBS = ("grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype")
 NEW_TOP_FIELDS = ("fp8_recipe", "fp4_recipe")
 
 

@@ -48,6 +48,10 @@ def plan_dict(job: Job, with_model: bool) -> dict[str, Any]:
         "data_parallel_sharding": job.sharding.value, "cuda_graphs": t.cuda_graphs.value,
         "tp_comm_overlap": p.tp_comm_overlap, "price_per_gpu_hour_usd": job.price_per_gpu_hour_usd,
     }
+    if t.grad_reduce_in_fp32 is not None:  # the memory settings, where a plan sets them
+        plan["grad_reduce_in_fp32"] = t.grad_reduce_in_fp32
+    if t.exp_avg_dtype.value != "fp32" or t.exp_avg_sq_dtype.value != "fp32":
+        plan |= {"exp_avg_dtype": t.exp_avg_dtype.value, "exp_avg_sq_dtype": t.exp_avg_sq_dtype.value}
     if job.model.is_moe:
         plan |= {"expert_tp": job.expert_tp, "moe_token_dispatcher": t.moe_token_dispatcher.value,
                  "moe_overlap_ep_comm": t.moe_overlap_ep_comm}
@@ -61,7 +65,8 @@ EXTRA_COLUMNS: tuple[tuple[str, str, int, Any], ...] = (
     ("ep", "ep", 4, 1), ("expert_tp", "etp", 3, None), ("precision", "precision", 15, None),
     ("data_parallel_sharding", "sharding", 18, None), ("cuda_graphs", "graphs", 14, "none"),
     ("tp_comm_overlap", "tpo", 3, False), ("moe_token_dispatcher", "dispatch", 9, None),
-    ("moe_overlap_ep_comm", "epo", 3, False),
+    ("moe_overlap_ep_comm", "epo", 3, False), ("grad_reduce_in_fp32", "g32", 3, True),
+    ("exp_avg_dtype", "m1", 4, "fp32"), ("exp_avg_sq_dtype", "m2", 4, "fp32"),
 )
 
 

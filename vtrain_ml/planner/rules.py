@@ -25,11 +25,13 @@ from simulator.job.enums import (
 )
 from simulator.job.framework import semantics
 from simulator.job.limits import MAX_PIPELINE_STEPS
+from simulator.job.param_bytes import param_bytes
 from simulator.job.precision import precision_problems
 from simulator.job.specs import ClusterSpec, GiB, Job, ModelSpec, ParallelPlan, TrainingSpec
 from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
+from vtrain_ml.planner.config import MEMORY_KNOBS
 from vtrain_ml.planner.dimensions import precision_choice, uneven_split
-from vtrain_ml.planner.space import SearchSpace, parse_pipeline
+from vtrain_ml.planner.space import SearchSpace, memory_settings, parse_pipeline
 from vtrain_ml.planner.table import SpaceTable
 
 FRAMEWORK = TrainingSpec.model_fields["framework"].default  # the framework of every searched job
@@ -141,6 +143,11 @@ def new_rules_grid(table: SpaceTable) -> np.ndarray:
     sp, flash = table.flag("sequence_parallel"), table.flag("flash_attention")
     comm = table.knob("cp_comm_type", CpCommType.P2P.value)
     ok = ok & ~(table.flag("tp_comm_overlap") & ~(sp & (tp > 1)))
+    # the precision-aware optimizer needs the distributed optimizer (param_bytes'
+    # optimizer_precision_problems)
+    low_moments = (table.knob("exp_avg_dtype", "fp32", lambda v: v != "fp32").astype(bool)
+                   | table.knob("exp_avg_sq_dtype", "fp32", lambda v: v != "fp32").astype(bool))
+    ok = ok & ~(low_moments & (table.sharding_level < DataParallelSharding.OPTIM.level))
     ok = ok & ~((table.sharding_level > DataParallelSharding.OPTIM.level) & (cp > 1))
     fused = table.model(lambda m: m.multi_latent_attention or m.window_size is not None
                         or m.softmax_type is not SoftmaxType.VANILLA, bool)
@@ -192,8 +199,37 @@ def _static_memory_grid(table: SpaceTable) -> np.ndarray:
     weights = 2.0 / np.where(level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level, dp, 1)
     shard = np.where(level >= DataParallelSharding.OPTIM.level, dp, 1)
     per_param = weights + grads + OPTIMIZER_BYTES_PER_PARAM / shard
+    if any(name in table.names for name in MEMORY_KNOBS):
+        per_param = _with_memory_settings(table, per_param, dp, level, shard)
     reserved = table.hardware(lambda h, e: h.reserved_memory_GiB, float)
     return stage_params_grid(table) * per_param + reserved * GiB
+
+
+def _with_memory_settings(table: SpaceTable, per_param: np.ndarray, dp: np.ndarray, level: np.ndarray,
+                          shard: np.ndarray) -> np.ndarray:
+    """`static_memory_bytes`' bytes per parameter where a plan sets the memory knobs: the
+    framework's exact bytes (simulator.job.param_bytes) where they are fewer, from one job per
+    combination of the knobs that decide them (precision, GPU type, the memory knobs)."""
+    space = table.space
+    axes = [i for i, n in enumerate(table.names) if n in (*MEMORY_KNOBS, "precision", "hardware")]
+    shape = [table.shape[i] if i in axes else 1 for i in range(len(table.shape))]
+    roles = np.zeros((3, *shape))  # weights, gradients, sharded roles
+    on = np.zeros(shape, dtype=bool)
+    base = table.params(0)
+    for index in np.ndindex(*shape):
+        params = {**base, **{table.names[i]: space.knobs[i].choices[index[i]] for i in axes}}
+        model = space._model(params)[0]
+        if model is None:
+            continue
+        job = space.job(params, model)
+        if memory_settings(job.training):
+            pb = param_bytes(job)
+            roles[(slice(None), *index)] = (pb.weights, pb.gradients, pb.sharded)
+            on[index] = True
+    exact = (roles[0] / np.where(level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level, dp, 1)
+             + roles[1] / np.where(level >= DataParallelSharding.OPTIM_GRADS.level, dp, 1)
+             + roles[2] / shard)
+    return np.where(on, np.minimum(per_param, exact), per_param)
 
 
 def stage_params_grid(table: SpaceTable) -> np.ndarray:

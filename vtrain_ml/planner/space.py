@@ -33,8 +33,10 @@ from simulator.job.enums import (
     DataParallelSharding,
     Recompute,
     Schedule,
+    StateDtype,
     TokenDispatcher,
 )
+from simulator.job.param_bytes import param_bytes
 from simulator.job.specs import (
     ClusterSpec,
     GiB,
@@ -47,7 +49,7 @@ from simulator.job.specs import (
 )
 from simulator.job.validation import job_problems
 from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
-from vtrain_ml.planner.config import SearchConfig
+from vtrain_ml.planner.config import MEMORY_KNOBS, SearchConfig
 from vtrain_ml.planner.dimensions import check_model, precision_choice, uneven_split
 
 Choice = bool | int | float | str
@@ -133,7 +135,20 @@ def static_memory_bytes(job: Job) -> float:
         job.dp if level >= DataParallelSharding.OPTIM_GRADS.level else 1)
     weights = 2.0 / (job.dp if level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level else 1)
     per_param = weights + grads + OPTIMIZER_BYTES_PER_PARAM / shard
+    if memory_settings(job.training):  # a 16-bit gradient buffer, 16-bit Adam moments: the
+        # framework's exact bytes (simulator.job.param_bytes) where they are fewer
+        pb = param_bytes(job)
+        exact = (pb.weights / (job.dp if level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level else 1)
+                 + pb.gradients / (job.dp if level >= DataParallelSharding.OPTIM_GRADS.level else 1)
+                 + pb.sharded / shard)
+        per_param = min(per_param, exact)
     return n * per_param + job.hardware.reserved_memory_GiB * GiB
+
+
+def memory_settings(t: TrainingSpec) -> bool:
+    """Whether a job sets the model-state knobs a search can list (`config.MEMORY_KNOBS`)."""
+    return (t.grad_reduce_in_fp32 is not None or t.exp_avg_dtype is not StateDtype.FP32
+            or t.exp_avg_sq_dtype is not StateDtype.FP32)
 
 
 def _divisors(n: int, limit: int) -> list[int]:
@@ -217,7 +232,7 @@ class SearchSpace:
             knobs.append(("data_parallel_sharding", [x.value for x in s.data_parallel_sharding]))
         knobs += [("overlap_grad_reduce", list(s.overlap_grad_reduce)), ("flash_attention", flash)]
         for name in ("cp_comm_type", "moe_token_dispatcher", "cuda_graphs", "tp_comm_overlap",
-                     "moe_overlap_ep_comm"):
+                     "moe_overlap_ep_comm", *MEMORY_KNOBS):
             values = getattr(s, name)
             if values is not None:
                 knobs.append((name, [getattr(v, "value", v) for v in values]))
@@ -328,7 +343,11 @@ class SearchSpace:
                                   cuda_graphs=CudaGraphs(str(p.get("cuda_graphs", CudaGraphs.NONE.value))),
                                   moe_token_dispatcher=TokenDispatcher(str(p.get(
                                       "moe_token_dispatcher", dispatcher))),
-                                  moe_overlap_ep_comm=bool(p.get("moe_overlap_ep_comm", False))),
+                                  moe_overlap_ep_comm=bool(p.get("moe_overlap_ep_comm", False)),
+                                  grad_reduce_in_fp32=(bool(p["grad_reduce_in_fp32"])
+                                                       if "grad_reduce_in_fp32" in p else None),
+                                  exp_avg_dtype=StateDtype(str(p.get("exp_avg_dtype", "fp32"))),
+                                  exp_avg_sq_dtype=StateDtype(str(p.get("exp_avg_sq_dtype", "fp32")))),
             parallel=ParallelPlan(tp=tp, pp=pp, dp=dp, cp=cp, virtual_stages=virtual, schedule=schedule,
                                   cp_comm_type=CpCommType(str(p.get("cp_comm_type", CpCommType.P2P.value))),
                                   ep=int(p.get("ep", 1)),
