@@ -16,6 +16,7 @@ from vtrain_ml.cli.search import main
 from vtrain_ml.planner import rules
 from vtrain_ml.planner.config import Strategy
 from vtrain_ml.planner.exhaustive import run_exhaustive
+from vtrain_ml.planner.report import render_table
 from vtrain_ml.planner.runner import run_search
 from vtrain_ml.planner.space import SearchSpace
 from vtrain_ml.planner.strategy import Costs, choose_strategy
@@ -81,6 +82,25 @@ def test_screening_verifies_until_a_wrong_surrogate_cannot_hide_the_optimum() ->
     assert rough.best.plan == reference.best.plan == fine.best.plan
     assert rough.surrogate["time_margin"] > 0.2 > 0.05 > fine.surrogate["time_margin"]
 
+
+@pytest.mark.parametrize("objective", ["time", "cost"])
+def test_an_optimality_gap_simulates_less_and_stays_within_it_and_never_loses_to_the_baseline(
+        objective: str) -> None:
+    """`tolerance`: plans that could only beat the best exact one by less than the gap are not
+    simulated; the answer is within the gap of the exact optimum, and no worse than the baseline
+    (simulated first)."""
+    baseline = {"tp": 1, "pp": 1, "dp": 16, "micro_batch_size": 2, "recompute": "none",
+                "distributed_optimizer": True}
+    exact = run_search(tiny_config(strategy="screen", objective=objective), factory=lambda: NoisyOracle(0.3))
+    gapped = run_search(tiny_config(strategy="screen", objective=objective, tolerance=0.2, baseline=baseline),
+                        factory=lambda: NoisyOracle(0.3))
+    assert exact.best is not None and gapped.best is not None and gapped.baseline is not None
+    assert gapped.exact_evaluations < exact.exact_evaluations
+    value = "iteration_time_s" if objective == "time" else "cost_usd"
+    best, found = getattr(exact.best.exact, value), getattr(gapped.best.exact, value)
+    assert best <= found <= best * 1.2
+    assert found <= getattr(gapped.baseline.exact, value)
+    assert gapped.surrogate["tolerance"] == 0.2 and "optimality gap 20%" in render_table(gapped)
 
 def test_screening_finds_the_largest_model_within_the_budget() -> None:
     # 18 architectures x the tiny layouts without recompute and with the distributed optimizer:

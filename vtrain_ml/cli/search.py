@@ -49,6 +49,8 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "top": ("--top", int, "rows of the table (default 10)"),
     "patience": ("--patience", int, "stop when the best exact plan (the exact front, for pareto) has not "
                                     "changed for N verification rounds (default: run every trial)"),
+    "tolerance": ("--tolerance", float, "screening's optimality gap: stop when no unverified plan could beat "
+                                        "the best exact one by more than this fraction (default 0)"),
     "enumerate_below": ("--enumerate-below", int, "pareto: simulate every plan of a space with at most "
                                                   "this many valid plans (default 1000; 0: always search)"),
     "strategy": ("--strategy", str, "auto (default: the cheapest for this space and simulator) | enumerate "

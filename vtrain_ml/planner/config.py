@@ -176,6 +176,10 @@ class SearchConfig(Frozen):
     n_jobs: PositiveInt = 1
     max_exhaustive: PositiveInt = 200_000
     patience: PositiveInt | None = None  # stop after N verification rounds without a better exact answer
+    # screening's optimality gap: stop when no plan the surrogate has not ruled out could beat the
+    # best exact one by more than this fraction (time / cost / largest model; 0: the exact optimum
+    # of the screened plans). A baseline is simulated first, so the answer never loses to it.
+    tolerance: float = Field(default=0.0, ge=0.0, lt=0.5)
     enumerate_below: int = Field(default=1000, ge=0)  # Pareto: simulate every plan of a space this small
     baseline: dict[str, Any] | None = None  # a hand-picked plan (knob values) to compare against
     top: PositiveInt = 10  # rows of the report table
@@ -189,7 +193,7 @@ class SearchConfig(Frozen):
         issue 25's fields count only when set (an older search hashes as before)."""
         keep = self.model_dump(mode="json", exclude={"trials", "verify_every", "verify_top", "storage",
                                                      "study", "n_jobs", "max_exhaustive", "surrogate",
-                                                     "baseline", "top", "seed", "patience",
+                                                     "baseline", "top", "seed", "patience", "tolerance",
                                                      "enumerate_below", "strategy", "screen_limit"})
         for name in NEW_TOP_FIELDS:
             if keep.get(name) is None:

@@ -338,6 +338,9 @@ def render_table(report: SearchReport, sort: str | None = None) -> str:
         how += (f"; stopped early: the best exact answer did not change for {report.surrogate['patience']} "
                 f"verification rounds")
     lines.append(how)
+    if report.surrogate.get("tolerance"):
+        lines.append(f"optimality gap {100 * report.surrogate['tolerance']:g}%: no plan the surrogate did "
+                     f"not rule out could beat the answer by more")
     if strategy:
         lines.append(f"strategy {strategy['name']}: {strategy['reason']}")
     if report.surrogate.get("interrupted"):

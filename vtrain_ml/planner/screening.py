@@ -77,9 +77,10 @@ class Margin:
 
 
 def could_beat(table: SpaceTable, guess: Predicted, best: list[Evaluation], time_margin: float,
-               memory_margin: float) -> np.ndarray:
+               memory_margin: float, tolerance: float = 0.0) -> np.ndarray:
     """Rows whose optimistic prediction is feasible and beats `best` (the best exact plan, or
-    the exact front for time versus cost; empty: nothing is feasible yet)."""
+    the exact front for time versus cost; empty: nothing is feasible yet), by more than
+    `tolerance` of the best's objective (single objectives; the front ignores it)."""
     hopeful = guess.scaled(1.0 - time_margin, 1.0 - memory_margin)
     mask = violation(table, hopeful) <= 0
     objective = table.space.config.objective
@@ -95,6 +96,8 @@ def could_beat(table: SpaceTable, guess: Predicted, best: list[Evaluation], time
         return mask & (cheapest > values[1])
     signs = -1.0 if objective is Objective.LARGEST_MODEL else 1.0
     target = signs * objective_values(objective, best[0])[0]
+    if tolerance > 0:  # beat the best by more than the gap: no ties to break
+        return mask & (values[0] < target - abs(target) * tolerance)
     ties = (values[0] == target) & (hopeful.iteration_time_s < best[0].iteration_time_s)
     return mask & ((values[0] < target) | ties)
 
@@ -215,7 +218,8 @@ class Screening:
                 left = shortlist[~self.done[shortlist]]
             where = self.unbeaten(left, bests)
             guess = self.score(where)
-            hopeful = could_beat(self.table, guess, bests, self.margin.time, self.margin.memory)
+            hopeful = could_beat(self.table, guess, bests, self.margin.time, self.margin.memory,
+                                 ctx.config.tolerance)
             if full:
                 wide = max(SHORTLIST_MIN, SHORTLIST_FACTOR * self.margin.time)
                 keep = could_beat(self.table, guess, bests, wide, max(wide, self.margin.memory))
@@ -245,7 +249,8 @@ class Screening:
                 break
         return {"rounds": rounds, "outcome": outcome, "screened": len(self.feasible),
                 "predictions": self.predictions,
-                "time_margin": self.margin.time, "memory_margin": self.margin.memory}
+                "time_margin": self.margin.time, "memory_margin": self.margin.memory,
+                "tolerance": ctx.config.tolerance}
 
     def _simulate(self, indices: np.ndarray, guess: Predicted) -> int:
         """Simulate the feasible plans at `indices`; returns how many this process simulated."""
