@@ -25,7 +25,7 @@ from scipy.stats import qmc
 
 from simulator.errors import ConfigError
 from simulator.job.catalog import load_model
-from simulator.job.enums import Schedule, StateDtype
+from simulator.job.enums import DataParallelSharding, Schedule, StateDtype
 from simulator.job.specs import HardwareSpec
 from surrogate.features import record_to_job
 from surrogate.records import NEW_DEFAULTS, NONE, model_columns
@@ -296,7 +296,9 @@ def _finish(record: dict[str, Any], u: dict[str, float], space: Space,
         and record["recompute"] != "full" and (record["pp"] == 1 or record["schedule"] == "interleaved_1f1b"))
     grad = _pick(u.get("grad_reduce", 0.0), space.grad_reduce_in_fp32)
     record["grad_reduce_in_fp32"] = NONE if grad is None else str(grad).lower()
-    sharded = record["distributed_optimizer"] or record["data_parallel_sharding"] != NONE
+    sharding = record["data_parallel_sharding"]
+    sharded = (record["distributed_optimizer"] if sharding == NONE
+               else DataParallelSharding(sharding).level >= DataParallelSharding.OPTIM.level)
     for column, axis in (("exp_avg_dtype", "exp_avg"), ("exp_avg_sq_dtype", "exp_avg_sq")):
         record[column] = (_pick(u.get(axis, 0.0), getattr(space, column)).value if sharded
                           else StateDtype.FP32.value)

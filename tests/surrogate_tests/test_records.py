@@ -171,6 +171,19 @@ def test_the_dispatch_overlap_survives_the_trip_and_is_drawn_only_where_megatron
                and (r["pp"] == 1 or r["schedule"] == "interleaved_1f1b") for r in on)
     assert any(r["ep"] > 1 and not r["moe_overlap_ep_comm"] for r in records)
 
+def test_16_bit_adam_moments_are_drawn_only_where_the_optimizer_is_sharded_and_never_rejected() -> None:
+    from surrogate.sampling import draw
+    from surrogate.space import load_space
+
+    space = load_space(ROOT / "data" / "spaces" / "moe_cp.yaml").model_copy(update={
+        "hardware": ("h100-sxm-80gb",)})
+    drawn = draw(space, {"h100-sxm-80gb": catalog_hardware("h100-sxm-80gb")}, 300, seed=3)
+    assert not any("exp_avg" in reason for reason in drawn.rejections)
+    low = [r for r in drawn.records if "bf16" in (r["exp_avg_dtype"], r["exp_avg_sq_dtype"])]
+    assert low and all(r["distributed_optimizer"] or r["data_parallel_sharding"] not in ("none", "no_shard")
+                       for r in low)
+    assert any(r["grad_reduce_in_fp32"] == "false" for r in drawn.records)
+
 def test_a_model_fits_a_tiny_moe_and_cp_sample_and_predicts_finite_values() -> None:
     from surrogate.dataset import simulate_records
     from surrogate.model import Surrogate
