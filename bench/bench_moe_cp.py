@@ -253,16 +253,16 @@ def published_job(r: pd.Series) -> tuple[dict[str, Any] | None, str]:
     if _int(r.micro_batch_size) is None or _int(r.global_batch_size) is None:
         return None, "batch sizes not stated"
     text = f"{r.recipe_overrides} {r.other_overlaps} {r.model}".lower()
-    if any(helper in text for helper in A2A_OVERLAP_HELPERS):
-        text += " moe_flex_dispatcher_backend=hybridep moe_a2a_overlap=true"
+    helper = any(name in text for name in A2A_OVERLAP_HELPERS)  # flex dispatcher and overlap
     model: dict[str, Any] = {"preset": preset, "seq_length": int(r.seq_len)}
     if "w/o mtp" in text:
         model["mtp_num_layers"] = 0
     training: dict[str, Any] = {
         "global_batch_size": int(r.global_batch_size), "micro_batch_size": int(r.micro_batch_size),
         "precision": precision[0], "flash_attention": True, "recompute": _recompute(r.recompute),
-        "moe_token_dispatcher": "flex" if any(x in text for x in ("hybridep", "deepep")) else "alltoall",
-        "moe_overlap_ep_comm": "moe_a2a_overlap=true" in text}
+        "moe_token_dispatcher": "flex" if helper or any(x in text for x in ("hybridep", "deepep"))
+        else "alltoall",
+        "moe_overlap_ep_comm": helper or "moe_a2a_overlap=true" in text}
     training.update(recipe_training_settings(str(r.source), str(r.model), str(r.recompute),
                                              str(r.recipe_overrides)))
     if precision[1] is not None and precision[0] == "fp8":

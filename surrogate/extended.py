@@ -398,10 +398,11 @@ def _state_bytes_delta(f: Mapping[str, np.ndarray], new: np.ndarray, level: np.n
     out = np.zeros(codes.shape[1])
     if not set_.any():
         return out
-    keys, inverse = np.unique(codes[:, set_], axis=1, return_inverse=True)
-    repl, shard = np.zeros(keys.shape[1]), np.zeros(keys.shape[1])
-    for j in range(keys.shape[1]):
-        p, g, m1, m2, r8, r4 = keys[:, j]
+    # one integer per combination: numpy's 1-D unique (np.unique over columns is ~50x slower)
+    dims = (len(PRECISIONS), *(len(CHOICES[c]) for c in _MEMORY_COLUMNS))
+    flat, inverse = np.unique(np.ravel_multi_index(tuple(codes[:, set_]), dims), return_inverse=True)
+    repl, shard = np.zeros(len(flat)), np.zeros(len(flat))
+    for j, (p, g, m1, m2, r8, r4) in enumerate(zip(*np.unravel_index(flat, dims), strict=True)):
         recipe = CHOICES["fp8_recipe"][r8] if PRECISIONS[p] == "fp8" else (
             CHOICES["fp4_recipe"][r4] if PRECISIONS[p] == "fp4" else NONE)
         repl[j], shard[j] = _role_deltas(PRECISIONS[p], None if recipe == NONE else recipe,

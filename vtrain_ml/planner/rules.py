@@ -31,7 +31,7 @@ from simulator.job.specs import ClusterSpec, GiB, Job, ModelSpec, ParallelPlan, 
 from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
 from vtrain_ml.planner.config import MEMORY_KNOBS
 from vtrain_ml.planner.dimensions import precision_choice, uneven_split
-from vtrain_ml.planner.space import SearchSpace, memory_settings, parse_pipeline
+from vtrain_ml.planner.space import SearchSpace, memory_settings
 from vtrain_ml.planner.table import SpaceTable
 
 FRAMEWORK = TrainingSpec.model_fields["framework"].default  # the framework of every searched job
@@ -145,8 +145,8 @@ def new_rules_grid(table: SpaceTable) -> np.ndarray:
     ok = ok & ~(table.flag("tp_comm_overlap") & ~(sp & (tp > 1)))
     # the precision-aware optimizer needs the distributed optimizer (param_bytes'
     # optimizer_precision_problems)
-    low_moments = (table.knob("exp_avg_dtype", "fp32", lambda v: v != "fp32").astype(bool)
-                   | table.knob("exp_avg_sq_dtype", "fp32", lambda v: v != "fp32").astype(bool))
+    low_moments = ~(table.equals("exp_avg_dtype", "fp32", "fp32")
+                    & table.equals("exp_avg_sq_dtype", "fp32", "fp32"))
     ok = ok & ~(low_moments & (table.sharding_level < DataParallelSharding.OPTIM.level))
     ok = ok & ~((table.sharding_level > DataParallelSharding.OPTIM.level) & (cp > 1))
     fused = table.model(lambda m: m.multi_latent_attention or m.window_size is not None
@@ -170,9 +170,8 @@ def new_rules_grid(table: SpaceTable) -> np.ndarray:
     # full recompute, the interleaved schedule when pp > 1
     gather = table.equals("moe_token_dispatcher", TokenDispatcher.ALLGATHER.value,
                           TokenDispatcher.ALLTOALL.value)
-    full = table.knob("recompute", Recompute.NONE.value, lambda r: r == Recompute.FULL.value).astype(bool)
-    interleaved = table.axis("pipeline", lambda c: parse_pipeline(str(c))[0]
-                             is Schedule.INTERLEAVED_1F1B).astype(bool)
+    full = table.equals("recompute", Recompute.FULL.value, Recompute.NONE.value)
+    interleaved = np.asarray(table.schedule_names)[table.schedule_code] == Schedule.INTERLEAVED_1F1B.value
     refused = (ep == 1) | gather | full | ((table.pp > 1) & ~interleaved)
     return ok & ~(table.flag("moe_overlap_ep_comm") & refused)
 
