@@ -102,7 +102,9 @@ LLAMA405_GB200: dict[str, Any] = {
 }
 DSV3_GB200: dict[str, Any] = {
     # DeepSeekV3, DGX-GB200, 256 GPUs, MXFP8, GBS 4096, MBS 1, seq 4096, TP 1, PP 4, VP 4, CP 1,
-    # EP 64; 4969 tokens/s/GPU (dropless, balanced routing; the dispatcher is not stated: alltoall)
+    # EP 64; 4969 tokens/s/GPU (dropless, balanced routing). Its preset (Megatron-Bridge
+    # v0.5.0 DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1/V2, the csv's recipe_overrides): the
+    # flex (HybridEP) dispatcher with moe_a2a_overlap, selective recompute of mla_up_proj
     "model": "deepseek-v3", "hardware": "gb200", "global_batch": 4096, "precision": "fp8",
     "fp8_recipe": "mxfp8", "objective": "time", "verify_top": 5, "initial_samples": 32,
     "space": {"num_gpus": [256], "tp": [1, 2], "pp": [2, 4, 8, 16], "ep": [8, 16, 32, 64],
@@ -111,12 +113,13 @@ DSV3_GB200: dict[str, Any] = {
               "moe_token_dispatcher": ["alltoall", "flex"], "sequence_parallel": [False, True],
               "distributed_optimizer": [True], "overlap_grad_reduce": [True], "flash_attention": [True],
               "account_for_embedding_and_loss": True, "grad_reduce_in_fp32": [False],
-              "moe_overlap_ep_comm": [False, True]},
+              "moe_overlap_ep_comm": [False, True],
+              "recompute_modules": [["core_attn"], ["mla_up_proj"]]},
     "baseline": {"hardware": "gb200", "num_gpus": 256, "tp": 1, "pp": 4, "cp": 1, "ep": 64,
                  "schedule": "interleaved_1f1b", "virtual_stages": 4, "precision": "fp8/mxfp8",
-                 "micro_batch_size": 1, "recompute": "none", "sequence_parallel": False,
-                 "moe_token_dispatcher": "alltoall", "distributed_optimizer": True,
-                 "overlap_grad_reduce": True},
+                 "micro_batch_size": 1, "recompute": "selective", "recompute_modules": ["mla_up_proj"],
+                 "sequence_parallel": False, "moe_token_dispatcher": "flex", "moe_overlap_ep_comm": True,
+                 "distributed_optimizer": True, "overlap_grad_reduce": True},
 }
 
 

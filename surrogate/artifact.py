@@ -34,8 +34,10 @@ log = logging.getLogger(__name__)
 # in the last bit), so the trees of a version-1 model split on slightly other numbers.
 # 3: features other than the two baselines are no longer logarithms, shares multiply by one
 # reciprocal, and a target the closed form already predicts has no booster file.
-# 4: the MoE / cp / precision columns and features (surrogate.records); 5: moe_overlap_ep_comm
-SCHEMA_VERSION = 5
+# 4: the MoE / cp / precision columns and features (surrogate.records); 5: moe_overlap_ep_comm;
+# 6: the layer's host floor and the userbuffers saving as features, cp x dp optimizer sharding,
+# quantized activations and weight copies in the memory baseline
+SCHEMA_VERSION = 6
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

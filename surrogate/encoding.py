@@ -152,7 +152,10 @@ def features_of_record(record: Mapping[str, Any], hw: np.ndarray,
 _DENSE_READ = frozenset({"params", "model_flops", "stage_params", "est_log_time_s",
                          "est_log_memory_bytes", "time_layer_compute_s", "time_host_excess_s",
                          "time_tp_comm_s", "time_attention_s", "hw_peak_bf16",
-                         "time_dp_comm_s", "time_stage_mb_s"})
+                         "time_dp_comm_s", "time_stage_mb_s", "time_layer_s", "time_layer_host_s",
+                         "time_recompute_s", "time_tp_overlap_saving_s",
+                         "activation_bytes",
+                         "layer_saved_bytes"})
 
 
 def space_bounds(columns: Mapping[str, Any]) -> dict[str, Any]:

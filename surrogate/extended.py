@@ -32,15 +32,15 @@ import pandas as pd
 from simulator.errors import DataError
 from simulator.graph.flops import attention_matmul_weights, kind_forward_flops_per_token
 from simulator.graph.params import expert_params, layers_params, total_params
-from simulator.job.enums import DataParallelSharding, StateDtype
+from simulator.job.enums import DataParallelSharding
 from simulator.job.layer_pattern import layer_kinds
-from simulator.job.param_bytes import training_param_bytes
-from simulator.job.specs import HardwareSpec, TrainingSpec
+from simulator.job.specs import HardwareSpec
 from simulator.network.alltoall import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFFICIENCY
 from surrogate.columns import factorize
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
-from surrogate.physics import PRECISIONS, ROW_FIELDS
-from surrogate.records import CHOICES, NEW_COLUMNS, NONE
+from surrogate.memory_terms import quantized_activations_delta, state_bytes_delta
+from surrogate.physics import OPTIMIZER_BYTES_PER_PARAM, PRECISIONS, ROW_FIELDS
+from surrogate.records import CHOICES, NEW_COLUMNS
 
 EXTENDED_PHYSICS: tuple[str, ...] = (
     "moe_layers", "active_ffn", "expert_params_per_gpu", "model_params_all", "model_params_active",
@@ -54,7 +54,6 @@ EXTENDED_FEATURES: tuple[str, ...] = (*NEW_COLUMNS, *EXTENDED_PHYSICS)
 
 _F = {name: j for j, name in enumerate(ROW_FIELDS)}
 _GEMM_SHARE = 0.75  # share of a layer's GPU time in GEMMs that a low-precision recipe speeds up
-_TP_HIDDEN = 0.8  # share of tp collectives TE's userbuffers hide under GEMMs
 _RING_HIDDEN = 0.5  # share of the attention a cp ring step's exchange can hide under
 
 
@@ -185,10 +184,11 @@ def effective_fields(fields: np.ndarray, new: np.ndarray, models: np.ndarray) ->
 
 
 def _hardware_lp(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None,
-                 new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 new: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(GEMM peak FLOP/s of each row's precision, the recipe's measured GEMM efficiency over
-    the 16-bit one) per row (simulator.job.precision: the recipe's format, its gemm kernel's
-    `low_precision_gemm_efficiency`); 16-bit rows: the bf16 peak and 1."""
+    the 16-bit one, the format's bytes per element with its scales, its quantized copies of an
+    operand used both ways) per row (simulator.job.precision: the recipe's format, its gemm
+    kernel's `low_precision_gemm_efficiency`); 16-bit rows: the bf16 peak, 1, 0 and 0."""
     from simulator.job.precision import FORMATS
     from surrogate.hardware import catalog_hardware
 
@@ -198,6 +198,7 @@ def _hardware_lp(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | No
     key = (gpu.codes * len(precision.uniques) + precision.codes) * 8 + recipe8
     keys, inverse = np.unique(key, return_inverse=True)
     peak, eff = np.empty(len(keys)), np.empty(len(keys))
+    element, copies = np.zeros(len(keys)), np.zeros(len(keys))
     for i, k in enumerate(keys.tolist()):
         g, rest = divmod(k, len(precision.uniques) * 8)
         prec, r8 = divmod(rest, 8)
@@ -214,7 +215,8 @@ def _hardware_lp(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | No
         else:
             peak[i] = spec.peak_tflops[p] * 1e12  # type: ignore[index]
             eff[i] = table.get(fmt.gemm_kernel, 1.0)
-    return peak[inverse], eff[inverse]
+            element[i], copies[i] = fmt.bytes_per_element, fmt.copies
+    return peak[inverse], eff[inverse], element[inverse], copies[inverse]
 
 
 def _alltoall_s(nbytes: Any, n: Any, stride: Any, domain: Any, intra_Bps: Any, inter_Bps: Any,
@@ -282,7 +284,7 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     tokens, expert_dp, per_gpu_experts = comm["tokens"], comm["expert_dp"], comm["per_gpu_experts"]
     a2a_bytes, a2a_s, cp_bytes, cp_s, ring = (comm[k] for k in ("a2a_bytes", "a2a_s", "cp_bytes",
                                                                  "cp_s", "ring"))
-    peak_lp, lp_eff = _hardware_lp(c, hardware, new)
+    peak_lp, lp_eff, element, copies = _hardware_lp(c, hardware, new)
     speedup = peak_lp * lp_eff / np.maximum(hw["peak_bf16"], 1.0)
     low = f["precision"] >= 2
     level = _sharding_level(new, f)
@@ -290,9 +292,11 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     slots = f["global_batch_size"] / (d * b) + (p - 1) / f["virtual_stages"]
     layers = L / p * slots  # layer-micro-batch steps on the critical path
     gain = 1 - 1 / np.maximum(speedup, 1e-9)
-    lowp = np.where(low, dense["time_layer_compute_s"] * _GEMM_SHARE * gain, 0.0)
+    # the recomputed forward (full recompute) runs its GEMMs in the recipe too
+    gemm_time = dense["time_layer_compute_s"] + dense["time_recompute_s"]
+    lowp = np.where(low, gemm_time * _GEMM_SHARE * gain, 0.0)
     graphs = np.where(_col(new, "cuda_graphs") > 0, dense["time_host_excess_s"], 0.0)
-    overlap = np.where(_col(new, "tp_comm_overlap") > 0, dense["time_tp_comm_s"] * _TP_HIDDEN, 0.0)
+    overlap = np.where(_col(new, "tp_comm_overlap") > 0, dense["time_tp_overlap_saving_s"], 0.0)
     # dispatch and combine, forward and backward, per layer; with the combined-1F1B overlap
     # (simulator.costs.blocks: the other direction's compute hides them) a forward pair beyond
     # a layer's backward compute (2/3 of it) and a backward pair beyond its forward (1/3)
@@ -302,14 +306,34 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     cp_comm = np.where(ring, np.maximum(0.0, 2 * cp_s - _RING_HIDDEN * dense["time_attention_s"]), 2 * cp_s)
     est = np.exp(dense["est_log_time_s"])
     tree = dp_tree_correction(fields, dense, hw)
-    time = np.maximum(est + tree + layers * (moe_comm + cp_comm - lowp - graphs - overlap), 0.2 * est)
+    # a layer's windows take max(GPU + blocking comm, host dispatch) (surrogate.timing._window):
+    # what the recipe, the tp overlap and CUDA graphs save on the GPU stops at the host's floor
+    busy = dense["time_layer_s"] - dense["time_host_excess_s"] - lowp - overlap
+    floor = np.where(_col(new, "cuda_graphs") > 0, 0.0, dense["time_layer_host_s"])
+    saving = dense["time_layer_s"] - np.maximum(busy, floor)
+    time = np.maximum(est + tree + layers * (moe_comm + cp_comm - saving), 0.2 * est)
     kernel_mlp = 3 * h * active_ffn / t  # what the dense form counted per layer
     true_mlp = (per_gpu_experts * p + (L - n_moe) * 3 * h * f["ffn_hidden_size"] / t) / L
     bytes_per_param = 6 + 12 / np.where(f["distributed_optimizer"] > 0, expert_dp, 1.0)
     moe_delta = np.where(n_moe > 0, L / p * (true_mlp - kernel_mlp) * bytes_per_param, 0.0)
-    shard_delta = -stage * np.where(level >= 3, 6.0, np.where(level >= 2, 4.0, 0.0)) * (1 - 1 / d)
-    states = _state_bytes_delta(f, new, level) * stage  # 16-bit gradients / Adam moments
-    memory_delta = moe_delta + shard_delta + low * stage + states
+    # Megatron shards over the data-parallel group with context parallelism (dp x cp,
+    # simulator.graph.params.optimizer_shards); the dense form's rows shard the optimizer over dp
+    # where `distributed_optimizer` is set and nothing else
+    ranks = d * _col(new, "cp")
+    dense_shard = np.where(f["distributed_optimizer"] > 0, d, 1.0)
+    optimizer_shard = np.where(level >= DataParallelSharding.OPTIM.level, ranks, 1.0)
+    shard_delta = stage * (OPTIMIZER_BYTES_PER_PARAM * (1 / optimizer_shard - 1 / dense_shard)
+                           - np.where(level >= 3, 6.0, np.where(level >= 2, 4.0, 0.0)) * (1 - 1 / ranks))
+    # 16-bit gradients / Adam moments; the main-gradient copy only where the optimizer moment
+    # (the dense form's copy: fp16 only) outgrows the activations (physics.memory's moments)
+    held, main = state_bytes_delta(f, new, level)
+    dense_copy = np.where(f["precision"] == PRECISIONS.index("fp16"), 4.0, 0.0) * stage / dense_shard
+    act = dense["activation_bytes"]
+    states = held * stage + (np.maximum(act, dense_copy + main * stage) - np.maximum(act, dense_copy))
+    quantized = low & (element > 0)
+    weight_copies = np.where(quantized, element * copies, low) * stage
+    memory_delta = (moe_delta + shard_delta + weight_copies + states
+                    + quantized_activations_delta(f, new, dense, element, quantized, active_ffn))
     mem = np.exp(dense["est_log_memory_bytes"])
     memory = np.maximum(mem + memory_delta, 0.3 * mem)
     values = {
@@ -371,46 +395,6 @@ def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray,
     values["time_dp_tree_s"] = tree
     values["est_log_time_s"] = np.where(time == est, dense["est_log_time_s"], np.log(time))
     return values
-
-
-_MEMORY_COLUMNS = ("grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype", "fp8_recipe", "fp4_recipe")
-
-
-@lru_cache(maxsize=256)
-def _role_deltas(precision: str, recipe: str | None, grad: str, m1: str, m2: str) -> tuple[float, float]:
-    """(replicated, sharded) bytes per parameter that the memory settings add to the framework's
-    defaults (simulator.job.param_bytes.training_param_bytes; Megatron-LM, as every record)."""
-    base = TrainingSpec(global_batch_size=1, precision=precision)
-    settings = base.model_copy(update={
-        "grad_reduce_in_fp32": None if grad == NONE else grad == "true",
-        "exp_avg_dtype": StateDtype(m1), "exp_avg_sq_dtype": StateDtype(m2)})
-    a, b = training_param_bytes(settings, recipe), training_param_bytes(base, recipe)
-    return float(a.replicated - b.replicated), float(a.sharded - b.sharded)
-
-
-def _state_bytes_delta(f: Mapping[str, np.ndarray], new: np.ndarray, level: np.ndarray) -> np.ndarray:
-    """Bytes per parameter of a stage that a row's gradient-buffer and Adam-moment dtypes add
-    (negative: saved), the sharded roles over dp x cp with the distributed optimizer."""
-    codes = np.stack([f["precision"], *(_col(new, c) for c in _MEMORY_COLUMNS)]).astype(np.intp)
-    set_ = ((codes[1] != CHOICES["grad_reduce_in_fp32"].index(NONE))
-            | (codes[2] != CHOICES["exp_avg_dtype"].index("fp32"))
-            | (codes[3] != CHOICES["exp_avg_sq_dtype"].index("fp32")))
-    out = np.zeros(codes.shape[1])
-    if not set_.any():
-        return out
-    # one integer per combination: numpy's 1-D unique (np.unique over columns is ~50x slower)
-    dims = (len(PRECISIONS), *(len(CHOICES[c]) for c in _MEMORY_COLUMNS))
-    flat, inverse = np.unique(np.ravel_multi_index(tuple(codes[:, set_]), dims), return_inverse=True)
-    repl, shard = np.zeros(len(flat)), np.zeros(len(flat))
-    for j, (p, g, m1, m2, r8, r4) in enumerate(zip(*np.unravel_index(flat, dims), strict=True)):
-        recipe = CHOICES["fp8_recipe"][r8] if PRECISIONS[p] == "fp8" else (
-            CHOICES["fp4_recipe"][r4] if PRECISIONS[p] == "fp4" else NONE)
-        repl[j], shard[j] = _role_deltas(PRECISIONS[p], None if recipe == NONE else recipe,
-                                         CHOICES["grad_reduce_in_fp32"][g], CHOICES["exp_avg_dtype"][m1],
-                                         CHOICES["exp_avg_sq_dtype"][m2])
-    shards = np.where(level >= DataParallelSharding.OPTIM.level, f["dp"] * _col(new, "cp"), 1.0)
-    out[set_] = repl[inverse.ravel()] + shard[inverse.ravel()] / shards[set_]
-    return out
 
 
 def _sharding_level(new: np.ndarray, f: Mapping[str, np.ndarray]) -> np.ndarray:

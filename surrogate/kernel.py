@@ -38,7 +38,8 @@ from surrogate.timing import gemm_efficiency, iteration
 
 # Parts of the iteration estimate that become a seconds feature and a share-of-total feature each.
 _PARTS = ("pipeline", "stage_mb", "layer", "layer_compute", "tp_comm", "recompute", "host_excess",
-          "attention", "p2p", "pp_comm", "dp_comm", "dp_exposed", "embedding_sync", "optimizer")
+          "layer_host", "tp_overlap_saving", "attention", "p2p", "pp_comm", "dp_comm", "dp_exposed",
+          "embedding_sync", "optimizer")
 _HW_FEATURES = ("peak_bf16", "hbm_Bps", "num_sms", "host_s", "coll_s", "mb_s")
 
 # Only the two baselines are logarithms (the residual targets are taken against them). The trees
@@ -88,7 +89,9 @@ def physics_values(r: Rows) -> tuple[Vec, ...]:
         it.pipeline, it.pipeline * per_total, it.stage_mb, it.stage_mb * per_total,
         it.layer, it.layer * per_total, it.layer_compute, it.layer_compute * per_total,
         it.tp_comm, it.tp_comm * per_total, it.recompute, it.recompute * per_total,
-        it.host_excess, it.host_excess * per_total, it.attention, it.attention * per_total,
+        it.host_excess, it.host_excess * per_total, it.layer_host, it.layer_host * per_total,
+        it.tp_overlap_saving, it.tp_overlap_saving * per_total,
+        it.attention, it.attention * per_total,
         it.p2p, it.p2p * per_total, it.pp_comm, it.pp_comm * per_total,
         it.dp_comm, it.dp_comm * per_total, it.dp_exposed, it.dp_exposed * per_total,
         it.embedding_sync, it.embedding_sync * per_total, it.optimizer, it.optimizer * per_total,

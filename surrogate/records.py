@@ -3,8 +3,9 @@ multi-latent attention (MLA), multi-token prediction (MTP), context and expert p
 low-precision recipes, data-parallel sharding, CUDA graphs, tp comm overlap and NVLink domains.
 
 Every column is a scalar named after the job field it holds (Megatron-Core's argument names), so
-the search can build candidate tables without a `Job`. Two fields are not scalars in the job and
-are held as scalars here: the MoE layer pattern (`ModelSpec.moe_layer_freq`, an int k or a 0/1
+the search can build candidate tables without a `Job`. Three fields are not scalars in the job
+and are held as scalars here: `training.recompute_modules` as a bit mask (`modules_mask`), the
+MoE layer pattern (`ModelSpec.moe_layer_freq`, an int k or a 0/1
 list per layer) as ``moe_first_dense_layers`` leading dense layers followed by every
 ``moe_layer_freq``-th layer MoE (DeepSeek-V3 / Kimi K2: 3 / 1 dense layers first, then all MoE;
 Mixtral / Qwen3: 0 and 1), and "None" choices as ``"none"`` or 0 (``num_experts=0`` is a dense
@@ -24,6 +25,7 @@ from simulator.job.enums import (
     DataParallelSharding,
     Fp4Recipe,
     Fp8Recipe,
+    RecomputeModule,
     RouterScore,
     SoftmaxType,
     StateDtype,
@@ -41,7 +43,7 @@ NEW_MODEL_COLUMNS = ("kv_channels", "num_experts", "moe_router_topk", "moe_ffn_h
                      "v_head_dim", "qk_layernorm", "mtp_num_layers")
 NEW_TRAINING_COLUMNS = ("fp8_recipe", "fp4_recipe", "cuda_graphs", "moe_token_dispatcher",
                         "moe_overlap_ep_comm", "grad_reduce_in_fp32", "exp_avg_dtype",
-                        "exp_avg_sq_dtype")
+                        "exp_avg_sq_dtype", "recompute_modules")
 NEW_PLAN_COLUMNS = ("cp", "cp_comm_type", "ep", "expert_tp", "data_parallel_sharding",
                     "tp_comm_overlap", "first_stage_layers", "last_stage_layers")
 NEW_CLUSTER_COLUMNS = ("nvlink_domain",)
@@ -76,7 +78,7 @@ NEW_DEFAULTS: dict[str, Any] = {
     "fp8_recipe": NONE, "fp4_recipe": NONE, "cuda_graphs": CudaGraphs.NONE.value,
     "moe_token_dispatcher": TokenDispatcher.ALLTOALL.value, "moe_overlap_ep_comm": False,
     "grad_reduce_in_fp32": NONE, "exp_avg_dtype": StateDtype.FP32.value,
-    "exp_avg_sq_dtype": StateDtype.FP32.value,
+    "exp_avg_sq_dtype": StateDtype.FP32.value, "recompute_modules": 0,
     "cp": 1, "cp_comm_type": CpCommType.P2P.value, "ep": 1, "expert_tp": 0,
     "data_parallel_sharding": NONE, "tp_comm_overlap": False, "first_stage_layers": 0,
     "last_stage_layers": 0, "nvlink_domain": 0,
@@ -91,8 +93,8 @@ _UNHELD: dict[tuple[str, str], Any] = {
        for k in ("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
                  "moe_grouped_gemm", "moe_load_imbalance",
                  "fp8_param_gather", "first_last_layers_bf16", "fp8_dot_product_attention",
-                 # recompute modules and the master weights' dtype: not columns (yet)
-                 "recompute_modules", "main_params_dtype")},
+                 # the master weights' dtype: not a column (yet)
+                 "main_params_dtype")},
     ("parallel", "hierarchical_context_parallel_sizes"):
         ParallelPlan.model_fields["hierarchical_context_parallel_sizes"].default,
     **{("cluster", k): ClusterSpec.model_fields[k].default for k in ("topology", "jitter")},
@@ -117,6 +119,24 @@ def _refuse_unheld_of(section: str, spec: object) -> None:
             raise ConfigError(f"{section}.{name}={shown} cannot be held in a surrogate record "
                               f"(the surrogate models {held}); evaluate this "
                               f"job with the exact simulator")
+
+
+def modules_mask(modules: tuple[RecomputeModule, ...] | None) -> int:
+    """`training.recompute_modules` as one integer column: bit i for the i-th
+    `RecomputeModule`; 0 for None (Megatron's default, core_attn alone)."""
+    order = list(RecomputeModule)
+    return sum(1 << order.index(m) for m in set(modules or ()))
+
+
+def mask_modules(mask: Any) -> tuple[RecomputeModule, ...] | None:
+    """The inverse of `modules_mask` (the enum's order); `ConfigError` naming the column."""
+    order = list(RecomputeModule)
+    value = int(mask)
+    if not 0 <= value < 1 << len(order) or value != mask:
+        raise ConfigError(f"record: recompute_modules={mask!r} is not a mask of the "
+                          f"{len(order)} modules ({', '.join(m.value for m in order)}): an integer "
+                          f"in [0, {(1 << len(order)) - 1}]")
+    return tuple(m for i, m in enumerate(order) if value >> i & 1) or None
 
 
 def _layer_pattern(m: ModelSpec) -> tuple[int, int]:
@@ -168,6 +188,7 @@ def new_columns_of_job(job: Job) -> dict[str, Any]:
         "moe_overlap_ep_comm": t.moe_overlap_ep_comm,
         "grad_reduce_in_fp32": NONE if t.grad_reduce_in_fp32 is None else str(t.grad_reduce_in_fp32).lower(),
         "exp_avg_dtype": t.exp_avg_dtype.value, "exp_avg_sq_dtype": t.exp_avg_sq_dtype.value,
+        "recompute_modules": modules_mask(t.recompute_modules),
         "cp": p.cp, "cp_comm_type": p.cp_comm_type.value, "ep": p.ep, "expert_tp": job.expert_tp,
         "data_parallel_sharding": p.data_parallel_sharding.value if p.data_parallel_sharding else NONE,
         "tp_comm_overlap": p.tp_comm_overlap, "first_stage_layers": p.first_stage_layers or 0,
@@ -226,7 +247,8 @@ def new_fields_of_record(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 "moe_overlap_ep_comm": bool(r["moe_overlap_ep_comm"]),
                 "grad_reduce_in_fp32": _flag(_choice(r, "grad_reduce_in_fp32")),
                 "exp_avg_dtype": _choice(r, "exp_avg_dtype"),
-                "exp_avg_sq_dtype": _choice(r, "exp_avg_sq_dtype")}
+                "exp_avg_sq_dtype": _choice(r, "exp_avg_sq_dtype"),
+                "recompute_modules": mask_modules(r["recompute_modules"])}
     parallel = {"cp": r["cp"], "cp_comm_type": _choice(r, "cp_comm_type"), "ep": r["ep"],
                 # a dense job's expert tp is its tp (`Job.expert_tp`); the field is MoE's
                 "expert_tp": (r["expert_tp"] or None) if int(r["num_experts"]) > 0 else None,

@@ -12,14 +12,17 @@ from __future__ import annotations
 from simulator.job.enums import Fp8Recipe, Precision, Recompute, RecomputeModule
 from simulator.job.layer_pattern import is_moe_layer
 from simulator.job.precision import recipe_name
-from simulator.job.specs import Job
+from simulator.job.specs import Job, ModelSpec, TrainingSpec
 
 M = RecomputeModule
 
 
 def _missing(job: Job) -> dict[RecomputeModule, str]:
+    return missing_modules(job.model, job.training)
+
+
+def missing_modules(m: ModelSpec, t: TrainingSpec) -> dict[RecomputeModule, str]:
     """Module -> what the model lacks for it (absent when the module applies)."""
-    m, t = job.model, job.training
     dense_layers = any(not is_moe_layer(m, i) for i in range(m.num_layers))
     needs = {
         M.MLA_UP_PROJ: (m.multi_latent_attention, "model.multi_latent_attention"),

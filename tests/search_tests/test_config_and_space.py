@@ -8,9 +8,10 @@ from simulator import ConfigError
 from simulator.errors import InfeasibleConfigError
 from simulator.simulate import simulate
 from tests.search_tests.conftest import tiny_config, tiny_dict
+from vtrain_ml.planner.choices import parse_pipeline, pipeline_choices
 from vtrain_ml.planner.config import config_from_dict
 from vtrain_ml.planner.runner import check_feasible
-from vtrain_ml.planner.space import SearchSpace, parse_pipeline, pipeline_choices, static_memory_bytes
+from vtrain_ml.planner.space import SearchSpace, static_memory_bytes
 
 
 def test_unknown_config_key_is_rejected_with_a_suggestion() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from simulator.errors import ConfigError
-from simulator.job.enums import Fp8Recipe, Precision
+from simulator.job.enums import Fp8Recipe, Precision, RecomputeModule
 from tests.search_tests.conftest import tiny_dict
 from vtrain_ml.cli.search import main
 from vtrain_ml.planner.baseline import baseline_candidate
@@ -169,6 +169,33 @@ def test_a_baseline_is_a_full_plan_by_the_jobs_field_names() -> None:
     wrong = SearchSpace(config_from_dict({**moe_dict(), "baseline": {**plan, "dp": 4}}))
     with pytest.raises(ConfigError, match=r"not a plan of this space: dp=4 \(the space's plans have 2"):
         baseline_candidate(wrong)
+
+
+def test_recompute_modules_are_choices_of_selective_recompute() -> None:
+    """Each module list is one `recompute` choice (`selective:<modules>`, the default list plain
+    `selective`); a baseline gives its modules apart, as in a job file, and the plan runs them."""
+    space = moe_space(recompute=["none", "selective"], recompute_modules=[["core_attn"], ["moe_act", "moe"]])
+    knob = next(k for k in space.knobs if k.name == "recompute")
+    assert knob.choices == ("none", "selective", "selective:moe_act+moe")
+    job = space.build({"recompute": "selective:moe_act+moe", "tp": 1, "pp": 1, "cp": 1, "ep": 2,
+                       "sequence_parallel": False}).job
+    assert job is not None
+    assert job.training.recompute_modules == (RecomputeModule.MOE_ACT, RecomputeModule.MOE)
+    plan = {"tp": 1, "pp": 1, "ep": 2, "cp": 1, "sequence_parallel": False, "recompute": "selective",
+            "recompute_modules": ["moe", "moe_act"]}
+    data = moe_dict(recompute=["none", "selective"], recompute_modules=[["core_attn"], ["moe_act", "moe"]])
+    candidate = baseline_candidate(SearchSpace(config_from_dict({**data, "baseline": plan})))
+    assert candidate is not None and candidate.params["recompute"] == "selective:moe_act+moe"
+
+
+@pytest.mark.parametrize(("space", "message"), [
+    ({"recompute": ["selective"], "recompute_modules": [["mla_up_proj"]]},
+     "space.recompute_modules: mla_up_proj needs model.multi_latent_attention, which model tiny-moe lacks"),
+    ({"recompute": ["none", "full"], "recompute_modules": [["moe_act"]]},
+     "space.recompute_modules needs selective in space.recompute")])
+def test_recompute_modules_a_plan_cannot_run_are_refused_with_the_space(space: dict[str, Any],
+                                                                       message: str) -> None:
+    assert message in _refused(moe_dict(**space))
 
 
 def test_an_uneven_split_counts_embedding_and_loss_as_layers() -> None:

@@ -48,6 +48,13 @@ TINY_SPACES = {
                                          schedule=["1f1b", "interleaved_1f1b"], virtual_stages=[2],
                                          moe_token_dispatcher=["alltoall", "allgather", "flex"],
                                          moe_overlap_ep_comm=[False, True]), "max_gpus": 8},
+    # selective recompute by module: each module list is a `recompute` choice; moe_act and
+    # layernorm are refused with delayed-scaling FP8 (Megatron), which Hopper runs
+    "moe: recompute modules": {**moe_dict(ep=[1, 2], cp=[1], recompute=["none", "selective", "full"],
+                                          recompute_modules=[["core_attn"], ["moe_act"],
+                                                             ["moe_act", "layernorm"], ["moe"]],
+                                          precision=["bf16", "fp8/delayed", "fp8/tensorwise"]),
+                               "hardware": "h100-sxm-80gb", "max_gpus": 8},
     # the memory settings: a 16-bit gradient buffer and bf16 Adam moments (these only with the
     # distributed optimizer) change the static bound, on a memory-bound model
     "memory settings": tiny_dict(model="gpt3-175b", max_gpus=64, global_batch=64, precision="bf16",

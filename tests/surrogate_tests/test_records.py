@@ -70,8 +70,7 @@ def test_a_sliding_window_preset_is_refused_naming_the_field() -> None:
         job_to_record(job)
 
 
-@pytest.mark.parametrize(("field", "value"), [("recompute_modules", ("moe_act",)),
-                                              ("main_params_dtype", "fp16")])
+@pytest.mark.parametrize(("field", "value"), [("main_params_dtype", "fp16")])
 def test_a_memory_knob_a_record_cannot_hold_is_refused_not_dropped(field: str, value: object) -> None:
     """A record without the field would read back as the default: a different job, silently."""
     job = _job("qwen3-30b-a3b", 0)
@@ -132,12 +131,32 @@ def test_a_layer_pattern_a_record_cannot_hold_is_refused() -> None:
 @pytest.mark.parametrize(("column", "value"), [("cp_comm_type", "ring"), ("fp8_recipe", "fast"),
                                                 ("data_parallel_sharding", "zero9"),
                                                 ("moe_token_dispatcher", "deepep"), ("num_experts", -8),
-                                                ("cp", 0), ("moe_first_dense_layers", 99)])
+                                                ("cp", 0), ("moe_first_dense_layers", 99),
+                                                ("recompute_modules", 1 << 20), ("recompute_modules", 2.5)])
 def test_a_bad_new_column_is_one_config_error_naming_it(column: str, value: object) -> None:
     record = {**job_to_record(_job("qwen3-30b-a3b", 0)), column: value}
     with pytest.raises(ConfigError, match=column.split("_")[0]) as info:
         record_to_job(record)
     assert column in str(info.value) or column.removeprefix("moe_") in str(info.value)
+
+
+def test_recompute_modules_survive_the_trip_as_one_mask_column() -> None:
+    """Selective recompute by module (Megatron's --recompute-modules) is a bit mask in a record:
+    the job comes back with the same modules and simulates to the same numbers."""
+    from simulator.job.enums import Recompute, RecomputeModule
+
+    job = _job("deepseek-v3", 0)
+    job = validate_job(job.model_copy(update={"training": job.training.model_copy(update={
+        "recompute": Recompute.SELECTIVE,
+        "recompute_modules": (RecomputeModule.MLA_UP_PROJ, RecomputeModule.MOE_ACT)}),
+        "hardware": catalog_hardware("b200"), "cluster": job.cluster.model_copy(update={"gpu": "b200"})}))
+    record = job_to_record(job)
+    assert record["recompute_modules"] == (1 << list(RecomputeModule).index(RecomputeModule.MLA_UP_PROJ)
+                                           | 1 << list(RecomputeModule).index(RecomputeModule.MOE_ACT))
+    again = record_to_job(record)
+    modules = set(again.training.recompute_modules or ())
+    assert modules == {RecomputeModule.MLA_UP_PROJ, RecomputeModule.MOE_ACT}
+    assert simulate(again).peak_memory_bytes == simulate(job).peak_memory_bytes
 
 
 def test_a_record_saved_before_the_new_columns_is_the_dense_job() -> None:

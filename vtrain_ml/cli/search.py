@@ -77,6 +77,8 @@ SPACE_FLAGS: dict[str, tuple[str, str]] = {
     "exp_avg_dtype": ("--exp-avg-dtype", "Adam's first moment: fp32, bf16, fp16, fp8 (below fp32: "
                                          "the distributed optimizer)"),
     "exp_avg_sq_dtype": ("--exp-avg-sq-dtype", "Adam's second moment: fp32, bf16, fp16, fp8"),
+    "recompute_modules": ("--recompute-modules", "module lists for selective recompute, modules of a "
+                                                 "list joined by +: core_attn,mla_up_proj+moe_act"),
 }
 BOOLEAN_SPACE_FLAGS = {"tp_comm_overlap": ("--tp-comm-overlap", "false, true"),
                        "moe_overlap_ep_comm": ("--moe-overlap-ep-comm", "false, true (MoE models)"),
@@ -127,6 +129,10 @@ def _bool(text: str) -> bool:
     raise ValueError(text)
 
 
+def _modules(text: str) -> list[str]:
+    return [m.strip() for m in text.split("+") if m.strip()]
+
+
 INTEGER_SPACE = {"num_gpus", "tp", "pp", "ep", "expert_tp", "cp", "micro_batch_size"}
 
 
@@ -137,7 +143,7 @@ def space_overrides(args: argparse.Namespace) -> dict[str, list[Any]]:
         text = getattr(args, f"space_{field}", None)
         if text is not None:
             kind: Callable[[str], Any] = int if field in INTEGER_SPACE else _bool if field in \
-                BOOLEAN_SPACE_FLAGS else str
+                BOOLEAN_SPACE_FLAGS else _modules if field == "recompute_modules" else str
             out[field] = _list(flag, text, kind)
     return out
 

@@ -2,7 +2,8 @@
 
 It is given by the knobs' names, which are the job's field names (`tp`, `pp`, `ep`, `cp`,
 `precision`, `hardware`, `num_gpus`, ...); `schedule` and `virtual_stages` may be given apart (the
-space searches them as one `pipeline` knob). A knob left out takes the space's first (or fixed)
+space searches them as one `pipeline` knob), and so may `recompute_modules` (one `recompute`
+choice, `selective:<modules>`). A knob left out takes the space's first (or fixed)
 value. A field the space does not search (`cp: 1` in a space without a cp knob, `dp` derived from
 `num_gpus`) is accepted when the plan has that value and refused, naming it, when it does not:
 the baseline is then not a plan of this space.
@@ -13,9 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.errors import ConfigError
+from simulator.job.enums import Recompute
+from vtrain_ml.planner.choices import PIPELINE_SEP, recompute_label
 from vtrain_ml.planner.dimensions import precision_choice
 from vtrain_ml.planner.report import plan_dict
-from vtrain_ml.planner.space import PIPELINE_SEP, Candidate, SearchSpace
+from vtrain_ml.planner.space import Candidate, SearchSpace
 
 
 def baseline_params(space: SearchSpace) -> dict[str, Any] | None:
@@ -29,6 +32,9 @@ def baseline_params(space: SearchSpace) -> dict[str, Any] | None:
                                   else "1f1b"))
         virtual = int(params.pop("virtual_stages", 1))
         params.setdefault("pipeline", f"{schedule} {PIPELINE_SEP}{virtual}" if virtual > 1 else schedule)
+    if "recompute_modules" in params:  # one `recompute` choice, as the space lists them
+        level = Recompute(str(params.get("recompute", Recompute.SELECTIVE.value)))
+        params["recompute"] = recompute_label(level, params.pop("recompute_modules"))
     names = {k.name for k in space.knobs}
     return {k.name: _normal(k.name, params.get(k.name, k.choices[0])) for k in space.knobs} | {
         k: v for k, v in params.items() if k not in names}

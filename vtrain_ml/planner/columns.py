@@ -34,6 +34,7 @@ from simulator.job.enums import DataParallelSharding
 from simulator.job.specs import ModelSpec
 from surrogate.columns import Factorized, factorize
 from surrogate.features import job_to_record
+from vtrain_ml.planner.choices import parse_recompute
 from vtrain_ml.planner.rules import template
 from vtrain_ml.planner.table import ARCHITECTURE_KNOBS, SpaceTable
 
@@ -43,8 +44,13 @@ Grid = Callable[[SpaceTable], Any]
 
 
 def _recompute(t: SpaceTable) -> Factorized:
-    return Factorized(np.asarray(t.code("recompute"), dtype=np.intp),
-                      tuple(str(r) for r in t.space.knobs[t.names.index("recompute")].choices))
+    """The record's level (none / selective / full) of each `recompute` choice; the modules of
+    `selective:<modules>` are the `recompute_modules` column's (AXES)."""
+    choices = t.space.knobs[t.names.index("recompute")].choices
+    levels = [parse_recompute(str(r))[0].value for r in choices]
+    names = tuple(dict.fromkeys(levels))
+    codes = np.array([names.index(level) for level in levels], dtype=np.intp)
+    return Factorized(codes[np.asarray(t.code("recompute"), dtype=np.intp)], names)
 
 
 def _nvlink_domain(t: SpaceTable) -> np.ndarray:
@@ -91,7 +97,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "tp_comm_overlap": ("tp_comm_overlap",), "expert_tp": ("tp", "expert_tp"),
     "moe_overlap_ep_comm": ("moe_overlap_ep_comm",),
     "grad_reduce_in_fp32": ("grad_reduce_in_fp32",), "exp_avg_dtype": ("exp_avg_dtype",),
-    "exp_avg_sq_dtype": ("exp_avg_sq_dtype",),
+    "exp_avg_sq_dtype": ("exp_avg_sq_dtype",), "recompute_modules": ("recompute",),
     "first_stage_layers": _SPLIT, "last_stage_layers": _SPLIT,
 }
 # Record columns that hold a property of the model alone, under a name that is not a ModelSpec

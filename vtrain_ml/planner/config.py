@@ -25,6 +25,7 @@ from simulator.job.enums import (
     Fp8Recipe,
     Precision,
     Recompute,
+    RecomputeModule,
     Schedule,
     StateDtype,
     TokenDispatcher,
@@ -103,6 +104,10 @@ class LayoutSpace(Frozen):
     grad_reduce_in_fp32: tuple[bool, ...] | None = None
     exp_avg_dtype: tuple[StateDtype, ...] | None = None
     exp_avg_sq_dtype: tuple[StateDtype, ...] | None = None
+    # Megatron-Core's --recompute-modules under selective recompute: each list is one choice
+    # (["core_attn"] is Megatron's default, plain `selective`); the `recompute` knob then offers
+    # `selective:<module>+<module>` for each (planner.space.recompute_choices)
+    recompute_modules: tuple[tuple[RecomputeModule, ...], ...] | None = None
     # Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
     # a pp (x virtual stages) that does not divide the layers but divides layers + 2 (+ the MTP
     # layers) puts one layer fewer on the first stage and on the last (Llama 3.1 405B's 126
@@ -115,7 +120,7 @@ class LayoutSpace(Frozen):
 NEW_SPACE_FIELDS = ("num_gpus", "ep", "expert_tp", "cp", "cp_comm_type", "precision",
                     "data_parallel_sharding", "cuda_graphs", "tp_comm_overlap",
                     "moe_token_dispatcher", "account_for_embedding_and_loss", "moe_overlap_ep_comm",
-                    "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype")
+                    "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype", "recompute_modules")
 # the space fields that change the bytes per parameter of the model states (planner.rules'
 # static memory bound reads them from simulator.job.param_bytes)
 MEMORY_KNOBS = ("grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype")

@@ -159,11 +159,34 @@ def model_problems(config: SearchConfig, model: ModelSpec | None) -> list[str]:
     if deep and model is not None and (model.is_moe or model.mtp_num_layers):
         problems.append(f"space.data_parallel_sharding={deep[0].value} with model {model.name} (mixture "
                         f"of experts or MTP) is not modelled; use optim or no_shard")
+    problems += recompute_module_problems(config, model)
     seq = model.seq_length if model is not None else config.seq or 2048
     problems += [f"space.cp={x}: seq_length={seq} is not divisible by 2*cp = {2 * x} (every cp rank "
                  f"holds two chunks of the sequence); use a cp that does"
                  for x in s.cp or () if seq % (2 * x)]
     return problems
+
+
+def recompute_module_problems(config: SearchConfig, model: ModelSpec | None) -> list[str]:
+    """`space.recompute_modules` lists a module the model lacks (simulator.job.recompute_rules;
+    an architecture search builds dense GPT models), or without selective recompute to use it."""
+    from simulator.job.enums import Recompute
+    from simulator.job.recompute_rules import missing_modules
+    from simulator.job.specs import TrainingSpec
+
+    s = config.space
+    if not s.recompute_modules:
+        return []
+    if Recompute.SELECTIVE not in s.recompute:
+        return ["space.recompute_modules needs selective in space.recompute (Megatron's "
+                "--recompute-modules apply to selective recompute); add it or remove recompute_modules"]
+    probe = model if model is not None else ModelSpec(name="gpt", num_layers=2, hidden_size=64,
+                                                      num_attention_heads=2, vocab_size=128, seq_length=128)
+    missing = missing_modules(probe, TrainingSpec(global_batch_size=1))
+    name = "the architectures searched (dense GPT)" if model is None else f"model {model.name}"
+    return [f"space.recompute_modules: {module.value} needs {missing[module]}, which {name} "
+            f"lacks; remove it" for module in dict.fromkeys(m for group in s.recompute_modules
+                                                            for m in group) if module in missing]
 
 
 def check_model(config: SearchConfig, model: ModelSpec | None) -> None:

@@ -17,6 +17,7 @@ import pandas as pd
 from simulator.graph.params import total_params
 from simulator.job.precision import recipe_name
 from simulator.job.specs import GiB, Job
+from vtrain_ml.planner.choices import recompute_label
 from vtrain_ml.planner.config import Objective, SearchConfig
 from vtrain_ml.planner.evaluation import Evaluation
 from vtrain_ml.planner.objective import constraint_values
@@ -36,7 +37,8 @@ def plan_dict(job: Job, with_model: bool) -> dict[str, Any]:
                  "num_attention_heads": m.num_attention_heads, "parameters": total_params(m)}
     plan |= {
         "tp": p.tp, "pp": p.pp, "dp": job.dp, "num_gpus": job.cluster.num_gpus,
-        "micro_batch_size": t.micro_batch_size, "recompute": t.recompute.value,
+        "micro_batch_size": t.micro_batch_size,
+        "recompute": recompute_label(t.recompute, t.recompute_modules),
         "schedule": p.schedule.value, "virtual_stages": p.virtual_stages,
         "sequence_parallel": p.sequence_parallel, "distributed_optimizer": p.distributed_optimizer,
         "overlap_grad_reduce": p.overlap_grad_reduce, "flash_attention": t.flash_attention,

@@ -27,8 +27,10 @@ from simulator.job.framework import semantics
 from simulator.job.limits import MAX_PIPELINE_STEPS
 from simulator.job.param_bytes import param_bytes
 from simulator.job.precision import precision_problems
+from simulator.job.recompute_rules import recompute_problems
 from simulator.job.specs import ClusterSpec, GiB, Job, ModelSpec, ParallelPlan, TrainingSpec
 from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
+from vtrain_ml.planner.choices import parse_recompute
 from vtrain_ml.planner.config import MEMORY_KNOBS
 from vtrain_ml.planner.dimensions import precision_choice, uneven_split
 from vtrain_ml.planner.space import SearchSpace, memory_settings
@@ -66,7 +68,7 @@ def _layout_grid(table: SpaceTable) -> np.ndarray:
     ok = ok & ~((gpus > per_node) & (gpus % per_node != 0))
     supported = table.hardware(lambda h, e: h.supports_flash_attention, bool)
     ok = ok & ~(table.flag("flash_attention") & ~supported)
-    return ok & precision_grid(table) & new_rules_grid(table)
+    return ok & precision_grid(table) & new_rules_grid(table) & recompute_grid(table)
 
 
 def split_grid(table: SpaceTable) -> np.ndarray:
@@ -114,6 +116,37 @@ def precision_grid(table: SpaceTable) -> np.ndarray:
         return ok
 
     return table.cached("precision", make)
+
+
+def recompute_grid(table: SpaceTable) -> np.ndarray:
+    """The recompute modules Megatron accepts with the plan's precision (`recompute_problems`:
+    moe_act and layernorm are refused with delayed-scaling FP8), on the (hardware, precision,
+    recompute) axes: one small job per combination asked (the modules the model lacks are
+    refused with the space, planner.dimensions)."""
+    def make() -> np.ndarray:
+        space = table.space
+        hw, prec = table.knob("hardware", None), table.knob("precision", None)
+        rec = table.knob("recompute", Recompute.NONE.value)
+        shape = np.broadcast_shapes(hw.shape, prec.shape, rec.shape)
+        ok = np.ones(shape, dtype=bool)
+        if not space.config.space.recompute_modules:
+            return ok
+        for index in np.ndindex(*shape):
+            level, modules = parse_recompute(str(rec[_at(index, rec.shape)]))
+            if modules is None:
+                continue
+            name = hw[_at(index, hw.shape)] or next(iter(space.entries))
+            low = precision_choice(space.config, prec[_at(index, prec.shape)])
+            job = Job(model=space.base_model or PROBE_MODEL,
+                      training=TrainingSpec(global_batch_size=1, precision=low.precision,
+                                            fp8_recipe=low.fp8_recipe, fp4_recipe=low.fp4_recipe,
+                                            recompute=level, recompute_modules=modules),
+                      parallel=ParallelPlan(), cluster=ClusterSpec(gpu=name, num_gpus=1),
+                      hardware=space.hardware_specs[name])
+            ok[index] = not recompute_problems(job)
+        return ok
+
+    return table.cached("recompute_modules", make)
 
 
 def precision_pair_problems(space: SearchSpace, hardware: str | None, precision: object) -> list[str]:

@@ -31,8 +31,6 @@ from simulator.job.enums import (
     CpCommType,
     CudaGraphs,
     DataParallelSharding,
-    Recompute,
-    Schedule,
     StateDtype,
     TokenDispatcher,
 )
@@ -49,6 +47,7 @@ from simulator.job.specs import (
 )
 from simulator.job.validation import job_problems
 from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
+from vtrain_ml.planner.choices import parse_pipeline, parse_recompute, pipeline_choices, recompute_choices
 from vtrain_ml.planner.config import MEMORY_KNOBS, SearchConfig
 from vtrain_ml.planner.dimensions import check_model, precision_choice, uneven_split
 
@@ -155,24 +154,6 @@ def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
-PIPELINE_SEP = "x"  # "interleaved_1f1b x2": schedule and virtual stages as one choice
-
-
-def pipeline_choices(schedules: tuple[Schedule, ...], virtual: tuple[int, ...]) -> list[str]:
-    out: list[str] = []
-    for schedule in schedules:
-        if schedule is Schedule.INTERLEAVED_1F1B:
-            out += [f"{schedule.value} {PIPELINE_SEP}{v}" for v in virtual if v >= 2]
-        else:
-            out.append(schedule.value)
-    return out
-
-
-def parse_pipeline(choice: str) -> tuple[Schedule, int]:
-    name, _, v = choice.partition(f" {PIPELINE_SEP}")
-    return Schedule(name), int(v) if v else 1
-
-
 class SearchSpace:
     """Knobs and candidate construction for one `SearchConfig` (pure; no simulation)."""
 
@@ -221,7 +202,8 @@ class SearchSpace:
         flash = self._keep("flash_attention", s.flash_attention, lambda f: None if not f or any(
             h.supports_flash_attention for h in self.hardware_specs.values())
             else f"unsupported on {self.hardware.name}")
-        knobs += [("micro_batch_size", mb), ("recompute", list[Choice](r.value for r in s.recompute)),
+        knobs += [("micro_batch_size", mb),
+                  ("recompute", list[Choice](recompute_choices(s.recompute, s.recompute_modules))),
                   ("pipeline", list[Choice](pipeline_choices(s.schedule, s.virtual_stages)))]
         if s.precision is not None:
             knobs.append(("precision", [str(x).strip().lower() for x in s.precision]))
@@ -323,6 +305,7 @@ class SearchSpace:
         else:
             dp = int(p["dp"]) if "dp" in p else max(1, c.max_gpus // (tp * cp * pp))
         schedule, virtual = parse_pipeline(str(p["pipeline"]))
+        recompute, modules = parse_recompute(str(p["recompute"]))
         name = str(p.get("hardware", next(iter(self.entries))))
         entry, hardware = self.entries[name], self.hardware_specs[name]
         low = precision_choice(c, p.get("precision"))
@@ -336,7 +319,8 @@ class SearchSpace:
             model=model,
             training=TrainingSpec(global_batch_size=c.global_batch,
                                   micro_batch_size=int(p["micro_batch_size"]),
-                                  precision=low.precision, recompute=Recompute(str(p["recompute"])),
+                                  precision=low.precision, recompute=recompute,
+                                  recompute_modules=modules,
                                   flash_attention=bool(p["flash_attention"]),
                                   train_tokens=self.train_tokens(model), fp8_recipe=low.fp8_recipe,
                                   fp4_recipe=low.fp4_recipe,

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from simulator.job.specs import ModelSpec
-from vtrain_ml.planner.space import Candidate, Choice, SearchSpace, parse_pipeline
+from vtrain_ml.planner.choices import parse_pipeline
+from vtrain_ml.planner.space import Candidate, Choice, SearchSpace
 
 ARCHITECTURE_KNOBS = ("num_layers", "hidden_size", "head_dim")
 

@@ -1,0 +1,89 @@
+"""Memory terms of the surrogate's closed form (`surrogate.extended`) that today's recipes
+change: the bytes per parameter of the memory settings (a 16-bit gradient buffer, 16-bit Adam
+moments; simulator.job.param_bytes, the one place they come from) and the saved activations a
+low-precision recipe keeps quantized (simulator.graph.quantize)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+
+import numpy as np
+
+from simulator.job.enums import DataParallelSharding, StateDtype
+from simulator.job.param_bytes import training_param_bytes
+from simulator.job.specs import TrainingSpec
+from surrogate.physics import PRECISIONS, RECOMPUTE
+from surrogate.records import CHOICES, NEW_COLUMNS, NONE
+
+
+def _col(new: np.ndarray, name: str) -> np.ndarray:
+    return new[NEW_COLUMNS.index(name)]
+
+
+def quantized_activations_delta(f: Mapping[str, np.ndarray], new: np.ndarray,
+                                 dense: Mapping[str, np.ndarray], element: np.ndarray,
+                                 quantized: np.ndarray, ffn: np.ndarray) -> np.ndarray:
+    """Bytes a low-precision recipe changes in the saved activations at the peak
+    (simulator.graph.quantize.linear): each linear keeps its quantized input (`element` bytes
+    each) for the weight gradient instead of the 16-bit one -- QKV's and the MLP up
+    projection's norm outputs (the sequence-parallel shard), the down projection's input -- and
+    the attention projection keeps a quantized copy beside the 16-bit attention output; per
+    layer and micro-batch, times the layer-micro-batches the dense form holds at its peak (full
+    recompute saves only each layer's input: no change)."""
+    t, b, s, h = (f[k] for k in ("tp", "micro_batch_size", "seq_length", "hidden_size"))
+    tokens = b * s / _col(new, "cp")
+    shard = np.where((f["sequence_parallel"] > 0) & (t > 1), 1 / t, 1.0)
+    per_layer = (element - 2) * (2 * tokens * h * shard + tokens * ffn / t) + element * tokens * h / t
+    layers = dense["activation_bytes"] / np.maximum(dense["layer_saved_bytes"], 1.0)
+    full = f["recompute"] == RECOMPUTE.index("full")
+    return np.where(quantized & ~full, layers * per_layer, 0.0)
+
+
+_MEMORY_COLUMNS = ("grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype", "fp8_recipe", "fp4_recipe")
+
+
+@lru_cache(maxsize=256)
+def _role_deltas(precision: str, recipe: str | None, grad: str, m1: str,
+                 m2: str) -> tuple[float, float, float]:
+    """(replicated, sharded held throughout, fp32 main-gradient copy) bytes per parameter that
+    the memory settings add to the framework's defaults (simulator.job.param_bytes.
+    training_param_bytes; Megatron-LM, as every record). The main-gradient copy exists only
+    while the optimizer steps (simulator.memory.stages: the optimizer moment), not beside the
+    activations."""
+    base = TrainingSpec(global_batch_size=1, precision=precision)
+    settings = base.model_copy(update={
+        "grad_reduce_in_fp32": None if grad == NONE else grad == "true",
+        "exp_avg_dtype": StateDtype(m1), "exp_avg_sq_dtype": StateDtype(m2)})
+    a, b = training_param_bytes(settings, recipe), training_param_bytes(base, recipe)
+    main = float(a.main_gradients - b.main_gradients)
+    return float(a.replicated - b.replicated), float(a.sharded - b.sharded) - main, main
+
+
+def state_bytes_delta(f: Mapping[str, np.ndarray], new: np.ndarray,
+                       level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes per parameter of a stage that a row's gradient-buffer and Adam-moment dtypes add
+    (negative: saved): (held throughout, the main-gradient copy of the optimizer moment), the
+    sharded roles over dp x cp with the distributed optimizer."""
+    codes = np.stack([f["precision"], *(_col(new, c) for c in _MEMORY_COLUMNS)]).astype(np.intp)
+    set_ = ((codes[1] != CHOICES["grad_reduce_in_fp32"].index(NONE))
+            | (codes[2] != CHOICES["exp_avg_dtype"].index("fp32"))
+            | (codes[3] != CHOICES["exp_avg_sq_dtype"].index("fp32")))
+    held, main = np.zeros(codes.shape[1]), np.zeros(codes.shape[1])
+    if not set_.any():
+        return held, main
+    # one integer per combination: numpy's 1-D unique (np.unique over columns is ~50x slower)
+    dims = (len(PRECISIONS), *(len(CHOICES[c]) for c in _MEMORY_COLUMNS))
+    flat, inverse = np.unique(np.ravel_multi_index(tuple(codes[:, set_]), dims), return_inverse=True)
+    deltas = np.zeros((3, len(flat)))
+    for j, (p, g, m1, m2, r8, r4) in enumerate(zip(*np.unravel_index(flat, dims), strict=True)):
+        recipe = CHOICES["fp8_recipe"][r8] if PRECISIONS[p] == "fp8" else (
+            CHOICES["fp4_recipe"][r4] if PRECISIONS[p] == "fp4" else NONE)
+        deltas[:, j] = _role_deltas(PRECISIONS[p], None if recipe == NONE else recipe,
+                                    CHOICES["grad_reduce_in_fp32"][g], CHOICES["exp_avg_dtype"][m1],
+                                    CHOICES["exp_avg_sq_dtype"][m2])
+    shards = np.where(level >= DataParallelSharding.OPTIM.level, f["dp"] * _col(new, "cp"), 1.0)[set_]
+    repl, sharded, copy = deltas[:, inverse.ravel()]
+    held[set_] = repl + sharded / shards
+    main[set_] = copy / shards
+    return held, main
