@@ -192,7 +192,8 @@ def test_recompute_modules_are_choices_of_selective_recompute() -> None:
     ({"recompute": ["selective"], "recompute_modules": [["mla_up_proj"]]},
      "space.recompute_modules: mla_up_proj needs model.multi_latent_attention, which model tiny-moe lacks"),
     ({"recompute": ["none", "full"], "recompute_modules": [["moe_act"]]},
-     "space.recompute_modules needs selective in space.recompute")])
+     "space.recompute_modules needs selective in space.recompute"),
+    ({"recompute": ["selective"], "recompute_modules": [[]]}, "space.recompute_modules has an empty list")])
 def test_recompute_modules_a_plan_cannot_run_are_refused_with_the_space(space: dict[str, Any],
                                                                        message: str) -> None:
     assert message in _refused(moe_dict(**space))

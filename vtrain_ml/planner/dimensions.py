@@ -177,6 +177,9 @@ def recompute_module_problems(config: SearchConfig, model: ModelSpec | None) -> 
     s = config.space
     if not s.recompute_modules:
         return []
+    if any(not group for group in s.recompute_modules):
+        return ["space.recompute_modules has an empty list; give each choice its modules "
+                "([core_attn] is Megatron's default)"]
     if Recompute.SELECTIVE not in s.recompute:
         return ["space.recompute_modules needs selective in space.recompute (Megatron's "
                 "--recompute-modules apply to selective recompute); add it or remove recompute_modules"]
