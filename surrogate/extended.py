@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simulator.costs.analytic import gemm_efficiency
 from simulator.errors import DataError
 from simulator.graph.flops import attention_matmul_weights, kind_forward_flops_per_token
 from simulator.graph.params import expert_params, layers_params, total_params
@@ -49,7 +50,7 @@ EXTENDED_PHYSICS: tuple[str, ...] = (
     "sharding_level", "time_moe_comm_s", "time_cp_comm_s", "time_lowp_saving_s",
     "time_graph_saving_s", "time_overlap_saving_s", "dense_est_log_time_s",
     "dense_est_log_memory_bytes", "memory_delta_bytes", "hw_peak_lp", "hw_lp_efficiency",
-    "time_dp_tree_s", "state_bytes_delta")
+    "time_dp_tree_s", "state_bytes_delta", "time_expert_gemm_s")
 EXTENDED_FEATURES: tuple[str, ...] = (*NEW_COLUMNS, *EXTENDED_PHYSICS)
 
 _F = {name: j for j, name in enumerate(ROW_FIELDS)}
@@ -270,6 +271,35 @@ def _comm_terms(f: Mapping[str, np.ndarray], new: np.ndarray, models: np.ndarray
             "ring": ring}
 
 
+def _gemm_s(hw: Mapping[str, Any], m: Any, n: Any, k: Any) -> Any:
+    """Forward, data- and weight-gradient GEMMs of Y[m,n] = X[m,k] W[k,n] in 16 bits: the
+    simulator's roofline with its tile / wave / depth efficiency, one launch gap each."""
+    eff = gemm_efficiency(1.0, m, n, k, hw["num_sms"], hw["gemm_max"], hw["k_half"])
+    flops, traffic = 2.0 * m * n * k, (m * k + k * n + m * n) * 2.0
+    return 3 * (np.maximum(flops / (hw["peak_bf16"] * eff), traffic / hw["hbm_Bps"]) + hw["launch_s"])
+
+
+def _expert_gemm_s(f: Mapping[str, np.ndarray], new: np.ndarray, n_moe: np.ndarray,
+                   tokens: np.ndarray, hw: Mapping[str, Any]) -> np.ndarray:
+    """Seconds per MoE layer and micro-batch that the experts' grouped GEMMs take beyond what
+    the dense form charged for them: it prices the routed experts as one dense MLP of
+    top-k x moe_ffn on the rank's tokens, where the simulator runs each local expert's GEMMs on
+    its share of the dispatched tokens (tokens x top-k x ep / experts rows, balanced routing;
+    simulator.graph.moe: the grouped GEMM is one kernel per expert, its weights read whatever
+    the rows), much less efficient when an expert gets few rows."""
+    moe = n_moe > 0  # dense rows get 1s, whose result is dropped
+    experts = np.where(moe, _col(new, "num_experts"), 1.0)
+    topk = np.where(moe, _col(new, "moe_router_topk"), 1.0)
+    ep, etp, h = _col(new, "ep"), _col(new, "expert_tp"), f["hidden_size"]
+    ffn = np.where(moe, _col(new, "moe_ffn_hidden_size"), 1.0) / np.maximum(etp, 1.0)
+    up = ffn * np.where(f["gated_mlp"] > 0, 2.0, 1.0)
+    rows = np.maximum(tokens * topk * ep / experts, 1.0)  # per local expert
+    local = experts / ep
+    grouped = local * (_gemm_s(hw, rows, up, h) + _gemm_s(hw, rows, h, ffn))
+    dense = _gemm_s(hw, tokens, topk * up, h) + _gemm_s(hw, tokens, h, topk * ffn)
+    return np.where(moe, np.maximum(grouped - dense, 0.0), 0.0)
+
+
 def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, models: np.ndarray,
                     dense: Mapping[str, np.ndarray], hw: Mapping[str, Any],
                     hardware: Mapping[str, HardwareSpec] | None) -> dict[str, np.ndarray]:
@@ -311,7 +341,8 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     busy = dense["time_layer_s"] - dense["time_host_excess_s"] - lowp - overlap
     floor = np.where(_col(new, "cuda_graphs") > 0, 0.0, dense["time_layer_host_s"])
     saving = dense["time_layer_s"] - np.maximum(busy, floor)
-    time = np.maximum(est + tree + layers * (moe_comm + cp_comm - saving), 0.2 * est)
+    experts_s = _expert_gemm_s(f, new, n_moe, tokens, hw) * n_moe / L
+    time = np.maximum(est + tree + layers * (moe_comm + cp_comm + experts_s - saving), 0.2 * est)
     kernel_mlp = 3 * h * active_ffn / t  # what the dense form counted per layer
     true_mlp = (per_gpu_experts * p + (L - n_moe) * 3 * h * f["ffn_hidden_size"] / t) / L
     bytes_per_param = 6 + 12 / np.where(f["distributed_optimizer"] > 0, expert_dp, 1.0)
@@ -350,7 +381,7 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
         "dense_est_log_time_s": dense["est_log_time_s"],
         "dense_est_log_memory_bytes": dense["est_log_memory_bytes"],
         "memory_delta_bytes": memory_delta, "time_dp_tree_s": tree, "hw_peak_lp": peak_lp,
-        "state_bytes_delta": states,
+        "state_bytes_delta": states, "time_expert_gemm_s": experts_s,
         "hw_lp_efficiency": lp_eff,
         # a row without a correction keeps its dense baseline to the bit
         "est_log_time_s": np.where(time == est, dense["est_log_time_s"], np.log(time)),

@@ -110,9 +110,11 @@ def _children(pid: int) -> list[int]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_killed_generator_leaves_no_worker_processes(sig, tmp_path, tiny_space_file) -> None:
     out = tmp_path / "samples"
+    # far more samples than run before the signal (4,000 once finished first under a loaded
+    # full suite: exit 0, not a kill); the run is killed early, so this costs nothing
     proc = subprocess.Popen(
         [sys.executable, "-m", "vtrain_ml.surrogate", "generate", "--space", str(tiny_space_file),
-         "--n", "4000", "--out", str(out), "--jobs", "2", "--checkpoint-s", "0.5", "--no-progress"],
+         "--n", "12000", "--out", str(out), "--jobs", "2", "--checkpoint-s", "0.5", "--no-progress"],
         env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True)
     try:
         # a saved file of samples, a part or a whole chunk: when a chunk's tasks arrive
