@@ -39,7 +39,7 @@ _PACKAGES = ("simulator", "surrogate")  # the sources compiled functions call or
 
 def _cache_folder() -> Path:
     """`__pycache__/numba-<digest>` beside this package, the digest over the bytes of every
-    source file of `_PACKAGES` (~5 ms at import)."""
+    source file of `_PACKAGES` (~10 ms at import, beside numba's own ~1 s)."""
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     for package in _PACKAGES:
