@@ -149,3 +149,27 @@ def test_a_space_larger_than_the_screen_limit_is_screened_on_a_sample_and_climbs
     assert found.surrogate["neighbours_added"] > 0
     assert found.best is not None and reference.best is not None
     assert found.best.plan == reference.best.plan
+
+
+def test_screenings_margin_follows_the_surrogates_latest_errors() -> None:
+    """The margin is 1.5 x the 95th percentile of the latest half of the out-of-sample errors
+    (at least 40 of them): a model that has improved is trusted as it is now, not as the model
+    of the first rounds was; its floor and ceiling still hold."""
+    from types import SimpleNamespace
+
+    from vtrain_ml.planner.screening import Margin
+
+    def guess(t: float) -> SimpleNamespace:
+        return SimpleNamespace(iteration_time_s=t, peak_memory_bytes=1.0)
+
+    margin = Margin()
+    assert margin.time == margin.initial
+    for _ in range(60):  # early rounds: 20% off
+        margin.add(guess(1.2), guess(1.0))  # type: ignore[arg-type]
+    assert margin.time == pytest.approx(0.3)
+    for _ in range(140):  # later rounds: 4% off; the latest 100 errors are all 4%
+        margin.add(guess(1.04), guess(1.0))  # type: ignore[arg-type]
+    assert margin.time == pytest.approx(1.5 * 0.04)
+    for _ in range(200):  # a perfect model still keeps the floor
+        margin.add(guess(1.0), guess(1.0))  # type: ignore[arg-type]
+    assert margin.time == margin.floor_time
