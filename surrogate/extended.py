@@ -42,6 +42,7 @@ from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
 from surrogate.memory_terms import quantized_activations_delta, state_bytes_delta
 from surrogate.physics import OPTIMIZER_BYTES_PER_PARAM, PRECISIONS, ROW_FIELDS
 from surrogate.records import CHOICES, NEW_COLUMNS
+from surrogate.records import new_column as _col
 
 EXTENDED_PHYSICS: tuple[str, ...] = (
     "moe_layers", "active_ffn", "expert_params_per_gpu", "model_params_all", "model_params_active",
@@ -236,10 +237,6 @@ def _alltoall_s(nbytes: Any, n: Any, stride: Any, domain: Any, intra_Bps: Any, i
     return np.where((n > 1) & (nbytes > 0), t, 0.0)
 
 
-def _col(new: np.ndarray, name: str) -> np.ndarray:
-    return new[NEW_COLUMNS.index(name)]
-
-
 def _comm_terms(f: Mapping[str, np.ndarray], new: np.ndarray, models: np.ndarray,
                 hw: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Per layer and micro-batch: the MoE dispatch all-to-all (bytes a rank sends, seconds)
@@ -288,6 +285,8 @@ def _expert_gemm_s(f: Mapping[str, np.ndarray], new: np.ndarray, n_moe: np.ndarr
     simulator.graph.moe: the grouped GEMM is one kernel per expert, its weights read whatever
     the rows), much less efficient when an expert gets few rows."""
     moe = n_moe > 0  # dense rows get 1s, whose result is dropped
+    if not moe.any():  # a dense table: no GEMM model over its rows
+        return np.zeros_like(n_moe)
     experts = np.where(moe, _col(new, "num_experts"), 1.0)
     topk = np.where(moe, _col(new, "moe_router_topk"), 1.0)
     ep, etp, h = _col(new, "ep"), _col(new, "expert_tp"), f["hidden_size"]

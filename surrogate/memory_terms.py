@@ -14,11 +14,8 @@ from simulator.job.enums import DataParallelSharding, StateDtype
 from simulator.job.param_bytes import training_param_bytes
 from simulator.job.specs import TrainingSpec
 from surrogate.physics import PRECISIONS, RECOMPUTE
-from surrogate.records import CHOICES, NEW_COLUMNS, NONE
-
-
-def _col(new: np.ndarray, name: str) -> np.ndarray:
-    return new[NEW_COLUMNS.index(name)]
+from surrogate.records import CHOICES, NONE
+from surrogate.records import new_column as _col
 
 
 def quantized_activations_delta(f: Mapping[str, np.ndarray], new: np.ndarray,

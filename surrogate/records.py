@@ -50,6 +50,11 @@ NEW_CLUSTER_COLUMNS = ("nvlink_domain",)
 NEW_COLUMNS: tuple[str, ...] = (NEW_MODEL_COLUMNS + NEW_TRAINING_COLUMNS + NEW_PLAN_COLUMNS
                                 + NEW_CLUSTER_COLUMNS)
 
+
+def new_column(new: Any, name: str) -> Any:
+    """Row `name` of a (`NEW_COLUMNS`, rows) matrix of the new columns' values."""
+    return new[NEW_COLUMNS.index(name)]
+
 # Closed choices of the categorical new columns (the record's strings; "none" for None).
 CHOICES: dict[str, tuple[str, ...]] = {
     "moe_router_score_function": tuple(s.value for s in RouterScore),

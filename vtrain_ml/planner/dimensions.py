@@ -167,6 +167,10 @@ def model_problems(config: SearchConfig, model: ModelSpec | None) -> list[str]:
     return problems
 
 
+# a small dense GPT: the model of the per-axis rule checks when a search builds its models
+PROBE_MODEL = ModelSpec(num_layers=1, hidden_size=128, num_attention_heads=1, vocab_size=128, seq_length=128)
+
+
 def recompute_module_problems(config: SearchConfig, model: ModelSpec | None) -> list[str]:
     """`space.recompute_modules` lists a module the model lacks (simulator.job.recompute_rules;
     an architecture search builds dense GPT models), or without selective recompute to use it."""
@@ -183,9 +187,7 @@ def recompute_module_problems(config: SearchConfig, model: ModelSpec | None) -> 
     if Recompute.SELECTIVE not in s.recompute:
         return ["space.recompute_modules needs selective in space.recompute (Megatron's "
                 "--recompute-modules apply to selective recompute); add it or remove recompute_modules"]
-    probe = model if model is not None else ModelSpec(name="gpt", num_layers=2, hidden_size=64,
-                                                      num_attention_heads=2, vocab_size=128, seq_length=128)
-    missing = missing_modules(probe, TrainingSpec(global_batch_size=1))
+    missing = missing_modules(model or PROBE_MODEL, TrainingSpec(global_batch_size=1))
     name = "the architectures searched (dense GPT)" if model is None else f"model {model.name}"
     return [f"space.recompute_modules: {module.value} needs {missing[module]}, which {name} "
             f"lacks; remove it" for module in dict.fromkeys(m for group in s.recompute_modules

@@ -12,6 +12,8 @@ that these masks equal the built candidates' `valid` and `feasible` on whole spa
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from simulator.graph.params import final_norm_params, layer_params, padded_vocab, position_params
@@ -28,18 +30,17 @@ from simulator.job.limits import MAX_PIPELINE_STEPS
 from simulator.job.param_bytes import param_bytes
 from simulator.job.precision import precision_problems
 from simulator.job.recompute_rules import recompute_problems
-from simulator.job.specs import ClusterSpec, GiB, Job, ModelSpec, ParallelPlan, TrainingSpec
+from simulator.job.specs import ClusterSpec, GiB, Job, ParallelPlan, TrainingSpec
 from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
 from vtrain_ml.planner.choices import parse_recompute
 from vtrain_ml.planner.config import MEMORY_KNOBS
-from vtrain_ml.planner.dimensions import precision_choice, uneven_split
+from vtrain_ml.planner.dimensions import PROBE_MODEL, precision_choice, uneven_split
 from vtrain_ml.planner.space import SearchSpace, memory_settings
 from vtrain_ml.planner.table import SpaceTable
 
 FRAMEWORK = TrainingSpec.model_fields["framework"].default  # the framework of every searched job
 # the model of a (hardware, precision) probe job in an architecture search (precision rules do
 # not read the model of the plans a search builds)
-PROBE_MODEL = ModelSpec(num_layers=1, hidden_size=128, num_attention_heads=1, vocab_size=128, seq_length=128)
 
 
 def layout_grid(table: SpaceTable) -> np.ndarray:
@@ -135,33 +136,33 @@ def recompute_grid(table: SpaceTable) -> np.ndarray:
             level, modules = parse_recompute(str(rec[_at(index, rec.shape)]))
             if modules is None:
                 continue
-            name = hw[_at(index, hw.shape)] or next(iter(space.entries))
-            low = precision_choice(space.config, prec[_at(index, prec.shape)])
-            job = Job(model=space.base_model or PROBE_MODEL,
-                      training=TrainingSpec(global_batch_size=1, precision=low.precision,
-                                            fp8_recipe=low.fp8_recipe, fp4_recipe=low.fp4_recipe,
-                                            recompute=level, recompute_modules=modules),
-                      parallel=ParallelPlan(), cluster=ClusterSpec(gpu=name, num_gpus=1),
-                      hardware=space.hardware_specs[name])
+            job = _probe_job(space, hw[_at(index, hw.shape)], prec[_at(index, prec.shape)],
+                             recompute=level, recompute_modules=modules)
             ok[index] = not recompute_problems(job)
         return ok
 
     return table.cached("recompute_modules", make)
 
 
+def _probe_job(space: SearchSpace, hardware: str | None, precision: object, **training: Any) -> Job:
+    """A one-GPU job of the space's model (a small GPT for architecture searches) on a GPU type
+    with a precision choice and `training` fields: what the per-axis rules check."""
+    name = hardware or next(iter(space.entries))
+    low = precision_choice(space.config, precision)
+    return Job(model=space.base_model or PROBE_MODEL,
+               training=TrainingSpec(global_batch_size=1, precision=low.precision,
+                                     fp8_recipe=low.fp8_recipe, fp4_recipe=low.fp4_recipe, **training),
+               parallel=ParallelPlan(), cluster=ClusterSpec(gpu=name, num_gpus=1),
+               hardware=space.hardware_specs[name])
+
+
 def precision_pair_problems(space: SearchSpace, hardware: str | None, precision: object) -> list[str]:
     """Why a GPU type cannot run a precision choice (empty: it can): the rules of a job that
     depend on nothing else for the plans a search builds (no fp8 options set)."""
-    name = hardware or next(iter(space.entries))
-    spec = space.hardware_specs[name]
-    low = precision_choice(space.config, precision)
-    job = Job(model=space.base_model or PROBE_MODEL,
-              training=TrainingSpec(global_batch_size=1, precision=low.precision, fp8_recipe=low.fp8_recipe,
-                                    fp4_recipe=low.fp4_recipe),
-              parallel=ParallelPlan(), cluster=ClusterSpec(gpu=name, num_gpus=1), hardware=spec)
+    job = _probe_job(space, hardware, precision)
     problems = precision_problems(job)
-    if low.precision not in spec.peak_tflops:
-        problems.append(f"precision={low.precision.value} is not supported on {spec.name}")
+    if job.training.precision not in job.hardware.peak_tflops:
+        problems.append(f"precision={job.training.precision.value} is not supported on {job.hardware.name}")
     return problems
 
 
