@@ -169,6 +169,10 @@ def test_a_baseline_is_a_full_plan_by_the_jobs_field_names() -> None:
     wrong = SearchSpace(config_from_dict({**moe_dict(), "baseline": {**plan, "dp": 4}}))
     with pytest.raises(ConfigError, match=r"not a plan of this space: dp=4 \(the space's plans have 2"):
         baseline_candidate(wrong)
+    # a knob's value the space does not list (its study could not record the plan)
+    outside = SearchSpace(config_from_dict({**moe_dict(), "baseline": {**plan, "recompute": "full"}}))
+    with pytest.raises(ConfigError, match=r"not a plan of this space: recompute=full \(the space has none\)"):
+        baseline_candidate(outside)
 
 
 def test_recompute_modules_are_choices_of_selective_recompute() -> None:

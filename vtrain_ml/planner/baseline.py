@@ -51,6 +51,12 @@ def baseline_candidate(space: SearchSpace) -> Candidate | None:
         return None
     names = {k.name for k in space.knobs}
     knobs = {k: v for k, v in params.items() if k in names}
+    outside = [f"{k.name}={knobs[k.name]} (the space has {', '.join(map(str, k.choices))})"
+               for k in space.knobs
+               if not any(str(knobs[k.name]).lower() == str(c).lower() for c in k.choices)]
+    if outside:  # a study records each exact plan as a trial of the space's choices
+        raise ConfigError(f"baseline is not a plan of this space: {'; '.join(outside)}; add the "
+                          f"value to the space's list (recompute modules: space.recompute_modules)")
     candidate = space.build(knobs)
     if candidate.job is None:
         raise ConfigError(f"baseline {space.config.baseline} is not a valid plan: "
