@@ -264,12 +264,10 @@ def _published_layout(r: dict[str, str], model: dict[str, Any], precision: tuple
     graphs = r["cuda_graphs"].lower()
     if graphs and graphs not in ("none", "false", "[]"):
         training["cuda_graphs"] = "full_iteration" if "full_iteration" in graphs else "per_layer"
-    # Megatron-Core's default gradient bucket: max(40M, 1M x dp) parameters of fp32 gradients
-    # (distributed_data_parallel.py)
+    # gradient buckets: the framework's default, Megatron-Core's (simulator.job.buckets)
     parallel: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "sequence_parallel": tp > 1,
                                 "tp_comm_overlap": tp > 1, "overlap_grad_reduce": True,
-                                "distributed_optimizer": not fsdp,
-                                "bucket_size_mb": 4 * max(40e6, 1e6 * dp) / 1e6}
+                                "distributed_optimizer": not fsdp}
     if fsdp:
         parallel["data_parallel_sharding"] = "optim_grads_params"
     if vp > 1:

@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.costs.analytic import gemm_efficiency
 from simulator.errors import DataError
 from simulator.graph.flops import attention_matmul_weights, kind_forward_flops_per_token
 from simulator.graph.params import expert_params, layers_params, total_params
@@ -40,9 +39,12 @@ from simulator.network.alltoall import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFF
 from surrogate.columns import factorize
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
 from surrogate.memory_terms import quantized_activations_delta, state_bytes_delta
+from surrogate.moe_terms import moe_layer_terms, token_copies
 from surrogate.physics import OPTIMIZER_BYTES_PER_PARAM, PRECISIONS, ROW_FIELDS
+from surrogate.pipeline_terms import layer_params_per_gpu, stage_split, uneven_memory_bytes, uneven_time_s
 from surrogate.records import CHOICES, NEW_COLUMNS
 from surrogate.records import new_column as _col
+from surrogate.timing import grad_buckets
 
 EXTENDED_PHYSICS: tuple[str, ...] = (
     "moe_layers", "active_ffn", "expert_params_per_gpu", "model_params_all", "model_params_active",
@@ -247,11 +249,11 @@ def _comm_terms(f: Mapping[str, np.ndarray], new: np.ndarray, models: np.ndarray
     domain = np.maximum(_col(new, "nvlink_domain"), 1.0)
     gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
     intra, inter = f["intra_node_bandwidth_GBps"] * 1e9, f["inter_node_bandwidth_Gbps"] * 1e9 / 8
-    topk = _col(new, "moe_router_topk")
     tokens = b * s / cp / np.where(f["sequence_parallel"] > 0, t, 1.0)  # a rank's MoE tokens
     expert_dp = np.maximum(1.0, t * cp * d / (etp * ep))
     per_gpu_experts = routed / p / (ep * etp)
-    a2a_bytes = tokens * topk * h * 2.0 * (n_moe > 0)
+    copies = token_copies(new)
+    a2a_bytes = tokens * copies * h * 2.0 * (n_moe > 0)
     flex = _col(new, "moe_token_dispatcher") == CHOICES["moe_token_dispatcher"].index("flex")
     a2a_s = _alltoall_s(a2a_bytes, ep, etp, domain, intra, inter, gpn, hw, flex)
     heads_dim = h / f["num_attention_heads"]
@@ -264,39 +266,8 @@ def _comm_terms(f: Mapping[str, np.ndarray], new: np.ndarray, models: np.ndarray
     cp_s = np.where(a2a_cp, _alltoall_s(cp_bytes, cp, t, domain, intra, inter, gpn, hw, False),
                     cp_bytes / link_Bps)
     return {"tokens": tokens, "expert_dp": expert_dp, "per_gpu_experts": per_gpu_experts,
-            "a2a_bytes": a2a_bytes, "a2a_s": a2a_s, "cp_bytes": cp_bytes, "cp_s": cp_s,
+            "a2a_bytes": a2a_bytes, "a2a_s": a2a_s, "copies": copies, "cp_bytes": cp_bytes, "cp_s": cp_s,
             "ring": ring}
-
-
-def _gemm_s(hw: Mapping[str, Any], m: Any, n: Any, k: Any) -> Any:
-    """Forward, data- and weight-gradient GEMMs of Y[m,n] = X[m,k] W[k,n] in 16 bits: the
-    simulator's roofline with its tile / wave / depth efficiency, one launch gap each."""
-    eff = gemm_efficiency(1.0, m, n, k, hw["num_sms"], hw["gemm_max"], hw["k_half"])
-    flops, traffic = 2.0 * m * n * k, (m * k + k * n + m * n) * 2.0
-    return 3 * (np.maximum(flops / (hw["peak_bf16"] * eff), traffic / hw["hbm_Bps"]) + hw["launch_s"])
-
-
-def _expert_gemm_s(f: Mapping[str, np.ndarray], new: np.ndarray, n_moe: np.ndarray,
-                   tokens: np.ndarray, hw: Mapping[str, Any]) -> np.ndarray:
-    """Seconds per MoE layer and micro-batch that the experts' grouped GEMMs take beyond what
-    the dense form charged for them: it prices the routed experts as one dense MLP of
-    top-k x moe_ffn on the rank's tokens, where the simulator runs each local expert's GEMMs on
-    its share of the dispatched tokens (tokens x top-k x ep / experts rows, balanced routing;
-    simulator.graph.moe: the grouped GEMM is one kernel per expert, its weights read whatever
-    the rows), much less efficient when an expert gets few rows."""
-    moe = n_moe > 0  # dense rows get 1s, whose result is dropped
-    if not moe.any():  # a dense table: no GEMM model over its rows
-        return np.zeros_like(n_moe)
-    experts = np.where(moe, _col(new, "num_experts"), 1.0)
-    topk = np.where(moe, _col(new, "moe_router_topk"), 1.0)
-    ep, etp, h = _col(new, "ep"), _col(new, "expert_tp"), f["hidden_size"]
-    ffn = np.where(moe, _col(new, "moe_ffn_hidden_size"), 1.0) / np.maximum(etp, 1.0)
-    up = ffn * np.where(f["gated_mlp"] > 0, 2.0, 1.0)
-    rows = np.maximum(tokens * topk * ep / experts, 1.0)  # per local expert
-    local = experts / ep
-    grouped = local * (_gemm_s(hw, rows, up, h) + _gemm_s(hw, rows, h, ffn))
-    dense = _gemm_s(hw, tokens, topk * up, h) + _gemm_s(hw, tokens, h, topk * ffn)
-    return np.where(moe, np.maximum(grouped - dense, 0.0), 0.0)
 
 
 def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, models: np.ndarray,
@@ -329,19 +300,26 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     # dispatch and combine, forward and backward, per layer; with the combined-1F1B overlap
     # (simulator.costs.blocks: the other direction's compute hides them) a forward pair beyond
     # a layer's backward compute (2/3 of it) and a backward pair beyond its forward (1/3)
-    layer_c = dense["time_layer_compute_s"]
-    hidden = (np.maximum(0.0, 2 * a2a_s - 2 / 3 * layer_c) + np.maximum(0.0, 2 * a2a_s - layer_c / 3))
-    moe_comm = np.where(_col(new, "moe_overlap_ep_comm") > 0, hidden, 4 * a2a_s) * n_moe / L
+    moe_layer_comm, moe_layer_gpu, moe_layer_host = moe_layer_terms(
+        c, f, new, comm, hw, dense["time_layer_compute_s"])
+    moe_comm = moe_layer_comm * n_moe / L
     cp_comm = np.where(ring, np.maximum(0.0, 2 * cp_s - _RING_HIDDEN * dense["time_attention_s"]), 2 * cp_s)
     est = np.exp(dense["est_log_time_s"])
     tree = dp_tree_correction(fields, dense, hw)
     # a layer's windows take max(GPU + blocking comm, host dispatch) (surrogate.timing._window):
     # what the recipe, the tp overlap and CUDA graphs save on the GPU stops at the host's floor
-    busy = dense["time_layer_s"] - dense["time_host_excess_s"] - lowp - overlap
+    # (cp's exchange and a MoE layer's dispatch and experts are GPU time and blocking comm in
+    # the same windows; a MoE layer's host launches more: surrogate.moe_terms)
+    busy = dense["time_layer_s"] - dense["time_host_excess_s"] - lowp - overlap + cp_comm
     floor = np.where(_col(new, "cuda_graphs") > 0, 0.0, dense["time_layer_host_s"])
-    saving = dense["time_layer_s"] - np.maximum(busy, floor)
-    experts_s = _expert_gemm_s(f, new, n_moe, tokens, hw) * n_moe / L
-    time = np.maximum(est + tree + layers * (moe_comm + cp_comm + experts_s - saving), 0.2 * est)
+    experts_s = moe_layer_gpu * n_moe / L
+    moe_layer = np.maximum(busy + moe_layer_comm + moe_layer_gpu, floor + moe_layer_host)
+    mean_layer = (n_moe * moe_layer + (L - n_moe) * np.maximum(busy, floor)) / L
+    per_layer = mean_layer - dense["time_layer_s"]
+    split = stage_split(f, new)
+    head_s = np.maximum(dense["time_stage_mb_s"] - L / p * dense["time_layer_s"], 0.0)
+    uneven_s = uneven_time_s(f, split, dense["time_layer_s"] + per_layer, head_s)
+    time = np.maximum(est + tree + layers * per_layer + uneven_s, 0.2 * est)
     kernel_mlp = 3 * h * active_ffn / t  # what the dense form counted per layer
     true_mlp = (per_gpu_experts * p + (L - n_moe) * 3 * h * f["ffn_hidden_size"] / t) / L
     bytes_per_param = 6 + 12 / np.where(f["distributed_optimizer"] > 0, expert_dp, 1.0)
@@ -364,6 +342,14 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     weight_copies = np.where(quantized, element * copies, low) * stage
     memory_delta = (moe_delta + shard_delta + weight_copies + states
                     + quantized_activations_delta(f, new, dense, element, quantized, active_ffn))
+    # the uneven split's largest stage: its layers' states (per parameter as the stage's) and
+    # their saved activations (surrogate.pipeline_terms)
+    per_param = (dense["weight_state_bytes"] + shard_delta + weight_copies + held * stage) / stage
+    layer_params = layer_params_per_gpu({**f, "ffn_hidden_size": np.where(n_moe > 0, active_ffn,
+                                                                         f["ffn_hidden_size"])})
+    edge = per_param * np.maximum(stage - split.mean * layer_params, 0.0)  # the embedding's
+    memory_delta = memory_delta + uneven_memory_bytes(
+        f, split, layer_params * per_param + moe_delta / split.mean, act, edge)
     mem = np.exp(dense["est_log_memory_bytes"])
     memory = np.maximum(mem + memory_delta, 0.3 * mem)
     values = {
@@ -394,7 +380,8 @@ def is_plain(new: np.ndarray, fields: np.ndarray, general: np.ndarray) -> bool:
     table: `plain_values` gives its `extended_values`, without their cost)."""
     defaults = {"cp": 1.0, "ep": 1.0, "cuda_graphs": 0.0, "tp_comm_overlap": 0.0, "moe_overlap_ep_comm": 0.0,
                 "data_parallel_sharding": 0.0, "fp8_recipe": 0.0, "fp4_recipe": 0.0,
-                "grad_reduce_in_fp32": 0.0, "exp_avg_dtype": 0.0, "exp_avg_sq_dtype": 0.0}
+                "grad_reduce_in_fp32": 0.0, "exp_avg_dtype": 0.0, "exp_avg_sq_dtype": 0.0,
+                "first_stage_layers": 0.0, "last_stage_layers": 0.0}
     return (not general.any() and bool((fields[_F["precision"]] < 2).all())
             and all(bool((_col(new, k) == v).all()) for k, v in defaults.items())
             and bool((_col(new, "expert_tp") == fields[_F["tp"]]).all()))
@@ -452,7 +439,7 @@ def dp_tree_correction(fields: np.ndarray, dense: Mapping[str, np.ndarray],
     k = np.ceil(d / per_node)
     grad = dense["stage_params"] * np.where(f["precision"] > 0, 4.0, 2.0)
     overlap = f["overlap_grad_reduce"] > 0
-    buckets = np.where(overlap, np.maximum(1.0, np.ceil(grad / v / 25e6)) * v, 1.0)
+    buckets = grad_buckets(grad, d, v, np.where(f["precision"] > 0, 4.0, 2.0), overlap)
     per_call = grad / buckets
     inter = 2 * (k - 1) / k * per_call * (gpn / per_node) / (f["inter_node_bandwidth_Gbps"] * 1e9 / 8
                                                                * hw["inter_eff"])

@@ -20,7 +20,18 @@ from surrogate.physics import gemm_efficiency as _simulator_gemm_efficiency
 
 DT = 2.0  # fp16/bf16 bytes
 ADAM_BYTES_PER_PARAM = 36.0  # simulator.timeline.tail
-BUCKET_BYTES = 25e6  # ParallelPlan.bucket_size_mb default
+# Megatron-Core's default gradient bucket (the records' framework; simulator.job.buckets): max(40M,
+# 1M x dp) parameters, and only the first model chunk of a stage is bucketed
+BUCKET_PARAMS, BUCKET_PARAMS_PER_DP = 40e6, 1e6
+
+
+@njit(inline=True)
+def grad_buckets(grad: Vec, d: Vec, v: Vec, element: Vec, overlap: Vec) -> Vec:
+    """Collectives of a stage's data-parallel reduction of `grad` bytes: the first chunk's
+    buckets of max(40M, 1M x dp) parameters of `element` bytes, one per later chunk; one call
+    without overlap."""
+    bucket = maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_DP * d) * element
+    return where(overlap > 0, maximum(1, ceil(grad / v / bucket)) + v - 1, 1.0)
 
 
 @njit
@@ -263,7 +274,7 @@ def iteration(r: Rows, stage_params: Vec, vocab_p: Vec) -> Iteration:
     pp_comm = 2 * (p - 1) * p2p * v
     grad = stage_params * where(r.bf16 > 0, 4.0, 2.0)
     per_node = dp_placement(r)
-    buckets = where(r.overlap > 0, maximum(1, ceil(grad / v / BUCKET_BYTES)) * v, 1.0)
+    buckets = grad_buckets(grad, r.d, v, where(r.bf16 > 0, 4.0, 2.0), r.overlap)
     reduce = _ring_s(r, grad, r.d, per_node, r.gpn, buckets) * where(r.dopt > 0, 0.5, 1.0)
     gather = _ring_s(r, 2.0 * stage_params, r.d, per_node, r.gpn, 1.0) * 0.5 * r.dopt
     backward_mb = stage / v * (2 / 3)

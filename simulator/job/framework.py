@@ -127,6 +127,8 @@ class FrameworkSemantics:
     async_tp_grad_allreduce: bool  # without SP, the column-parallel input-gradient all-reduce
     # overlaps the weight-gradient GEMM (else it blocks the backward)
     host_launch_cost: HostCost  # host dispatch per launch of each direction (x host_overhead_s)
+    megatron_core_buckets: bool = False  # gradient buckets sized and placed as Megatron-Core's
+    # DDP does (simulator.job.buckets), else 25 MB ones on every chunk
 
     def param_bytes(self, precision: Precision) -> ParamBytes:
         """Bytes per parameter of each role for `precision` (see the module docstring)."""
@@ -144,7 +146,7 @@ FRAMEWORKS: dict[Framework, FrameworkSemantics] = {
         gradient_accumulation_fusion=True, fp32_parameters=False, fp32_main_grad_copy_fp16=True,
         pads_vocab=True, all_forwards_first_when_m_equals_p=False, grad_stats_all_reduce=True,
         p2p_scatter_gather=False, eager_autocast=False, persistent_grad_buffer=True,
-        async_tp_grad_allreduce=True, host_launch_cost=MEGATRON_HOST),
+        async_tp_grad_allreduce=True, host_launch_cost=MEGATRON_HOST, megatron_core_buckets=True),
     Framework.MEGATRON_DEEPSPEED: FrameworkSemantics(
         gradient_accumulation_fusion=False, fp32_parameters=False, fp32_main_grad_copy_fp16=False,
         pads_vocab=True, all_forwards_first_when_m_equals_p=True, grad_stats_all_reduce=True,

@@ -179,7 +179,9 @@ class ParallelPlan(Frozen):
     sequence_parallel: bool = False
     distributed_optimizer: bool = False  # ZeRO-1: optimizer states sharded over dp
     overlap_grad_reduce: bool = False  # bucketed dp reduction overlapped with backward
-    bucket_size_mb: PositiveFloat = 25.0
+    # MB of gradients per data-parallel bucket; None: the framework's default
+    # (simulator.job.buckets: Megatron-Core's max(40M, 1M x dp) parameters, else 25 MB)
+    bucket_size_mb: PositiveFloat | None = None
     first_stage_layers: PositiveInt | None = None  # Megatron's --decoder-first-pipeline-num-layers
     last_stage_layers: PositiveInt | None = None  # --decoder-last-pipeline-num-layers
     # Megatron-FSDP's --data-parallel-sharding-strategy (None: `optim` with the distributed
@@ -450,6 +452,12 @@ _FIRST_FIELDS = {
 }
 
 
+# First fields whose default changed since: a job that leaves one unset hashes with the value
+# the default dumped as then (the row says the same; what the default means is the simulator's).
+# `bucket_size_mb`: 25.0 until None came to mean the framework's (simulator.job.buckets).
+_FORMER_DEFAULTS: dict[tuple[str, str], Any] = {("parallel", "bucket_size_mb"): 25.0}
+
+
 def without_unused_fields(dumped: dict[str, Any]) -> dict[str, Any]:
     """A job's `model_dump(mode="json")` without the later fields that hold their defaults."""
     out = dict(dumped)
@@ -457,7 +465,8 @@ def without_unused_fields(dumped: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(out.get(section), dict):
             continue
         defaults = {name: field.default for name, field in cls.model_fields.items()}
-        out[section] = {k: v for k, v in out[section].items()
+        out[section] = {k: (_FORMER_DEFAULTS.get((section, k), v) if v is None else v)
+                        for k, v in out[section].items()
                         if k in _FIRST_FIELDS[section] or v != _json(defaults.get(k))}
     return out
 

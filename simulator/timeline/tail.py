@@ -29,6 +29,7 @@ from simulator.graph.eager import optimizer_launches
 from simulator.graph.fsdp import gathered_after_step_bytes, tail_reduced_params
 from simulator.graph.ops import Op, OpKind, Phase
 from simulator.graph.params import final_norm_params, kind_params, padded_vocab
+from simulator.job.buckets import bucket_bytes, bucketed_chunks
 from simulator.job.enums import CollectiveKind, Norm, Precision
 from simulator.job.framework import semantics
 from simulator.job.layer_pattern import stage_kind_counts
@@ -285,22 +286,34 @@ def _overlapped(job: Job, timeline: Timeline, grad_bytes: np.ndarray, kind: Coll
     last = order[np.r_[np.flatnonzero(np.diff(key[order])), key.size - 1]]
     last_dur.flat[key[last]] = timeline.duration[bwd][last]
     chunk_bytes = np.repeat(grad_bytes[:, None] / v, v, axis=1)
-    bucket = job.parallel.bucket_size_mb * 1e6
-    nb = max(1, math.ceil(float(chunk_bytes.max()) / bucket))
+    # bucketed chunks send nb buckets as their last backward produces them; the others one
+    # collective of the whole chunk when it ends (simulator.job.buckets)
+    bucketed = bucketed_chunks(job)
+    nb = max(1, math.ceil(float(chunk_bytes[bucketed].max(initial=0.0)) / bucket_bytes(job)))
     if bucket_s is None:
         where = dp_placement(job)
         share = nic_share_left_by_p2p(job, timeline, network)
         unique: dict[tuple[float, float], float] = {}
-        for key in set(zip(chunk_bytes[:, 0].tolist(), share.tolist(), strict=True)):
-            shared = replace(where, tier_factor=where.tier_factor * key[1])
-            unique[key] = network.time(kind, key[0] / nb, shared)
-        bucket_time = np.array([[unique[(float(b), float(share[s]))] for b in row]
-                                for s, row in enumerate(chunk_bytes)])  # (p, v)
+
+        def seconds(nbytes: float, s: int) -> float:
+            key = (nbytes, float(share[s]))
+            if key not in unique:
+                shared = replace(where, tier_factor=where.tier_factor * key[1])
+                unique[key] = network.time(kind, nbytes, shared)
+            return unique[key]
+
+        bucket_time = np.array([[seconds(float(b) / (nb if bucketed[s, c] else 1), s)
+                                 for c, b in enumerate(row)]
+                                for s, row in enumerate(chunk_bytes.tolist())])  # (p, v)
     else:  # expert and context-parallel groups (simulator.timeline.grad_sync)
-        bucket_time = np.array([[bucket_s(s, v * nb)] * v for s in range(p)])
+        bucket_time = np.array([[bucket_s(s, v * nb if bucketed[s, c] else v) for c in range(v)]
+                                for s in range(p)])
     frac = (np.arange(nb) + 1) / nb
-    ready = (last_end - last_dur)[:, :, None] + last_dur[:, :, None] * frac  # (p, v, nb)
-    times = np.broadcast_to(bucket_time[:, :, None], ready.shape).reshape(p, -1)
+    start = (last_end - last_dur)[:, :, None]
+    ready = np.where(bucketed[:, :, None], start + last_dur[:, :, None] * frac, last_end[:, :, None])
+    first = np.arange(nb) == 0  # an unbucketed chunk: its one collective, then nothing
+    times = np.where(bucketed[:, :, None], bucket_time[:, :, None],
+                     np.where(first, bucket_time[:, :, None], 0.0)).reshape(p, -1)
     ready = ready.reshape(p, -1)
     idx = np.argsort(ready, axis=1)
     ready = np.take_along_axis(ready, idx, axis=1)

@@ -89,3 +89,35 @@ def test_userbuffers_hide_no_more_than_the_host_lets_go(tp: int, cp: int, host_b
     slots = f["layers_per_stage"][0] * (f["microbatches"][0] + plain.parallel.pp - 1)
     est = np.exp(f["est_log_time_s"])
     assert est[0] - est[1] == pytest.approx(slots * gain, rel=1e-4, abs=1e-9)
+
+
+def _split(first: int | None, last: int | None = None) -> Job:
+    """llama-3-8b (32 layers) on pp 4, 8 micro-batches: even, or Megatron's uneven split."""
+    job = _job(2, 1, "bf16", "none")
+    return validate_job(job.model_copy(update={"parallel": job.parallel.model_copy(update={
+        "pp": 4, "first_stage_layers": first, "last_stage_layers": last})}))
+
+
+@pytest.mark.parametrize(("first", "last"), [(11, None), (14, 6), (5, 5)])
+def test_an_uneven_pipeline_split_costs_its_busiest_stage(first: int, last: int | None) -> None:
+    """Megatron's first / last stage layer counts (simulator.job.partition): the busiest stage
+    sets the steady state ((m - 1) times its excess over the dense form's stage: mean layers and
+    the head, its last stage's), and
+    its layers' states and activations set the peak. The baseline used to charge every split as
+    the even one (uneven MoE rows sat at +0.67 log against it)."""
+    even, uneven = _split(None), _split(first, last)
+    f = _features([even, uneven])
+    rest = 32 - first - (last or 0)
+    middle = rest // (4 - 1 - (last is not None))
+    layer = f["time_layer_s"][0]
+    head = f["time_stage_mb_s"][0] - 8 * layer  # the dense form's stage: 8 layers and the head
+    busiest = max(max(first, middle) * layer, (last or middle) * layer + head)
+    m = even.num_microbatches
+    est = np.exp(f["est_log_time_s"])
+    assert est[1] - est[0] == pytest.approx((m - 1) * (busiest - 8 * layer - head), rel=1e-4)
+    exact = [simulate(j) for j in (even, uneven)]
+    exact_time = exact[1].iteration_time_s / exact[0].iteration_time_s
+    assert est[1] / est[0] == pytest.approx(exact_time, rel=0.06)
+    memory = np.exp(f["est_log_memory_bytes"])
+    exact_memory = exact[1].peak_memory_bytes / exact[0].peak_memory_bytes
+    assert memory[1] / memory[0] == pytest.approx(exact_memory, rel=0.06)

@@ -1,0 +1,295 @@
+"""The MoE token dispatcher's collectives in the surrogate's closed form (`surrogate.extended`),
+per dispatcher as simulator.graph.moe.dispatch builds them (balanced routing):
+
+- ``alltoall``: per direction one all-to-all of the rank's tokens x top-k over the ep ranks, and
+  with expert tp an all-gather (dispatch) / reduce-scatter (combine) of the tokens the local
+  experts compute (tokens x top-k x expert_tp per rank) over the expert-tp ranks;
+- ``flex`` (DeepEP): one all-to-all that sends a token once per distinct rank among its top-k
+  experts (`simulator.graph.moe.dispatch.distinct_ranks`), at DeepEP's efficiencies;
+- ``allgather``: every rank's tokens all-gathered over the expert_tp x ep ranks (with the routing
+  map and probabilities forward), reduce-scattered back after the experts.
+
+The closed form used to price every dispatcher as ``alltoall`` without expert tp: allgather rows
+sat at +0.44 log against it, alltoall rows at +0.11 (2026-11-27, MoE+CP space).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from simulator.costs.analytic import gemm_efficiency
+from simulator.errors import DataError
+from simulator.graph.moe.dispatch import distinct_ranks
+from surrogate.features import JOB_COLUMNS
+from surrogate.physics import RECOMPUTE
+from surrogate.records import CHOICES
+from surrogate.records import new_column as _col
+
+_DISPATCHERS = CHOICES["moe_token_dispatcher"]
+ROUTING_BYTES_PER_EXPERT = 5.0  # a bool routing-map entry and an fp32 probability per expert
+
+
+def token_copies(new: np.ndarray) -> np.ndarray:
+    """Copies of a token the dispatch sends: top-k, or (flex) its distinct expert ranks."""
+    topk = _col(new, "moe_router_topk")
+    flex = _col(new, "moe_token_dispatcher") == _DISPATCHERS.index("flex")
+    if not flex.any():
+        return topk
+    experts, ep = _col(new, "num_experts"), _col(new, "ep")
+    key = np.stack([experts, topk, ep])[:, flex]
+    combos, inverse = np.unique(key, axis=1, return_inverse=True)
+    values = np.array([_distinct(*(int(x) for x in combos[:, i])) for i in range(combos.shape[1])])
+    out = topk.copy()
+    out[flex] = values[inverse.ravel()]
+    return out
+
+
+@lru_cache(maxsize=1024)
+def _distinct(experts: int, topk: int, ep: int) -> float:
+    if experts <= 0 or ep <= 0 or experts % ep:
+        return float(topk)
+    return distinct_ranks(experts, topk, ep)
+
+
+def ring_gather_s(total_bytes: np.ndarray, n: np.ndarray, per_node: np.ndarray,
+                  intra_Bps: np.ndarray, node_Bps: np.ndarray, hw: Mapping[str, Any]) -> np.ndarray:
+    """A ring all-gather (or reduce-scatter) of `total_bytes` gathered over `n` consecutive
+    ranks, `per_node` of them on each node: every rank's NVLink carries (n - 1)/n of it; what
+    comes from other nodes, (n - per_node)/n, enters each node once, over the group's share of
+    its NICs (`node_Bps`, NCCL's rings spread over all of them); n - 1 steps of latency."""
+    g = np.minimum(per_node, n)
+    crosses = n > g
+    intra = (n - 1) / np.maximum(n, 1.0) * total_bytes / intra_Bps
+    inter = (n - g) / np.maximum(n, 1.0) * total_bytes / node_Bps
+    latency = np.where(crosses, (g - 1) * hw["intra_lat_s"] + (n - g) * hw["inter_lat_s"],
+                       (n - 1) * hw["intra_lat_s"])
+    return np.where(n > 1, np.maximum(intra, np.where(crosses, inter, 0.0)) + latency, 0.0)
+
+
+class DispatchSeconds(NamedTuple):
+    """One MoE layer's dispatch plus combine in one direction, one micro-batch (the forward's
+    and the backward's are equal): what the combined-1F1B overlap can hide (the all-to-alls) and
+    what it cannot (expert tp's gathers, the all-gather dispatcher, the token counts)."""
+
+    hideable: np.ndarray
+    exposed: np.ndarray
+
+
+def dispatch_s(f: Mapping[str, np.ndarray], new: np.ndarray, tokens: np.ndarray,
+               a2a_s: np.ndarray, hw: Mapping[str, Any]) -> DispatchSeconds:
+    """`DispatchSeconds` by dispatcher (module docstring); `a2a_s`: one all-to-all of the
+    dispatched copies (`surrogate.extended._alltoall_s`)."""
+    ep, etp, h = _col(new, "ep"), _col(new, "expert_tp"), f["hidden_size"]
+    domain = np.maximum(_col(new, "nvlink_domain"), 1.0)
+    gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
+    intra = f["intra_node_bandwidth_GBps"] * 1e9 * hw["intra_eff"]
+    node = f["inter_node_bandwidth_Gbps"] * 1e9 / 8 * hw["inter_eff"]
+
+    def gather_s(total: np.ndarray, n: np.ndarray) -> np.ndarray:
+        g = np.minimum(n, domain)  # consecutive ranks (expert tp fastest, then ep)
+        return ring_gather_s(total, n, g, intra, node * np.minimum(g, gpn) / gpn, hw)
+
+    group = ep * etp
+    allgather = (2 * gather_s(tokens * group * h * 2.0, group)
+                 + 0.5 * gather_s(tokens * group * _col(new, "num_experts")
+                                  * ROUTING_BYTES_PER_EXPERT, group))  # the map: forward only
+    expert_tp = 2 * gather_s(tokens * _col(new, "moe_router_topk") * etp * h * 2.0, etp)
+    counts = 0.5 * gather_s(8.0 * _col(new, "num_experts") * group, group)  # forward only
+    kind = _col(new, "moe_token_dispatcher")
+    gathers = kind == _DISPATCHERS.index("allgather")
+    flex = kind == _DISPATCHERS.index("flex")
+    return DispatchSeconds(np.where(gathers, 0.0, 2 * a2a_s),
+                           np.where(gathers, allgather, np.where(flex, 0.0, expert_tp + counts)))
+
+
+def token_shuffle_s(f: Mapping[str, np.ndarray], new: np.ndarray, tokens: np.ndarray,
+                    copies: np.ndarray, hw: Mapping[str, Any]) -> np.ndarray:
+    """Seconds per MoE layer and micro-batch of what the dense form has no counterpart for:
+    the memory-bound token shuffles around the experts (simulator.graph.moe.layer: permute into
+    per-expert copies, sort the received chunks by local expert and back, the weighted
+    unpermute; each reads and writes its rows, forward and backward, and again in a full
+    recompute's forward), the router's small kernels, and the host synchronization of dropless
+    routing (the GPU waits for the host's next launch after it, forward and recompute)."""
+    h, topk = f["hidden_size"], _col(new, "moe_router_topk")
+    experts, ep, etp = _col(new, "num_experts"), _col(new, "ep"), _col(new, "expert_tp")
+    flex = _col(new, "moe_token_dispatcher") == _DISPATCHERS.index("flex")
+    sent = tokens * copies  # `token_copies`
+    computed = tokens * topk * etp
+    local = np.maximum(experts / np.maximum(ep, 1.0), 1.0)
+    rows = (np.where(flex, 0.0, tokens + sent)  # permute
+            + np.where((local > 1) | flex, 2 * computed, 0.0)  # sort by local expert
+            + np.where((local > 1) & ~flex, 2 * computed, 0.0)  # and back
+            + np.where(flex, computed, sent) + tokens)  # unpermute
+    kernels = (np.where(flex, 0.0, 1.0) + np.where((local > 1) | flex, 1.0, 0.0)
+               + np.where((local > 1) & ~flex, 1.0, 0.0) + 1.0)
+    forward = rows * h * 2.0 / hw["hbm_Bps"] + (kernels + ROUTER_KERNELS) * hw["launch_s"]
+    full = f["recompute"] == RECOMPUTE.index("full")
+    sync = hw["host_s"] * (1 + full)
+    return np.where(experts > 0, forward * (2 + full) + sync, 0.0)
+
+
+ROUTER_KERNELS = 8.0  # simulator.graph.moe.router: 10 small forward kernels, 6 backward: per pass
+
+
+# What decides how many kernels and collectives a MoE layer's MLP launches (simulator.graph.moe:
+# the dispatcher and its collectives, expert tp's gathers, the local experts' sort, the shared
+# experts, the recipe's quantize kernels on the GPU's architecture, what recompute re-runs, CUDA
+# graphs): these columns, and whether ep, expert tp, tp, the local experts and the shared
+# experts are more than one.
+_LAUNCH_COLUMNS = ("gpu", "gated_mlp", "moe_token_dispatcher", "sequence_parallel", "precision",
+                   "fp8_recipe", "fp4_recipe", "recompute", "recompute_modules",
+                   "moe_overlap_ep_comm", "cuda_graphs", "flash_attention")
+_MLP_OPS = ("moe.", "shared_expert.")
+# the dense form's MLP: up GEMM, activation, down GEMM forward; their gradients backward
+# (surrogate.timing.layer_times)
+DENSE_MLP_LAUNCHES = (3.0, 5.0)
+_LAUNCHES: dict[int, tuple[float, float]] = {}  # launch key (a hash of stable codes) -> counts
+
+
+def moe_host_s(columns: Mapping[str, Any], rows: np.ndarray, new: np.ndarray,
+               recompute: np.ndarray, hw: Mapping[str, Any]) -> np.ndarray:
+    """Host dispatch seconds a MoE layer spends beyond the dense form's layer (per layer and
+    micro-batch, forward, backward and recompute): its MLP's launches, weighted per direction
+    as the stack's Python costs them, less the dense MLP's, and its collectives, counted in the
+    simulator's own blocks (simulator.costs.blocks._host_s) once per distinct launch key in the
+    process (~5 ms each; a 40k-row table of the MoE+CP space holds ~1,800). `rows`: the MoE
+    rows of the table `columns`; `new`, `recompute`, `hw`: theirs."""
+    experts, ep = _col(new, "num_experts"), _col(new, "ep")
+    flags = np.stack([ep > 1, experts > ep, _col(new, "expert_tp") > 1,
+                      np.asarray(columns["tp"])[rows] > 1,
+                      _col(new, "moe_shared_expert_intermediate_size") > 0])
+    parts = [(flags * (1 << np.arange(5))[:, None]).sum(axis=0).astype(np.uint64)]
+    parts += [_stable_codes(columns[name], name, rows) for name in _LAUNCH_COLUMNS]
+    key = np.zeros(len(rows), dtype=np.uint64)
+    for j, part in enumerate(parts):
+        key = key * np.uint64(1_000_003) + part + np.uint64(j)
+    codes, uniques = pd.factorize(key)
+    firsts = np.full(len(uniques), -1)
+    firsts[codes[::-1]] = np.arange(len(codes))[::-1]
+    if any((part != part[firsts][codes]).any() for part in parts):
+        raise DataError("two MoE launch keys share a hash; report this table")
+    counts = np.array([_launches(columns, int(k), int(rows[i]))
+                       for k, i in zip(uniques.tolist(), firsts.tolist(), strict=True)])
+    launches, collectives = counts[codes, 0], counts[codes, 1]
+    full = recompute == RECOMPUTE.index("full")
+    dense = DENSE_MLP_LAUNCHES[0] * (1 + full) + DENSE_MLP_LAUNCHES[1]
+    out = np.maximum(launches - dense, 0.0) * hw["host_s"] + collectives * hw["coll_s"]
+    return np.where(_col(new, "cuda_graphs") > 0, 0.0, out)
+
+
+_STABLE: dict[tuple[str, Any], int] = {}  # (column, value) -> a code that lasts the process
+
+
+def _stable_codes(column: Any, name: str, rows: np.ndarray) -> np.ndarray:
+    """Codes of a column's values at `rows` that are the same in every call."""
+    codes, uniques = pd.factorize(_values(column, rows))
+    values = ([column.uniques[int(u)] for u in uniques] if hasattr(column, "uniques")
+              else uniques)
+    table = np.array([_STABLE.setdefault((name, _plain(u)), len(_STABLE)) for u in values],
+                     dtype=np.uint64)
+    return table[codes]
+
+
+def _values(column: Any, rows: np.ndarray) -> np.ndarray:
+    if hasattr(column, "uniques"):
+        return np.asarray(column.codes)[rows]
+    return np.asarray(column)[rows]
+
+
+def _launches(columns: Mapping[str, Any], key: int, i: int) -> tuple[float, float]:
+    if key not in _LAUNCHES:
+        if len(_LAUNCHES) > 8192:
+            _LAUNCHES.clear()
+        _LAUNCHES[key] = _launches_of({k: _plain(_value(v, i)) for k, v in columns.items()
+                                       if k in _JOB_KEYS})
+    return _LAUNCHES[key]
+
+
+def _value(column: Any, i: int) -> Any:
+    return column.uniques[column.codes[i]] if hasattr(column, "uniques") else column[i]
+
+
+def _plain(value: Any) -> Any:
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
+
+
+_JOB_KEYS = frozenset(JOB_COLUMNS)
+
+
+def _launches_of(record: dict[str, Any]) -> tuple[float, float]:
+    """(launches weighted per direction, collectives) of the MoE MLP of one record's first MoE
+    layer: its ops named `_MLP_OPS`, from the simulator's blocks."""
+    from simulator.graph.blocks import build_all_blocks
+    from surrogate.features import record_to_job
+
+    job = record_to_job(record)
+    layers, *_ = build_all_blocks(job)
+    block = next(b for b in layers if any(o.name.startswith("moe.") for o in b.forward))
+    w = block.host_cost
+    launches = 0.0
+    for ops, weight in ((block.forward, w.forward), (block.backward, w.backward),
+                        (block.recompute, w.recompute)):
+        launches += weight * sum(o.kernels if o.host_launches is None else o.host_launches
+                                 for o in ops if o.name.startswith(_MLP_OPS))
+    collectives = sum(1 for comms in (block.forward_comm, block.backward_comm, block.recompute_comm)
+                      for o in comms if o.name.startswith("moe."))
+    return launches, float(collectives)
+
+
+def _gemm_s(hw: Mapping[str, Any], m: Any, n: Any, k: Any) -> Any:
+    """Forward, data- and weight-gradient GEMMs of Y[m,n] = X[m,k] W[k,n] in 16 bits: the
+    simulator's roofline with its tile / wave / depth efficiency, one launch gap each."""
+    eff = gemm_efficiency(1.0, m, n, k, hw["num_sms"], hw["gemm_max"], hw["k_half"])
+    flops, traffic = 2.0 * m * n * k, (m * k + k * n + m * n) * 2.0
+    return 3 * (np.maximum(flops / (hw["peak_bf16"] * eff), traffic / hw["hbm_Bps"]) + hw["launch_s"])
+
+
+def _expert_gemm_s(f: Mapping[str, np.ndarray], new: np.ndarray, tokens: np.ndarray,
+                   hw: Mapping[str, Any]) -> np.ndarray:
+    """Seconds per MoE layer and micro-batch that the experts' grouped GEMMs take beyond what
+    the dense form charged for them (MoE rows only): it prices the routed experts as one dense
+    MLP of top-k x moe_ffn on the rank's tokens, where the simulator runs each local expert's
+    GEMMs on its share of the dispatched tokens (tokens x top-k x ep / experts rows, balanced
+    routing; simulator.graph.moe: the grouped GEMM is one kernel per expert, its weights read
+    whatever the rows), much less efficient when an expert gets few rows."""
+    experts, topk = _col(new, "num_experts"), _col(new, "moe_router_topk")
+    ep, etp, h = _col(new, "ep"), _col(new, "expert_tp"), f["hidden_size"]
+    ffn = _col(new, "moe_ffn_hidden_size") / np.maximum(etp, 1.0)
+    up = ffn * np.where(f["gated_mlp"] > 0, 2.0, 1.0)
+    rows = np.maximum(tokens * topk * ep / experts, 1.0)  # per local expert
+    local = experts / ep
+    grouped = local * (_gemm_s(hw, rows, up, h) + _gemm_s(hw, rows, h, ffn))
+    dense = _gemm_s(hw, tokens, topk * up, h) + _gemm_s(hw, tokens, h, topk * ffn)
+    return np.maximum(grouped - dense, 0.0)
+
+
+def moe_layer_terms(c: Mapping[str, Any], f: Mapping[str, np.ndarray], new: np.ndarray,
+                     comm: Mapping[str, np.ndarray], hw: Mapping[str, Any],
+                     layer_c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per MoE layer and micro-batch (zero on dense rows, computed on the MoE rows only): the
+    dispatcher's exposed collectives (with the combined-1F1B overlap, simulator.costs.blocks:
+    a forward's all-to-alls hide under the other micro-batch's backward compute, 2/3 of the
+    layer's, a backward's under its forward, 1/3), the experts' extra GPU time (grouped GEMMs,
+    token shuffles) and the host's extra launches (surrogate.moe_terms)."""
+    rows = np.flatnonzero(_col(new, "num_experts") > 0)
+    out = np.zeros((3, new.shape[1]))
+    if len(rows) == 0:
+        return out[0], out[1], out[2]
+    fs = {k: v[rows] for k, v in f.items()}
+    ns = new[:, rows]
+    hs = {k: (v[rows] if np.ndim(v) else v) for k, v in hw.items()}
+    tokens, lc = comm["tokens"][rows], layer_c[rows]
+    pair = dispatch_s(fs, ns, tokens, comm["a2a_s"][rows], hs)  # one direction's
+    hidden = np.maximum(0.0, pair.hideable - 2 / 3 * lc) + np.maximum(0.0, pair.hideable - lc / 3)
+    out[0, rows] = (np.where(_col(ns, "moe_overlap_ep_comm") > 0, hidden, 2 * pair.hideable)
+                    + 2 * pair.exposed)
+    out[1, rows] = (_expert_gemm_s(fs, ns, tokens, hs)
+                    + token_shuffle_s(fs, ns, tokens, comm["copies"][rows], hs))
+    out[2, rows] = moe_host_s(c, rows, ns, fs["recompute"], hs)
+    return out[0], out[1], out[2]
