@@ -154,7 +154,7 @@ _DENSE_READ = frozenset({"params", "model_flops", "stage_params", "est_log_time_
                          "time_tp_comm_s", "time_attention_s", "hw_peak_bf16",
                          "time_dp_comm_s", "time_stage_mb_s", "time_layer_s", "time_layer_host_s",
                          "time_recompute_s", "time_tp_overlap_saving_s",
-                         "activation_bytes", "weight_state_bytes",
+                         "activation_bytes", "weight_state_bytes", "gemm_efficiency",
                          "layer_saved_bytes"})
 
 

@@ -36,10 +36,11 @@ from simulator.job.enums import DataParallelSharding
 from simulator.job.layer_pattern import layer_kinds
 from simulator.job.specs import HardwareSpec
 from simulator.network.alltoall import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFFICIENCY
+from surrogate.attention_terms import attention_extra_s, heads, ring_exposed_s
 from surrogate.columns import factorize
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
 from surrogate.memory_terms import quantized_activations_delta, state_bytes_delta
-from surrogate.moe_terms import moe_layer_terms, token_copies
+from surrogate.moe_terms import expert_tail_s, moe_layer_terms, token_copies
 from surrogate.physics import OPTIMIZER_BYTES_PER_PARAM, PRECISIONS, ROW_FIELDS
 from surrogate.pipeline_terms import layer_params_per_gpu, stage_split, uneven_memory_bytes, uneven_time_s
 from surrogate.records import CHOICES, NEW_COLUMNS
@@ -58,7 +59,6 @@ EXTENDED_FEATURES: tuple[str, ...] = (*NEW_COLUMNS, *EXTENDED_PHYSICS)
 
 _F = {name: j for j, name in enumerate(ROW_FIELDS)}
 _GEMM_SHARE = 0.75  # share of a layer's GPU time in GEMMs that a low-precision recipe speeds up
-_RING_HIDDEN = 0.5  # share of the attention a cp ring step's exchange can hide under
 
 
 def new_field_matrix(c: Mapping[str, Any]) -> np.ndarray:
@@ -184,6 +184,9 @@ def effective_fields(fields: np.ndarray, new: np.ndarray, models: np.ndarray) ->
     for name in ("micro_batch_size", "global_batch_size", "num_gpus"):
         eff[_F[name]] = fields[_F[name]] / cp
     eff[_F["gpus_per_node"]] = np.maximum(gpn, domain)
+    # the domain's "node" has the NICs of all its GPUs (each GB200 has its own)
+    inter = _F["inter_node_bandwidth_Gbps"]
+    eff[inter] = fields[inter] * np.maximum(gpn, domain) / gpn
     return eff
 
 
@@ -256,18 +259,18 @@ def _comm_terms(f: Mapping[str, np.ndarray], new: np.ndarray, models: np.ndarray
     a2a_bytes = tokens * copies * h * 2.0 * (n_moe > 0)
     flex = _col(new, "moe_token_dispatcher") == CHOICES["moe_token_dispatcher"].index("flex")
     a2a_s = _alltoall_s(a2a_bytes, ep, etp, domain, intra, inter, gpn, hw, flex)
-    heads_dim = h / f["num_attention_heads"]
-    kv = 2 * b * s / cp * f["num_query_groups"] / t * heads_dim * 2.0  # K and V of a rank's chunk
+    dims = heads(f, new)  # the true head sizes (surrogate.attention_terms)
+    kv = dims.kv_bytes(b * s / cp)  # K and V of a rank's chunk
     exchange = _col(new, "cp_comm_type")
     ring = exchange == CHOICES["cp_comm_type"].index("p2p")
     a2a_cp = exchange == CHOICES["cp_comm_type"].index("a2a")
-    cp_bytes = np.where(a2a_cp, 4 * b * s / cp * h / t * 2.0, kv * (cp - 1)) * (cp > 1)
+    cp_bytes = np.where(a2a_cp, dims.qkv_out_bytes(b * s / cp), kv * (cp - 1)) * (cp > 1)
     link_Bps = np.where(t * cp <= domain, intra * hw["intra_eff"], inter / gpn * hw["inter_eff"])
     cp_s = np.where(a2a_cp, _alltoall_s(cp_bytes, cp, t, domain, intra, inter, gpn, hw, False),
                     cp_bytes / link_Bps)
     return {"tokens": tokens, "expert_dp": expert_dp, "per_gpu_experts": per_gpu_experts,
-            "a2a_bytes": a2a_bytes, "a2a_s": a2a_s, "copies": copies, "cp_bytes": cp_bytes, "cp_s": cp_s,
-            "ring": ring}
+            "a2a_bytes": a2a_bytes, "a2a_s": a2a_s, "copies": copies, "kv_s": kv / link_Bps,
+            "cp_bytes": cp_bytes, "cp_s": cp_s, "ring": ring}
 
 
 def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, models: np.ndarray,
@@ -303,14 +306,17 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     moe_layer_comm, moe_layer_gpu, moe_layer_host = moe_layer_terms(
         c, f, new, comm, hw, dense["time_layer_compute_s"])
     moe_comm = moe_layer_comm * n_moe / L
-    cp_comm = np.where(ring, np.maximum(0.0, 2 * cp_s - _RING_HIDDEN * dense["time_attention_s"]), 2 * cp_s)
+    attention_s = attention_extra_s(f, new, heads(f, new), models[6], dense, hw)
+    cp_comm = np.where(ring, ring_exposed_s(_col(new, "cp"), comm["kv_s"], dense["time_attention_s"]),
+                       2 * cp_s)
     est = np.exp(dense["est_log_time_s"])
     tree = dp_tree_correction(fields, dense, hw)
     # a layer's windows take max(GPU + blocking comm, host dispatch) (surrogate.timing._window):
     # what the recipe, the tp overlap and CUDA graphs save on the GPU stops at the host's floor
     # (cp's exchange and a MoE layer's dispatch and experts are GPU time and blocking comm in
     # the same windows; a MoE layer's host launches more: surrogate.moe_terms)
-    busy = dense["time_layer_s"] - dense["time_host_excess_s"] - lowp - overlap + cp_comm
+    busy = (dense["time_layer_s"] - dense["time_host_excess_s"] - lowp - overlap + cp_comm
+            + attention_s)
     floor = np.where(_col(new, "cuda_graphs") > 0, 0.0, dense["time_layer_host_s"])
     experts_s = moe_layer_gpu * n_moe / L
     moe_layer = np.maximum(busy + moe_layer_comm + moe_layer_gpu, floor + moe_layer_host)
@@ -319,7 +325,8 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     split = stage_split(f, new)
     head_s = np.maximum(dense["time_stage_mb_s"] - L / p * dense["time_layer_s"], 0.0)
     uneven_s = uneven_time_s(f, split, dense["time_layer_s"] + per_layer, head_s)
-    time = np.maximum(est + tree + layers * per_layer + uneven_s, 0.2 * est)
+    experts_tail = expert_tail_s(f, new, per_gpu_experts, expert_dp, level, dense, hw)
+    time = np.maximum(est + tree + layers * per_layer + uneven_s + experts_tail, 0.2 * est)
     kernel_mlp = 3 * h * active_ffn / t  # what the dense form counted per layer
     true_mlp = (per_gpu_experts * p + (L - n_moe) * 3 * h * f["ffn_hidden_size"] / t) / L
     bytes_per_param = 6 + 12 / np.where(f["distributed_optimizer"] > 0, expert_dp, 1.0)

@@ -25,6 +25,7 @@ import pandas as pd
 from simulator.costs.analytic import gemm_efficiency
 from simulator.errors import DataError
 from simulator.graph.moe.dispatch import distinct_ranks
+from simulator.job.enums import DataParallelSharding
 from surrogate.features import JOB_COLUMNS
 from surrogate.physics import RECOMPUTE
 from surrogate.records import CHOICES
@@ -293,3 +294,37 @@ def moe_layer_terms(c: Mapping[str, Any], f: Mapping[str, np.ndarray], new: np.n
                     + token_shuffle_s(fs, ns, tokens, comm["copies"][rows], hs))
     out[2, rows] = moe_host_s(c, rows, ns, fs["recompute"], hs)
     return out[0], out[1], out[2]
+
+
+def expert_tail_s(f: Mapping[str, np.ndarray], new: np.ndarray, experts_per_gpu: np.ndarray,
+                  expert_dp: np.ndarray, sharding_level: np.ndarray,
+                  dense: Mapping[str, np.ndarray], hw: Mapping[str, Any]) -> np.ndarray:
+    """Seconds per iteration that the routed experts' gradients and optimizer step add (the
+    dense form reduces and steps the dense-equivalent MLP only): the experts' gradients reduced
+    over expert_dp ranks (simulator.timeline.grad_sync: all-reduce, or with the distributed
+    optimizer reduce-scatter and the parameters' all-gather), a ring on the ranks' own links
+    (the expert grid expert_tp x ep x expert_dp: the group strided by expert_tp x ep), hidden
+    under the last backward as the dense form hides its own; then Adam on the GPU's shard
+    (36 bytes of traffic per parameter)."""
+    n = expert_dp
+    stride = _col(new, "expert_tp") * _col(new, "ep")
+    domain = np.maximum(_col(new, "nvlink_domain"), 1.0)
+    gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
+    inside = stride * n <= domain
+    # NCCL's rings cross each domain boundary through the NICs of the group's g ranks there
+    g = np.clip(np.floor(domain / stride), 1.0, np.maximum(n, 1.0))
+    intra = f["intra_node_bandwidth_GBps"] * 1e9 * hw["intra_eff"]
+    nic = f["inter_node_bandwidth_Gbps"] * 1e9 / 8 / gpn * hw["inter_eff"]
+    link = np.where(inside, intra, np.minimum(intra, g * nic))
+    latency = np.where(inside, hw["intra_lat_s"], hw["inter_lat_s"])
+    sixteen = _col(new, "grad_reduce_in_fp32") == CHOICES["grad_reduce_in_fp32"].index("false")
+    grad = experts_per_gpu * np.where(sixteen | (f["precision"] == 0), 2.0, 4.0)
+    sharded = sharding_level >= DataParallelSharding.OPTIM.level
+    ring = (n - 1) / np.maximum(n, 1.0) / link
+    reduce = np.where(sharded, grad * ring + experts_per_gpu * 2.0 * ring, 2 * grad * ring)
+    reduce = np.where(n > 1, reduce + 2 * (n - 1) * latency, 0.0)
+    backward = dense["time_stage_mb_s"] / f["virtual_stages"] * (2 / 3)
+    exposed = reduce - np.where(f["overlap_grad_reduce"] > 0, np.minimum(0.9 * reduce, backward), 0.0)
+    shard = np.where(sharded, n, 1.0)
+    optimizer = experts_per_gpu / shard * 36.0 / hw["hbm_Bps"]
+    return np.where(_col(new, "num_experts") > 0, exposed + optimizer, 0.0)
