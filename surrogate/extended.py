@@ -40,7 +40,7 @@ from surrogate.attention_terms import attention_extra_s, heads, ring_exposed_s
 from surrogate.columns import factorize
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
 from surrogate.memory_terms import quantized_activations_delta, state_bytes_delta
-from surrogate.moe_terms import expert_tail_s, moe_layer_terms, token_copies
+from surrogate.moe_terms import expert_tail_s, moe_layer_terms, saved_activations_bytes, token_copies
 from surrogate.physics import OPTIMIZER_BYTES_PER_PARAM, PRECISIONS, ROW_FIELDS
 from surrogate.pipeline_terms import layer_params_per_gpu, stage_split, uneven_memory_bytes, uneven_time_s
 from surrogate.records import CHOICES, NEW_COLUMNS
@@ -327,18 +327,25 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     uneven_s = uneven_time_s(f, split, dense["time_layer_s"] + per_layer, head_s)
     experts_tail = expert_tail_s(f, new, per_gpu_experts, expert_dp, level, dense, hw)
     time = np.maximum(est + tree + layers * per_layer + uneven_s + experts_tail, 0.2 * est)
-    kernel_mlp = 3 * h * active_ffn / t  # what the dense form counted per layer
-    true_mlp = (per_gpu_experts * p + (L - n_moe) * 3 * h * f["ffn_hidden_size"] / t) / L
-    bytes_per_param = 6 + 12 / np.where(f["distributed_optimizer"] > 0, expert_dp, 1.0)
-    moe_delta = np.where(n_moe > 0, L / p * (true_mlp - kernel_mlp) * bytes_per_param, 0.0)
-    # Megatron shards over the data-parallel group with context parallelism (dp x cp,
-    # simulator.graph.params.optimizer_shards); the dense form's rows shard the optimizer over dp
-    # where `distributed_optimizer` is set and nothing else
+    # Megatron shards the optimizer over the data-parallel group with context parallelism (dp x
+    # cp, simulator.graph.params.optimizer_shards) and the routed experts' over expert_dp; the
+    # dense form's rows shard it over dp where `distributed_optimizer` is set and nothing else
     ranks = d * _col(new, "cp")
+    sharded = level >= DataParallelSharding.OPTIM.level
     dense_shard = np.where(f["distributed_optimizer"] > 0, d, 1.0)
-    optimizer_shard = np.where(level >= DataParallelSharding.OPTIM.level, ranks, 1.0)
-    shard_delta = stage * (OPTIMIZER_BYTES_PER_PARAM * (1 / optimizer_shard - 1 / dense_shard)
-                           - np.where(level >= 3, 6.0, np.where(level >= 2, 4.0, 0.0)) * (1 - 1 / ranks))
+    optimizer_shard = np.where(sharded, ranks, 1.0)
+    # a MoE row's MLP: the dense form's dense-equivalent one out, the dense layers' MLPs and the
+    # GPU's routed experts in, each at its group's bytes per parameter
+    kernel_mlp = 3 * h * active_ffn / t  # what the dense form counted per layer
+    dense_mlp = (L - n_moe) * 3 * h * f["ffn_hidden_size"] / t / L
+    experts_layer = per_gpu_experts * p / L
+    moe_delta = np.where(n_moe > 0, L / p * (
+        dense_mlp * (6 + 12 / optimizer_shard) + experts_layer * (6 + 12 / np.where(sharded, expert_dp, 1.0))
+        - kernel_mlp * (6 + 12 / dense_shard)), 0.0)
+    moe_delta = moe_delta + saved_activations_bytes(f, new, tokens, comm["copies"], dense) * n_moe / L
+    shard_delta = (stage - np.where(n_moe > 0, L / p * kernel_mlp, 0.0)) * (
+        OPTIMIZER_BYTES_PER_PARAM * (1 / optimizer_shard - 1 / dense_shard)
+        - np.where(level >= 3, 6.0, np.where(level >= 2, 4.0, 0.0)) * (1 - 1 / ranks))
     # 16-bit gradients / Adam moments; the main-gradient copy only where the optimizer moment
     # (the dense form's copy: fp16 only) outgrows the activations (physics.memory's moments)
     held, main = state_bytes_delta(f, new, level)

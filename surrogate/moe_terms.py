@@ -328,3 +328,20 @@ def expert_tail_s(f: Mapping[str, np.ndarray], new: np.ndarray, experts_per_gpu:
     shard = np.where(sharded, n, 1.0)
     optimizer = experts_per_gpu / shard * 36.0 / hw["hbm_Bps"]
     return np.where(_col(new, "num_experts") > 0, exposed + optimizer, 0.0)
+
+
+def saved_activations_bytes(f: Mapping[str, np.ndarray], new: np.ndarray, tokens: np.ndarray,
+                            copies: np.ndarray, dense: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Bytes a MoE layer saves for its backward beyond the dense form's MLP of the same FFN
+    (simulator.graph.moe: the experts' first GEMM keeps its input, one row per computed copy
+    where the dense MLP keeps one per token; the weighted unpermute keeps its input copies for
+    the probabilities' gradient), per MoE layer and micro-batch, times the layer-micro-batches
+    the dense form holds at its peak (full recompute keeps only each layer's input: none)."""
+    h = f["hidden_size"]
+    topk, etp = _col(new, "moe_router_topk"), _col(new, "expert_tp")
+    flex = _col(new, "moe_token_dispatcher") == _DISPATCHERS.index("flex")
+    computed = tokens * topk * etp
+    extra = 2.0 * h * (np.maximum(computed - tokens, 0.0) + np.where(flex, computed, tokens * copies))
+    held = dense["activation_bytes"] / np.maximum(dense["layer_saved_bytes"], 1.0)
+    full = f["recompute"] == RECOMPUTE.index("full")
+    return np.where((_col(new, "num_experts") > 0) & ~full, held * extra, 0.0)
