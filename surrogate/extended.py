@@ -16,8 +16,13 @@ flops, simulator.job.layer_pattern), the MoE dispatch / combine all-to-all
 blocks per layer; Ulysses: four all-to-alls; all-gather), the recipe's GEMM peak and measured
 efficiency (simulator.job.precision), FSDP's parameter gathers, and what CUDA graphs (host
 dispatch) and tp comm overlap hide; the two baselines the model's residuals are taken against
-(``est_log_time_s``, ``est_log_memory_bytes``) are corrected by these terms. The boosted trees
-learn the rest. A dense 16-bit row keeps its dense features and baselines unchanged.
+(``est_log_time_s``, ``est_log_memory_bytes``) are corrected by these terms. The terms of their
+own modules: the MoE layer (`surrogate.moe_terms`: the dispatchers' collectives, the token
+shuffles, its host launches, the experts' grouped GEMMs, gradients, optimizer and saved copies),
+attention's true head sizes and ring attention (`surrogate.attention_terms`), the uneven
+pipeline split (`surrogate.pipeline_terms`) and the recipes' memory (`surrogate.memory_terms`).
+The boosted trees learn the rest. A dense 16-bit row keeps its dense features and baselines
+unchanged.
 """
 
 from __future__ import annotations
@@ -300,9 +305,8 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     lowp = np.where(low, gemm_time * _GEMM_SHARE * gain, 0.0)
     graphs = np.where(_col(new, "cuda_graphs") > 0, dense["time_host_excess_s"], 0.0)
     overlap = np.where(_col(new, "tp_comm_overlap") > 0, dense["time_tp_overlap_saving_s"], 0.0)
-    # dispatch and combine, forward and backward, per layer; with the combined-1F1B overlap
-    # (simulator.costs.blocks: the other direction's compute hides them) a forward pair beyond
-    # a layer's backward compute (2/3 of it) and a backward pair beyond its forward (1/3)
+    # a MoE layer's dispatch and combine (their combined-1F1B overlap), its experts' extra GPU
+    # time and its extra host launches (surrogate.moe_terms.moe_layer_terms)
     moe_layer_comm, moe_layer_gpu, moe_layer_host = moe_layer_terms(
         c, f, new, comm, hw, dense["time_layer_compute_s"])
     moe_comm = moe_layer_comm * n_moe / L
@@ -398,7 +402,9 @@ def is_plain(new: np.ndarray, fields: np.ndarray, general: np.ndarray) -> bool:
                 "first_stage_layers": 0.0, "last_stage_layers": 0.0}
     return (not general.any() and bool((fields[_F["precision"]] < 2).all())
             and all(bool((_col(new, k) == v).all()) for k, v in defaults.items())
-            and bool((_col(new, "expert_tp") == fields[_F["tp"]]).all()))
+            and bool((_col(new, "expert_tp") == fields[_F["tp"]]).all())
+            # an NVLink domain beyond the node (NVL72) maps onto `effective_fields`' "node"
+            and bool((_col(new, "nvlink_domain") <= fields[_F["gpus_per_node"]]).all()))
 
 
 def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray,

@@ -73,3 +73,25 @@ def test_deepseek_v3_with_context_parallelism_follows_the_simulator() -> None:
     job = _cp_job("deepseek-v3", "p2p")
     estimate = float(np.exp(_features(job, "b200")["est_log_time_s"]))
     assert estimate / simulate(job).iteration_time_s == pytest.approx(1.0, abs=0.15)
+
+
+def test_one_job_on_an_nvl72_domain_gets_the_tables_features() -> None:
+    """`predict_one`'s path (features_of_record) keeps the compiled one-row kernel for plain
+    dense jobs; a job whose NVLink domain spans nodes maps onto the domain as its node
+    (effective_fields) and must take the table's path: it used to keep the 4-GPU node."""
+    from surrogate.encoding import features_of_record
+    from surrogate.physics import HW_FIELDS, hardware_arrays
+
+    job = job_from_dict({
+        "model": {"preset": "llama-3-8b", "seq_length": 8192},
+        "training": {"global_batch_size": 512, "micro_batch_size": 1, "precision": "bf16",
+                     "flash_attention": True},
+        "parallel": {"tp": 2, "pp": 4, "dp": 64, "sequence_parallel": True,
+                     "distributed_optimizer": True},
+        "cluster": {"gpu": "gb200", "num_gpus": 512}})
+    record = job_to_record(job)
+    hardware = {"gb200": catalog_hardware("gb200")}
+    _, table = feature_matrix(pd.DataFrame([record]), hardware)
+    arrays = hardware_arrays(np.array(["gb200"]), hardware)
+    hw = np.array([float(np.ravel(getattr(arrays, k))[0]) for k in HW_FIELDS])
+    np.testing.assert_array_equal(features_of_record(record, hw, hardware), table)
