@@ -1,5 +1,9 @@
-"""The MoE token dispatcher's collectives in the surrogate's closed form (`surrogate.extended`),
-per dispatcher as simulator.graph.moe.dispatch builds them (balanced routing):
+"""A MoE layer in the surrogate's closed form (`surrogate.extended`), as the simulator builds
+it (simulator.graph.moe, balanced routing): the dispatcher's collectives (`dispatch_s`), the
+token shuffles and router (`token_shuffle_s`), the layer's extra host launches counted in the
+simulator's blocks (`moe_host_s`), the experts' grouped GEMMs (`moe_layer_terms`), their
+gradient reduction and optimizer step (`expert_tail_s`) and their extra saved activations
+(`saved_activations_bytes`). The dispatchers:
 
 - ``alltoall``: per direction one all-to-all of the rank's tokens x top-k over the ep ranks, and
   with expert tp an all-gather (dispatch) / reduce-scatter (combine) of the tokens the local
