@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simulator.errors import DataError
+
 
 @dataclass(frozen=True)
 class Factorized:
@@ -71,3 +73,31 @@ def frame_columns(df: pd.DataFrame, names: tuple[str, ...],
 
 def is_factorized(columns: Mapping[str, Any], name: str) -> bool:
     return isinstance(columns[name], Factorized)
+
+
+def python_scalar(value: Any) -> Any:
+    """A numpy scalar as its Python value (others as they are)."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
+
+
+def value_at(column: Any, i: int) -> Any:
+    """Row `i` of a column (`Factorized` or array-like) as a Python scalar."""
+    return python_scalar(column.uniques[column.codes[i]] if isinstance(column, Factorized)
+                         else column[i])
+
+
+def row_groups(parts: list[np.ndarray], what: str) -> tuple[np.ndarray, np.ndarray]:
+    """(group of each row, the first row of each group) of rows equal in every one of `parts`
+    (integer arrays of one length): folded into one 64-bit key (a hash table on one column, not
+    a tuple per row), every row then checked against its group's first row (a collision raises
+    `DataError` naming `what`)."""
+    key = np.zeros(len(parts[0]), dtype=np.uint64)
+    for j, part in enumerate(parts):
+        key = key * np.uint64(1_000_003) + part.astype(np.uint64) + np.uint64(j)
+    codes, uniques = pd.factorize(key)
+    firsts = np.full(len(uniques), -1)
+    firsts[codes[::-1]] = np.arange(len(codes))[::-1]
+    if any((part != part[firsts][codes]).any() for part in parts):
+        raise DataError(f"two {what} share a surrogate hash key; report this table")
+    return np.asarray(codes), firsts

@@ -32,7 +32,6 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.errors import DataError
 from simulator.graph.flops import attention_matmul_weights, kind_forward_flops_per_token
@@ -41,8 +40,8 @@ from simulator.job.enums import DataParallelSharding
 from simulator.job.layer_pattern import layer_kinds
 from simulator.job.specs import HardwareSpec
 from simulator.network.alltoall import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFFICIENCY
-from surrogate.attention_terms import attention_extra_s, heads, ring_exposed_s
-from surrogate.columns import factorize
+from surrogate.attention_terms import Heads, attention_extra_s, heads, ring_exposed_s
+from surrogate.columns import factorize, row_groups, value_at
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
 from surrogate.memory_terms import quantized_activations_delta, state_bytes_delta
 from surrogate.moe_terms import expert_tail_s, moe_layer_terms, saved_activations_bytes, token_copies
@@ -131,33 +130,21 @@ def model_values(c: Mapping[str, Any], new: np.ndarray) -> tuple[np.ndarray, np.
     if len(rows) == 0:
         return out, general
     codes, firsts = _distinct_models(c, rows)
-    table = np.array([_model_values(tuple(_py(_at(c[k], i)) for k in _MODEL_KEY)) for i in firsts])
+    table = np.array([_model_values(tuple(value_at(c[k], i) for k in _MODEL_KEY)) for i in firsts])
     out[:, rows] = table.reshape(len(firsts), 7)[codes].T
     return out, general
 
 
-def _at(values: Any, i: int) -> Any:
-    return values.uniques[values.codes[i]] if hasattr(values, "uniques") else values[i]
-
-
 def _distinct_models(c: Mapping[str, Any], rows: np.ndarray) -> tuple[np.ndarray, list[int]]:
-    """(index of each of `rows`' model among the distinct ones, a row of each distinct model):
-    the model columns folded into one 64-bit key (a hash table on one column, not a tuple per
-    row), every row then checked against its model's row (a collision would be caught)."""
-    key = np.zeros(len(rows), dtype=np.uint64)
+    """(index of each of `rows`' model among the distinct ones, a row of each distinct model),
+    by `surrogate.columns.row_groups` over the model columns' codes."""
     arrays = []
-    for j, k in enumerate(_MODEL_KEY):
+    for k in _MODEL_KEY:
         values = c[k] if hasattr(c[k], "uniques") or np.asarray(c[k]).dtype.kind in "biuf" \
             else factorize(c[k])
-        column = values.codes[rows] if hasattr(values, "uniques") else np.asarray(values)[rows]
-        arrays.append(column)
-        key = key * np.uint64(1_000_003) + column.astype(np.uint64) + np.uint64(j)
-    codes, uniques = pd.factorize(key)
-    firsts_local = np.full(len(uniques), -1)
-    firsts_local[codes[::-1]] = np.arange(len(codes))[::-1]  # the first row of each key
-    if any((a != a[firsts_local][codes]).any() for a in arrays):
-        raise DataError("two models share a surrogate model key; report this table")
-    return np.asarray(codes), [int(rows[i]) for i in firsts_local]
+        arrays.append(values.codes[rows] if hasattr(values, "uniques") else np.asarray(values)[rows])
+    codes, firsts = row_groups(arrays, "models")
+    return codes, [int(rows[i]) for i in firsts]
 
 
 def complete_model_values(models: np.ndarray, general: np.ndarray, fields: np.ndarray,
@@ -168,11 +155,6 @@ def complete_model_values(models: np.ndarray, general: np.ndarray, fields: np.nd
     models[3] = np.where(plain, dense["params"], models[3])
     models[4] = np.where(plain, dense["params"], models[4])
     models[5] = np.where(plain, dense["model_flops"] / (3 * tokens), models[5])
-
-
-def _py(value: Any) -> Any:
-    item = getattr(value, "item", None)
-    return item() if callable(item) else value
 
 
 def effective_fields(fields: np.ndarray, new: np.ndarray, models: np.ndarray) -> np.ndarray:
@@ -248,7 +230,7 @@ def _alltoall_s(nbytes: Any, n: Any, stride: Any, domain: Any, intra_Bps: Any, i
 
 
 def _comm_terms(f: Mapping[str, np.ndarray], new: np.ndarray, models: np.ndarray,
-                hw: Mapping[str, Any]) -> dict[str, np.ndarray]:
+                hw: Mapping[str, Any], dims: Heads) -> dict[str, np.ndarray]:
     """Per layer and micro-batch: the MoE dispatch all-to-all (bytes a rank sends, seconds)
     and the cp exchange (bytes, seconds; ``ring``: the p2p exchange, hidden under attention)."""
     n_moe, routed = models[0], models[2]
@@ -264,8 +246,7 @@ def _comm_terms(f: Mapping[str, np.ndarray], new: np.ndarray, models: np.ndarray
     a2a_bytes = tokens * copies * h * 2.0 * (n_moe > 0)
     flex = _col(new, "moe_token_dispatcher") == CHOICES["moe_token_dispatcher"].index("flex")
     a2a_s = _alltoall_s(a2a_bytes, ep, etp, domain, intra, inter, gpn, hw, flex)
-    dims = heads(f, new)  # the true head sizes (surrogate.attention_terms)
-    kv = dims.kv_bytes(b * s / cp)  # K and V of a rank's chunk
+    kv = dims.kv_bytes(b * s / cp)  # K and V of a rank's chunk (`dims`: the true head sizes)
     exchange = _col(new, "cp_comm_type")
     ring = exchange == CHOICES["cp_comm_type"].index("p2p")
     a2a_cp = exchange == CHOICES["cp_comm_type"].index("a2a")
@@ -288,7 +269,8 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     n_moe, active_ffn, _, params_all, params_active, forward, _ = models
     t, p, d, b, s, h = (f[k] for k in ("tp", "pp", "dp", "micro_batch_size", "seq_length", "hidden_size"))
     L = f["num_layers"]
-    comm = _comm_terms(f, new, models, hw)
+    dims = heads(f, new)  # the true head sizes (surrogate.attention_terms)
+    comm = _comm_terms(f, new, models, hw, dims)
     tokens, expert_dp, per_gpu_experts = comm["tokens"], comm["expert_dp"], comm["per_gpu_experts"]
     a2a_bytes, a2a_s, cp_bytes, cp_s, ring = (comm[k] for k in ("a2a_bytes", "a2a_s", "cp_bytes",
                                                                  "cp_s", "ring"))
@@ -310,7 +292,7 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     moe_layer_comm, moe_layer_gpu, moe_layer_host = moe_layer_terms(
         c, f, new, comm, hw, dense["time_layer_compute_s"])
     moe_comm = moe_layer_comm * n_moe / L
-    attention_s = attention_extra_s(f, new, heads(f, new), models[6], dense, hw)
+    attention_s = attention_extra_s(f, new, dims, models[6], dense, hw)
     cp_comm = np.where(ring, ring_exposed_s(_col(new, "cp"), comm["kv_s"], dense["time_attention_s"]),
                        2 * cp_s)
     est = np.exp(dense["est_log_time_s"])

@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from simulator.costs.analytic import gemm_efficiency
-from simulator.errors import DataError
 from simulator.graph.moe.dispatch import distinct_ranks
 from simulator.job.enums import DataParallelSharding
+from surrogate.columns import python_scalar, row_groups, value_at
 from surrogate.features import JOB_COLUMNS
 from surrogate.physics import RECOMPUTE
 from surrogate.records import CHOICES
@@ -153,7 +153,7 @@ _MLP_OPS = ("moe.", "shared_expert.")
 # the dense form's MLP: up GEMM, activation, down GEMM forward; their gradients backward
 # (surrogate.timing.layer_times)
 DENSE_MLP_LAUNCHES = (3.0, 5.0)
-_LAUNCHES: dict[int, tuple[float, float]] = {}  # launch key (a hash of stable codes) -> counts
+_LAUNCHES: dict[tuple[int, ...], tuple[float, float]] = {}  # launch key (stable codes) -> counts
 
 
 def moe_host_s(columns: Mapping[str, Any], rows: np.ndarray, new: np.ndarray,
@@ -170,16 +170,9 @@ def moe_host_s(columns: Mapping[str, Any], rows: np.ndarray, new: np.ndarray,
                       _col(new, "moe_shared_expert_intermediate_size") > 0])
     parts = [(flags * (1 << np.arange(5))[:, None]).sum(axis=0).astype(np.uint64)]
     parts += [_stable_codes(columns[name], name, rows) for name in _LAUNCH_COLUMNS]
-    key = np.zeros(len(rows), dtype=np.uint64)
-    for j, part in enumerate(parts):
-        key = key * np.uint64(1_000_003) + part + np.uint64(j)
-    codes, uniques = pd.factorize(key)
-    firsts = np.full(len(uniques), -1)
-    firsts[codes[::-1]] = np.arange(len(codes))[::-1]
-    if any((part != part[firsts][codes]).any() for part in parts):
-        raise DataError("two MoE launch keys share a hash; report this table")
-    counts = np.array([_launches(columns, int(k), int(rows[i]))
-                       for k, i in zip(uniques.tolist(), firsts.tolist(), strict=True)])
+    codes, firsts = row_groups(parts, "MoE launch keys")
+    counts = np.array([_launches(columns, tuple(int(p[i]) for p in parts), int(rows[i]))
+                       for i in firsts.tolist()])
     launches, collectives = counts[codes, 0], counts[codes, 1]
     full = recompute == RECOMPUTE.index("full")
     dense = DENSE_MLP_LAUNCHES[0] * (1 + full) + DENSE_MLP_LAUNCHES[1]
@@ -195,7 +188,7 @@ def _stable_codes(column: Any, name: str, rows: np.ndarray) -> np.ndarray:
     codes, uniques = pd.factorize(_values(column, rows))
     values = ([column.uniques[int(u)] for u in uniques] if hasattr(column, "uniques")
               else uniques)
-    table = np.array([_STABLE.setdefault((name, _plain(u)), len(_STABLE)) for u in values],
+    table = np.array([_STABLE.setdefault((name, python_scalar(u)), len(_STABLE)) for u in values],
                      dtype=np.uint64)
     return table[codes]
 
@@ -206,22 +199,14 @@ def _values(column: Any, rows: np.ndarray) -> np.ndarray:
     return np.asarray(column)[rows]
 
 
-def _launches(columns: Mapping[str, Any], key: int, i: int) -> tuple[float, float]:
+def _launches(columns: Mapping[str, Any], key: tuple[int, ...], i: int) -> tuple[float, float]:
+    """`_launches_of` the record of row `i`, kept per launch key (its stable codes)."""
     if key not in _LAUNCHES:
         if len(_LAUNCHES) > 8192:
             _LAUNCHES.clear()
-        _LAUNCHES[key] = _launches_of({k: _plain(_value(v, i)) for k, v in columns.items()
+        _LAUNCHES[key] = _launches_of({k: value_at(v, i) for k, v in columns.items()
                                        if k in _JOB_KEYS})
     return _LAUNCHES[key]
-
-
-def _value(column: Any, i: int) -> Any:
-    return column.uniques[column.codes[i]] if hasattr(column, "uniques") else column[i]
-
-
-def _plain(value: Any) -> Any:
-    item = getattr(value, "item", None)
-    return item() if callable(item) else value
 
 
 _JOB_KEYS = frozenset(JOB_COLUMNS)
