@@ -21,6 +21,7 @@ import numpy as np
 from simulator.graph.blocks import JobGraph, build_graph
 from simulator.graph.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from simulator.graph.params import active_params, total_params
+from simulator.job.buckets import bucket_bytes, bucketed_chunks
 from simulator.job.enums import CudaGraphs
 from simulator.job.framework import semantics
 from simulator.job.precision import recipe_name
@@ -108,6 +109,7 @@ def job_summary(job: Job) -> dict[str, Any]:
         "sequence_parallel": p.sequence_parallel,
         "distributed_optimizer": p.distributed_optimizer,
         "overlap_grad_reduce": p.overlap_grad_reduce,
+        **_bucket_summary(job),
         "global_batch_size": t.global_batch_size,
         "micro_batch_size": t.micro_batch_size,
         "seq_length": job.model.seq_length,
@@ -117,6 +119,16 @@ def job_summary(job: Job) -> dict[str, Any]:
         **_parallel_summary(job),
         **_modern_summary(job),
     }
+
+
+def _bucket_summary(job: Job) -> dict[str, Any]:
+    """The data-parallel gradient buckets (simulator.job.buckets), for jobs that overlap them
+    with the backward (others' summaries are unchanged)."""
+    if not job.parallel.overlap_grad_reduce:
+        return {}
+    every = bool(bucketed_chunks(job).all())
+    return {"grad_bucket_mb": round(bucket_bytes(job) / 1e6, 3),
+            "bucketed_chunks": "every chunk" if every else "the first stage's first chunk"}
 
 
 def _parallel_summary(job: Job) -> dict[str, Any]:

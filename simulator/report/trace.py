@@ -175,7 +175,9 @@ def _tail_tasks(result: SimulationResult, job: Job | None) -> list[dict[str, Any
     for s in range(p):
         t = float(tl.stage_end[s])
         grads = result.stages[s].memory.to_dict().get("gradients_bytes")
-        dp_args = {"bytes_per_gpu": grads, "dp": result.job.get("dp")}
+        dp_args: dict[str, Any] = {"bytes_per_gpu": grads, "dp": result.job.get("dp")}
+        dp_args.update((k, result.job[k]) for k in ("grad_bucket_mb", "bucketed_chunks")
+                       if k in result.job)
         hidden = float(dp_total[s] - exposed[s])
         if hidden > 0:
             events.append(_span(s, 1, "dp_comm", f"{dp_name} (bucketed, overlapped with backward)",

@@ -85,3 +85,28 @@ def test_large_buckets_keep_a_large_data_parallel_reduction_off_the_latency_floo
     small = simulate(_job({"dp": 512, "distributed_optimizer": True, "bucket_size_mb": 25.0},
                           num_gpus=512))
     assert megatron.dp_comm_s[0] < 0.5 * small.dp_comm_s[0]
+
+
+def test_the_result_and_the_trace_say_which_buckets_ran() -> None:
+    """The resolved bucket (the job file may leave it unset) is in the result's job summary
+    (--json, the batch CSV) and on the trace's data-parallel spans."""
+    from simulator.report.trace import chrome_trace
+
+    job = _job({"pp": 2, "dp": 4})
+    result = simulate(job)
+    assert result.job["grad_bucket_mb"] == pytest.approx(40e6 * 4 / 1e6)
+    assert result.job["bucketed_chunks"] == "the first stage's first chunk"
+    spans = [e for e in chrome_trace(result, job)["traceEvents"] if e.get("cat") == "dp_comm"]
+    assert spans and all(e["args"]["grad_bucket_mb"] == 160.0 for e in spans)
+    assert "grad_bucket_mb" not in simulate(_job({"pp": 2, "dp": 4, "overlap_grad_reduce": False})).job
+
+
+def test_the_batch_csv_has_the_bucket_and_the_exposed_reduction() -> None:
+    from vtrain_ml.batch import result_columns, to_csv
+
+    result = simulate(_job({"pp": 2, "dp": 4}))
+    row = {"status": "ok", **result_columns(result)}
+    header, line = to_csv([row]).splitlines()
+    values = dict(zip(header.split(","), line.split(","), strict=True))
+    assert float(values["grad_bucket_mb"]) == 160.0
+    assert float(values["dp_comm_exposed_s"]) == result.breakdown["dp_comm_exposed"]
