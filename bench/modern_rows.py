@@ -29,7 +29,8 @@ ASSUMED = {
                   "under FSDP ZeRO-3 (optim_grads_params), float8 = TE tensorwise",
     "published": "settings the tables leave out take the Megatron perf recipes' defaults: "
                  "sequence parallelism and tp_comm_overlap when tp > 1, distributed optimizer, "
-                 "overlapped gradient reduction, no recompute unless stated; Megatron-Bridge rows "
+                 "overlapped gradient reduction and parameter gather (the recipes' "
+                 "DistributedDataParallelConfig), no recompute unless stated; Megatron-Bridge rows "
                  "of Llama 3, DeepSeek-V3, Qwen3 and GPT-OSS a 16-bit gradient buffer "
                  "(grad_reduce_in_fp32=False, set by every performance script of those families)",
 }
@@ -267,7 +268,8 @@ def _published_layout(r: dict[str, str], model: dict[str, Any], precision: tuple
     # gradient buckets: the framework's default, Megatron-Core's (simulator.job.buckets)
     parallel: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp, "sequence_parallel": tp > 1,
                                 "tp_comm_overlap": tp > 1, "overlap_grad_reduce": True,
-                                "distributed_optimizer": not fsdp}
+                                "distributed_optimizer": not fsdp, "overlap_param_gather": not fsdp}
+    parallel.update(stated_dp_overlaps(r.get("other_overlaps") or ""))
     if fsdp:
         parallel["data_parallel_sharding"] = "optim_grads_params"
     if vp > 1:
@@ -276,6 +278,24 @@ def _published_layout(r: dict[str, str], model: dict[str, Any], precision: tuple
     hw = dict(GPUS)[family] if family else ""
     return {"model": model, "training": training, "parallel": parallel,
             "cluster": {"gpu": hw, "num_gpus": gpus}}, ""
+
+
+_DP_OVERLAPS = {"overlap_grad_reduce": "overlap_grad_reduce", "overlap_param_gather": "overlap_param_gather"}
+
+
+def stated_dp_overlaps(text: str) -> dict[str, bool]:
+    """The data-parallel overlaps a row's `other_overlaps` states (MLPerf's OVERLAP_GRAD_REDUCE /
+    OVERLAP_PARAM_GATHER, Megatron-Bridge's overlap_grad_reduce / overlap_param_gather), which
+    override the recipe defaults. OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP (the gather started
+    inside the optimizer step) is not modelled: such rows are simulated with the plain overlap."""
+    out: dict[str, bool] = {}
+    for name, field_name in _DP_OVERLAPS.items():
+        found = set(re.findall(rf"\b{name}=(True|False)\b", text, flags=re.IGNORECASE))
+        if len(found) == 1:
+            out[field_name] = found.pop().lower() == "true"
+    if out.get("overlap_grad_reduce") is False:
+        out["overlap_param_gather"] = False  # Megatron refuses the one without the other
+    return out
 
 
 # What every Megatron-Bridge performance script of these model families sets and the summary tables

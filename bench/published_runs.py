@@ -61,8 +61,9 @@ ASSUMPTIONS = {
     "stage, 6 on the others); ALiBi and the embedding norm approximated by a GPT layer; 4 x 100 "
     "Gb/s Omni-Path per node",
     "Megatron-LM H100 weak scaling (check only)": "Megatron-Core r0.8 README: bf16, micro-batch "
-    "1, no recompute, sequence parallel when tp > 1, distributed optimizer, overlapped dp "
-    "reduction, 1F1B (virtual stages not stated), GPT layer with 4h GeLU MLP",
+    "1, no recompute, sequence parallel when tp > 1, distributed optimizer; the overlaps the "
+    "table's note names (--overlap-grad-reduce --overlap-param-gather --tp-comm-overlap); 1F1B "
+    "(virtual stages not stated), GPT layer with 4h GeLU MLP",
 }
 
 
@@ -260,7 +261,8 @@ def megatron_weak_scaling(root: Path) -> list[Run]:
                             "micro_batch_size": 1, "precision": "bf16", "recompute": "none",
                             "flash_attention": True},
                "parallel": {"tp": tp, "pp": pp, "dp": dp, "sequence_parallel": tp > 1,
-                            "distributed_optimizer": True, "overlap_grad_reduce": True},
+                            "distributed_optimizer": True, "overlap_grad_reduce": True,
+                            "overlap_param_gather": True, "tp_comm_overlap": tp > 1},
                "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": tp * pp * dp, "gpus_per_node": 8}}
         mfu = float(row["tflops_per_gpu"]) / 989.4
         runs.append(Run("Megatron-LM H100 weak scaling (check only)",

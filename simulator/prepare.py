@@ -123,12 +123,16 @@ def job_summary(job: Job) -> dict[str, Any]:
 
 def _bucket_summary(job: Job) -> dict[str, Any]:
     """The data-parallel gradient buckets (simulator.job.buckets), for jobs that overlap them
-    with the backward (others' summaries are unchanged)."""
+    with the backward, and whether the next forwards gather the parameters in them (others'
+    summaries are unchanged)."""
     if not job.parallel.overlap_grad_reduce:
         return {}
     every = bool(bucketed_chunks(job).all())
-    return {"grad_bucket_mb": round(bucket_bytes(job) / 1e6, 3),
-            "bucketed_chunks": "every chunk" if every else "the first stage's first chunk"}
+    out: dict[str, Any] = {"grad_bucket_mb": round(bucket_bytes(job) / 1e6, 3),
+                           "bucketed_chunks": "every chunk" if every else "the first stage's first chunk"}
+    if job.parallel.overlap_param_gather:  # the parameters gathered in the same buckets
+        out["overlap_param_gather"] = True
+    return out
 
 
 def _parallel_summary(job: Job) -> dict[str, Any]:

@@ -37,6 +37,13 @@ from simulator.timeline.lowering import (
     block_table,
     stage_costs,
 )
+from simulator.timeline.param_gather import (
+    GatherBuckets,
+    first_forward_waits,
+    gather_buckets,
+    overlaps_param_gather,
+    time_with_waits,
+)
 from simulator.timeline.stragglers import scale_loss
 from simulator.timeline.tail import FixedTail, Tail, compute_tail, fixed_tail
 
@@ -95,15 +102,22 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         costs, coverage = _costs(job, graph, (*blocks.replace_blocks(graph, *costed[:3]),
                                               *costed[3:]), None)
     p, m = job.parallel.pp, job.num_microbatches
-    edge_delays, fixed = static.per_models.get(
+    edge_delays, fixed, gathers = static.per_models.get(
         models, lambda: _per_models(job, static, kernels, network))
     timeline = run_pipeline(plan, costs.forward_s, costs.backward_s, edge_delays)
+    waits = None
+    if gathers is not None:  # --overlap-param-gather: first forwards wait for their parameters
+        waits = first_forward_waits(job, timeline, costs.forward_s, gathers)
+        read_only(waits)
+        timeline = time_with_waits(plan, costs.forward_s, costs.backward_s, edge_delays, waits)
     tail = compute_tail(job, timeline, static.params, kernels, network, fixed)
     stage_total = timeline.stage_end + tail.total_s
     critical = int(stage_total.argmax())
     idle = np.bincount(plan.stage, weights=timeline.idle, minlength=p)
     p2p = np.bincount(plan.stage, weights=timeline.p2p_exposed, minlength=p)
     breakdown = _breakdown(costs, tail, m, critical, idle, p2p, 0.0)
+    if waits is not None:  # part of the critical stage's forwards: dp communication it waited for
+        breakdown["dp_comm_exposed"] += float(waits[critical].sum())
     loss = scale_loss(job, _layer_blocks(job, graph, costs), sum(breakdown[k] for k in GPU_BOUND))
     breakdown["scale_loss"] = loss.total_s
     iteration = float(stage_total.max()) + loss.total_s
@@ -146,6 +160,7 @@ def simulate(job: Job, kernels: KernelModel | None = None,
         scale_loss=loss,
         memory_required_bytes=fit.required_bytes,
         memory_decided_by=fit.decided_by,
+        param_gather_wait_s=waits,
     )
 
 
@@ -204,12 +219,15 @@ def _costs(job: Job, graph: JobGraph, costed: tuple[BlockCost, ...],
 
 
 def _per_models(job: Job, static: JobStatic, kernels: KernelModel, network: NetworkModel
-                ) -> tuple[np.ndarray, FixedTail]:
-    """The p2p delays and the tail's timeline-independent terms (memoized per job and models)."""
+                ) -> tuple[np.ndarray, FixedTail, GatherBuckets | None]:
+    """The p2p delays, the tail's timeline-independent terms and the parameter gathers the
+    next forwards wait for (memoized per job and models)."""
     delays = _edge_delays(job, static.graph, network)
     fixed = fixed_tail(job, static.params, kernels, network)
-    read_only(delays, *(a for a in vars(fixed).values() if isinstance(a, np.ndarray)))
-    return delays, fixed
+    gathers = gather_buckets(job, static.params, network) if overlaps_param_gather(job) else None
+    read_only(delays, *(a for a in vars(fixed).values() if isinstance(a, np.ndarray)),
+              *(vars(gathers).values() if gathers is not None else ()))
+    return delays, fixed, gathers
 
 
 def _edge_delays(job: Job, graph: JobGraph, network: NetworkModel) -> np.ndarray:

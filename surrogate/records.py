@@ -100,8 +100,10 @@ _UNHELD: dict[tuple[str, str], Any] = {
                  "fp8_param_gather", "first_last_layers_bf16", "fp8_dot_product_attention",
                  # the master weights' dtype: not a column (yet)
                  "main_params_dtype")},
-    ("parallel", "hierarchical_context_parallel_sizes"):
-        ParallelPlan.model_fields["hierarchical_context_parallel_sizes"].default,
+    **{("parallel", k): ParallelPlan.model_fields[k].default
+       for k in ("hierarchical_context_parallel_sizes",
+                 # the next forwards' wait for the parameters: not a column (yet)
+                 "overlap_param_gather")},
     **{("cluster", k): ClusterSpec.model_fields[k].default for k in ("topology", "jitter")},
 }
 assert _UNHELD[("model", "softmax_type")] is SoftmaxType.VANILLA

@@ -33,6 +33,7 @@ LAYOUT_FIELDS: dict[str, tuple[str, str]] = {
     "sequence_parallel": ("parallel", "sequence_parallel"),
     "distributed_optimizer": ("parallel", "distributed_optimizer"),
     "overlap_grad_reduce": ("parallel", "overlap_grad_reduce"),
+    "overlap_param_gather": ("parallel", "overlap_param_gather"),
     "micro_batch_size": ("training", "micro_batch_size"),
     "global_batch_size": ("training", "global_batch_size"),
     "recompute": ("training", "recompute"),
@@ -53,7 +54,8 @@ FLAGS: dict[str, str] = {
     "num_gpus": "--num-gpus", "tp": "--tp", "pp": "--pp", "dp": "--dp", "cp": "--cp", "ep": "--ep",
     "virtual_stages": "--virtual-stages", "schedule": "--schedule",
     "sequence_parallel": "--sequence-parallel", "distributed_optimizer": "--distributed-optimizer",
-    "overlap_grad_reduce": "--overlap-grad-reduce", "micro_batch_size": "--micro-batch",
+    "overlap_grad_reduce": "--overlap-grad-reduce", "overlap_param_gather": "--overlap-param-gather",
+    "micro_batch_size": "--micro-batch",
     "global_batch_size": "--global-batch", "recompute": "--recompute", "precision": "--precision",
     "flash_attention": "--flash-attention", "price_per_gpu_hour_usd": "--price",
     "hardware": "--hardware", "train_tokens": "--train-tokens",
@@ -81,6 +83,7 @@ class Overrides:
     sequence_parallel: bool | None = None
     distributed_optimizer: bool | None = None
     overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
     micro_batch_size: int | None = None
     global_batch_size: int | None = None
     recompute: str | None = None

@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from simulator.job.framework import semantics
@@ -48,3 +50,13 @@ def bucketed_chunks(job: Job) -> np.ndarray:
     out = np.zeros((p, v), dtype=bool)
     out[0, 0] = True
     return out
+
+
+def bucket_count(job: Job, grad_bytes_per_stage: np.ndarray) -> int:
+    """Buckets of each bucketed chunk: the largest bucketed chunk's gradients (a stage's
+    `grad_bytes_per_stage` over its v equal chunks) in buckets of `bucket_bytes`; the
+    distributed optimizer gathers the parameters in the same buckets."""
+    v = job.parallel.virtual_stages
+    chunk_bytes = np.repeat(np.asarray(grad_bytes_per_stage, dtype=float)[:, None] / v, v, axis=1)
+    largest = float(chunk_bytes[bucketed_chunks(job)].max(initial=0.0))
+    return max(1, math.ceil(largest / bucket_bytes(job)))

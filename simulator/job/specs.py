@@ -179,6 +179,10 @@ class ParallelPlan(Frozen):
     sequence_parallel: bool = False
     distributed_optimizer: bool = False  # ZeRO-1: optimizer states sharded over dp
     overlap_grad_reduce: bool = False  # bucketed dp reduction overlapped with backward
+    # Megatron-Core's --overlap-param-gather: the distributed optimizer's parameter all-gather
+    # waits for the next iteration's forward instead of ending this one
+    # (simulator.timeline.param_gather)
+    overlap_param_gather: bool = False
     # MB of gradients per data-parallel bucket; None: the framework's default
     # (simulator.job.buckets: Megatron-Core's max(40M, 1M x dp) parameters, else 25 MB)
     bucket_size_mb: PositiveFloat | None = None

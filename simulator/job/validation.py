@@ -187,16 +187,30 @@ def _sharding_problems(job: Job) -> list[str]:
 
 
 def _overlap_problems(job: Job) -> list[str]:
-    """What the host no longer does (CUDA graphs) and TE's overlapped tp communication."""
+    """What the host no longer does (CUDA graphs), TE's overlapped tp communication and the
+    distributed optimizer's overlapped parameter gather."""
     p, t = job.parallel, job.training
     problems = []
     if p.tp_comm_overlap and not (p.sequence_parallel and p.tp > 1):
         problems.append("parallel.tp_comm_overlap=true needs sequence_parallel=true and tp > 1 "
                         "(Megatron: tp communication overlap happens only with sequence "
                         "parallelism); set both or remove it")
+    if p.overlap_param_gather and not (job.shards_optimizer and p.overlap_grad_reduce):
+        # Megatron-LM arguments.py: "--overlap-param-gather only supported with distributed
+        # optimizer" and "Must use --overlap-param-gather with --overlap-grad-reduce"
+        missing = [f"parallel.{k}: true" for k, on in
+                   (("distributed_optimizer", job.shards_optimizer),
+                    ("overlap_grad_reduce", p.overlap_grad_reduce)) if not on]
+        problems.append(f"parallel.overlap_param_gather=true needs the distributed optimizer and "
+                        f"the overlapped gradient reduction (Megatron refuses it without them); "
+                        f"set {' and '.join(missing)}, or remove it")
     megatron_only = {"parallel.tp_comm_overlap": p.tp_comm_overlap,
                      "training.cuda_graphs": t.cuda_graphs is not CudaGraphs.NONE,
                      f"training.precision={t.precision.value}": t.precision.is_low}
+    if p.overlap_param_gather and t.framework is not Framework.MEGATRON_LM:
+        problems.append(f"parallel.overlap_param_gather=true is Megatron-Core's distributed "
+                        f"optimizer setting, not {t.framework.value}'s; remove it or use "
+                        f"framework megatron-lm")
     if t.framework is not Framework.MEGATRON_LM:
         problems += [f"{k} is modelled with Transformer Engine under framework megatron-lm, not "
                      f"{t.framework.value}; remove it or use megatron-lm"

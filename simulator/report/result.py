@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from simulator.graph.blocks import JobGraph
 from simulator.memory.stages import StageMemory
 from simulator.timeline.engine import Timeline
@@ -69,6 +71,9 @@ class SimulationResult:
     scale_loss: ScaleLoss | None = field(default=None, repr=False, compare=False)
     memory_required_bytes: float = 0.0  # allocator's least reservation + context (0: not computed)
     memory_decided_by: str = ""  # "allocated" | "reserved" (simulator.memory.fit)
+    # (p, v) seconds each chunk's first forward waits for its parameters' all-gather
+    # (--overlap-param-gather, simulator.timeline.param_gather); None without it
+    param_gather_wait_s: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def memory_overflow_bytes(self) -> float:

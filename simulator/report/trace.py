@@ -5,7 +5,8 @@ One process per pipeline stage (one GPU of it), one thread per kind of work:
 - tid 0 `compute`: each micro-batch's forward and backward task (F3, B3; `.cN` for interleaved
   chunks) with its FLOPs, HBM bytes, kernel launches and tensor-parallel traffic in `args`;
 - tid 1 `dp-comm`: the data-parallel gradient reduction (the part overlapped with the backward
-  pass, when gradients are bucketed, and the exposed part after it);
+  pass, when gradients are bucketed, and the exposed part after it), and with
+  `overlap_param_gather` the parameter all-gather each chunk's first forward waits for;
 - tid 2 `compute parts`: each task split into what the simulator added up for it, in execution
   order -- forward compute, recompute, backward compute, their tensor-parallel collectives, the
   exposed MoE token dispatch/combine and context-parallel K/V exchanges (with their bytes), and
@@ -80,19 +81,28 @@ def _pipeline_tasks(result: SimulationResult) -> list[dict[str, Any]]:
     totals = chunk_totals(graph, costs.forward_s.shape) if costs is not None and graph is not None else {}
     shapes = ({"forward": _gemm_shapes(graph.layer.forward), "backward": _gemm_shapes(graph.layer.backward),
                "recompute": _gemm_shapes(graph.layer.recompute)} if graph is not None else {})
+    waits = result.param_gather_wait_s
+    first_mb = _first_forward_microbatch(plan) if waits is not None else None
     events: list[dict[str, Any]] = []
     for i in range(plan.stage.size):
         s, c, j, bwd = int(plan.stage[i]), int(plan.chunk[i]), int(plan.microbatch[i]), bool(plan.backward[i])
         kind = "B" if bwd else "F"
         name = f"{kind}{j}" + (f".c{c}" if chunked else "")
-        start = float(tl.start[i])
+        start, duration = float(tl.start[i]), float(tl.duration[i])
+        if waits is not None and first_mb is not None and not bwd and j == first_mb[s, c] \
+                and waits[s, c] > 0:  # the chunk's first forward waits for its parameters
+            wait = float(waits[s, c])
+            events.append(_span(s, 1, "dp_comm", "dp parameter all-gather (the first forward "
+                                "waits; overlap_param_gather)", start, wait,
+                                {"chunk": c, "exposed_s": wait}))
+            start, duration = start + wait, duration - wait
         args: dict[str, Any] = {"micro_batch": j, "chunk": c}
         directions = ("recompute", "backward") if bwd else ("forward",)
         for key in ("flops", "hbm_bytes", "kernels", "tp_comm_bytes", "tp_comm_calls"):
             if totals:
                 args[key] = float(sum(totals[f"{d}_{key}"][s, c] for d in directions))
         events.append({"ph": "X", "pid": s, "tid": 0, "cat": kind, "name": name,
-                       "ts": start * US, "dur": float(tl.duration[i]) * US, "args": args})
+                       "ts": start * US, "dur": duration * US, "args": args})
         parts = None if costs is None else (costs.backward_parts if bwd else costs.forward_parts)
         for part, grid in (parts or {}).items():
             seconds = float(grid[s, c])
@@ -103,6 +113,15 @@ def _pipeline_tasks(result: SimulationResult) -> list[dict[str, Any]]:
                            "args": _part_args(part, bwd, totals, shapes, (s, c, j))})
             start += seconds
     return events
+
+
+def _first_forward_microbatch(plan: Any) -> np.ndarray:
+    """(p, v) the first micro-batch each chunk runs forward."""
+    p, v = int(plan.stage.max()) + 1, int(plan.chunk.max()) + 1
+    first = np.full((p, v), np.iinfo(np.int64).max)
+    fwd = plan.backward == 0
+    np.minimum.at(first, (plan.stage[fwd], plan.chunk[fwd]), plan.microbatch[fwd].astype(np.int64))
+    return first
 
 
 def _part_args(part: str, backward: bool, totals: dict[str, np.ndarray], shapes: dict[str, str],

@@ -177,7 +177,13 @@ def run_pipeline(plan: RoundPlan, forward_s: np.ndarray, backward_s: np.ndarray,
     edge_delay_s: (p,) p2p transfer time per boundary (index p-1 = last -> first stage).
     The compiled loop (simulator.timeline.engine_kernel) once the process has run a few pipelines and
     numba is available, numpy otherwise: bit-identical times either way."""
-    durations = np.concatenate((forward_s.ravel(), backward_s.ravel()))
+    return run_durations(plan, np.concatenate((forward_s.ravel(), backward_s.ravel())),
+                         edge_delay_s)
+
+
+def run_durations(plan: RoundPlan, durations: np.ndarray, edge_delay_s: np.ndarray) -> Timeline:
+    """Time the plan with op i taking durations[plan.task[i]] (`run_pipeline`'s forward and
+    backward grids raveled, or more grids where a caller gives some ops their own durations)."""
     delays = np.append(edge_delay_s, 0.0)
     loop = RUNS.loop(plan.stage.size)
     if loop is not None:

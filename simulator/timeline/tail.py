@@ -12,12 +12,13 @@ row-parallel biases) are all-reduced over tp (Megatron's
 `finalize_model_grads::_allreduce_non_tensor_model_parallel_grads`, counted as tp
 communication); the optimizer all-reduces its gradient statistics (norm for clipping, fp16
 overflow flag: one fp32 scalar each) over the model-parallel ranks and runs the Adam step over
-the local (sharded, with ZeRO-1) parameters; ZeRO-1 then all-gathers the updated parameters.
+the local (sharded, with ZeRO-1) parameters; ZeRO-1 then all-gathers the updated parameters,
+unless the next iteration's forwards wait for them (`--overlap-param-gather`,
+simulator.timeline.param_gather).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -29,7 +30,7 @@ from simulator.graph.eager import optimizer_launches
 from simulator.graph.fsdp import gathered_after_step_bytes, tail_reduced_params
 from simulator.graph.ops import Op, OpKind, Phase
 from simulator.graph.params import final_norm_params, kind_params, padded_vocab
-from simulator.job.buckets import bucket_bytes, bucketed_chunks
+from simulator.job.buckets import bucket_count, bucketed_chunks
 from simulator.job.enums import CollectiveKind, Norm, Precision
 from simulator.job.framework import semantics
 from simulator.job.layer_pattern import stage_kind_counts
@@ -59,7 +60,7 @@ class Tail:
     embedding_sync_s: np.ndarray
     sp_grad_sync_s: np.ndarray  # tp all-reduce of sequence-parallel parameters' gradients
     optimizer_s: np.ndarray  # gradient-statistics all-reduces and the Adam step
-    dp_comm_s: np.ndarray  # total dp communication (exposed or hidden), for the trace
+    dp_comm_s: np.ndarray  # total dp communication of the tail (exposed or hidden), for the trace
 
     @property
     def total_s(self) -> np.ndarray:
@@ -112,20 +113,22 @@ def compute_tail(job: Job, timeline: Timeline, params_per_stage: np.ndarray,
     if fixed is None:
         fixed = fixed_tail(job, params_per_stage, kernels, network)
     exposed, dp_total = fixed.dp_exposed_s, fixed.dp_comm_s
+    # with --overlap-param-gather the next iteration's forwards wait for the gather instead
+    # (simulator.timeline.param_gather; validation requires the overlapped reduction)
+    gather = None if job.parallel.overlap_param_gather else fixed.gather_s
     if uses_parallel_groups(job):
         if job.parallel.overlap_grad_reduce:
             exposed, dp_total = _overlapped_parallel(job, timeline, params_per_stage, network)
-            if fixed.gather_s is not None:
-                exposed, dp_total = exposed + fixed.gather_s, dp_total + fixed.gather_s
+            if gather is not None:
+                exposed, dp_total = exposed + gather, dp_total + gather
     elif job.dp > 1 and job.parallel.overlap_grad_reduce:
         kind = (CollectiveKind.REDUCE_SCATTER if job.shards_optimizer
                 else CollectiveKind.ALL_REDUCE)
         pb = param_bytes(job)
         reduced = tail_reduced_params(job, params_per_stage)
         exposed, dp_total = _overlapped(job, timeline, reduced * pb.gradients, kind, network)
-        if fixed.gather_s is not None:
-            exposed = exposed + fixed.gather_s
-            dp_total = dp_total + fixed.gather_s
+        if gather is not None:
+            exposed, dp_total = exposed + gather, dp_total + gather
     return Tail(exposed, fixed.embedding_sync_s, fixed.sp_grad_sync_s, fixed.optimizer_s,
                 dp_total)
 
@@ -289,7 +292,7 @@ def _overlapped(job: Job, timeline: Timeline, grad_bytes: np.ndarray, kind: Coll
     # bucketed chunks send nb buckets as their last backward produces them; the others one
     # collective of the whole chunk when it ends (simulator.job.buckets)
     bucketed = bucketed_chunks(job)
-    nb = max(1, math.ceil(float(chunk_bytes[bucketed].max(initial=0.0)) / bucket_bytes(job)))
+    nb = bucket_count(job, grad_bytes)
     if bucket_s is None:
         where = dp_placement(job)
         share = nic_share_left_by_p2p(job, timeline, network)

@@ -41,7 +41,8 @@ TEXT_HELP = {"fp8_recipe": "delayed, tensorwise, blockwise or mxfp8 (with --prec
              "data_parallel_sharding": "no_shard, optim, optim_grads or optim_grads_params"}
 BOOL_OPTIONS = {"sequence_parallel": "--sequence-parallel",
                 "distributed_optimizer": "--distributed-optimizer",
-                "overlap_grad_reduce": "--overlap-grad-reduce", "flash_attention": "--flash-attention",
+                "overlap_grad_reduce": "--overlap-grad-reduce",
+                "overlap_param_gather": "--overlap-param-gather", "flash_attention": "--flash-attention",
                 "fp8_param_gather": "--fp8-param-gather",
                 "first_last_layers_bf16": "--first-last-layers-bf16",
                 "fp8_dot_product_attention": "--fp8-dot-product-attention",
