@@ -17,7 +17,9 @@ below comes from the shipped defaults and hardware files.
    (its GPU has a hardware file, its precision and recipe exist here -- bf16, the fp8 recipes,
    nvfp4 --, Megatron-Core without FSDP (refused with experts), the
    NVLink domain no larger than a node unless the cluster models one); the others are counted
-   by reason.
+   by reason. What a row leaves out takes the recipes' DistributedDataParallelConfig, as the
+   dense rows do (bench/modern_rows.py): distributed optimizer, overlapped gradient reduction
+   and parameter gather, unless the row's `other_overlaps` states otherwise.
 4. Llama 3 405B's 128K-token stage (TP 8, CP 16, PP 16, DP 8 on 16,384 H100s; Llama 3 paper
    Table 4): whether it simulates, its time, memory and MFU (published MFU beside it when
    `data/published/` holds the row).
@@ -39,7 +41,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from modern_rows import precision_and_recipe as modern_precision  # noqa: E402
-from modern_rows import recipe_training_settings  # noqa: E402
+from modern_rows import recipe_training_settings, stated_dp_overlaps  # noqa: E402
 
 from simulator import job_from_dict, simulate  # noqa: E402
 from simulator.errors import VTrainError  # noqa: E402
@@ -272,7 +274,9 @@ def published_job(r: pd.Series) -> tuple[dict[str, Any] | None, str]:
     tp, vp = int(r.tp), _int(r.vp) or 1
     parallel: dict[str, Any] = {"tp": tp, "pp": int(r.pp), "cp": _int(r.cp) or 1, "ep": _int(r.ep) or 1,
                                 "expert_tp": _int(r.expert_tp) or 1, "sequence_parallel": tp > 1,
-                                "distributed_optimizer": True}
+                                "distributed_optimizer": True, "overlap_grad_reduce": True,
+                                "overlap_param_gather": True}
+    parallel.update(stated_dp_overlaps(str(r.other_overlaps) if isinstance(r.other_overlaps, str) else ""))
     if vp > 1:
         parallel.update(virtual_stages=vp, schedule="interleaved_1f1b")
     cluster: dict[str, Any] = {"gpu": gpu, "num_gpus": int(r.num_gpus),

@@ -36,8 +36,10 @@ log = logging.getLogger(__name__)
 # reciprocal, and a target the closed form already predicts has no booster file.
 # 4: the MoE / cp / precision columns and features (surrogate.records); 5: moe_overlap_ep_comm;
 # 6: the layer's host floor and the userbuffers saving as features, cp x dp optimizer sharding,
-# quantized activations and weight copies in the memory baseline
-SCHEMA_VERSION = 7
+# quantized activations and weight copies in the memory baseline; 7: the uneven pipeline split,
+# MoE dispatch / host / expert-tail and attention terms; 8: the data-parallel exposure pays the
+# slowdown of the compute it hides behind (simulator.timeline.contention)
+SCHEMA_VERSION = 8
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

@@ -454,4 +454,6 @@ def dp_tree_correction(fields: np.ndarray, dense: Mapping[str, np.ndarray],
     backward = dense["time_stage_mb_s"] / v * (2 / 3)
     hidden_old = np.where(overlap, np.minimum(old * 0.9, backward), 0.0)
     hidden_new = np.where(overlap, np.minimum(new * 0.9, backward), 0.0)
-    return (new - hidden_new) - (old - hidden_old)
+    slow = hw["comm_slowdown"]  # the dense form's exposure (surrogate.timing.iteration)
+    return (np.maximum(slow * hidden_new, new - hidden_new)
+            - np.maximum(slow * hidden_old, old - hidden_old))

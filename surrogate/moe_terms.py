@@ -313,7 +313,8 @@ def expert_tail_s(f: Mapping[str, np.ndarray], new: np.ndarray, experts_per_gpu:
     reduce = np.where(sharded, grad * ring + experts_per_gpu * 2.0 * ring, 2 * grad * ring)
     reduce = np.where(n > 1, reduce + 2 * (n - 1) * latency, 0.0)
     backward = dense["time_stage_mb_s"] / f["virtual_stages"] * (2 / 3)
-    exposed = reduce - np.where(f["overlap_grad_reduce"] > 0, np.minimum(0.9 * reduce, backward), 0.0)
+    hidden = np.where(f["overlap_grad_reduce"] > 0, np.minimum(0.9 * reduce, backward), 0.0)
+    exposed = np.maximum(hw["comm_slowdown"] * hidden, reduce - hidden)  # as the dense form's
     shard = np.where(sharded, n, 1.0)
     optimizer = experts_per_gpu / shard * 36.0 / hw["hbm_Bps"]
     return np.where(_col(new, "num_experts") > 0, exposed + optimizer, 0.0)

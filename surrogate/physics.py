@@ -30,6 +30,7 @@ from simulator.costs import analytic as costs
 from simulator.jit import njit
 from simulator.job.specs import GiB, HardwareSpec
 from simulator.memory.stages import WORKSPACE_BYTES
+from simulator.timeline.contention import compute_slowdown
 from surrogate.columns import factorize
 
 # simulator.job.framework, megatron-lm (the records' framework): fp32 master weights and Adam
@@ -110,6 +111,7 @@ class Hardware(NamedTuple):
     reserved_bytes: Vec
     coll_s: Vec
     mb_s: Vec
+    comm_slowdown: Vec  # compute seconds per second beside a collective (simulator.timeline.contention)
 
 
 HW_FIELDS: tuple[str, ...] = Hardware._fields
@@ -196,7 +198,8 @@ def hardware_vector(spec: HardwareSpec) -> dict[str, float]:
             "p2p_eff": e.p2p_efficiency, "reserved_bytes": spec.reserved_memory_GiB * GiB,
             # framework overheads (newer simulator versions; zero where a spec lacks them)
             "coll_s": getattr(e, "collective_overhead_s", 0.0),
-            "mb_s": getattr(e, "microbatch_overhead_s", 0.0)}
+            "mb_s": getattr(e, "microbatch_overhead_s", 0.0),
+            "comm_slowdown": compute_slowdown(spec)}
 
 
 def hardware_table(gpu: Any, hardware: Mapping[str, HardwareSpec] | None) -> tuple[np.ndarray, np.ndarray]:

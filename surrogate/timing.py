@@ -279,7 +279,8 @@ def iteration(r: Rows, stage_params: Vec, vocab_p: Vec) -> Iteration:
     gather = _ring_s(r, 2.0 * stage_params, r.d, per_node, r.gpn, 1.0) * 0.5 * r.dopt
     backward_mb = stage / v * (2 / 3)
     hidden = where(r.overlap > 0, minimum(reduce * 0.9, backward_mb), 0.0)
-    dp_exposed = reduce - hidden + gather
+    # what outlasts the backward, or what the hidden part slows it (simulator.timeline.contention)
+    dp_exposed = maximum(r.hw.comm_slowdown * hidden, reduce - hidden) + gather
     tied = (1 - r.gated) * (p > 1)
     emb_crosses = (p - 1) * stride >= r.gpn
     emb = tied * _ring_s(r, vocab_p * r.h / r.t * where(r.bf16 > 0, 4.0, 2.0), 2.0,

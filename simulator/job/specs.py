@@ -307,6 +307,14 @@ class Efficiency(Frozen):
     # (bench/measure_kernel_jitter.py: time-weighted CV 0.52-2.47%, mean 1.36%).
     gpu_speed_cv: float = Field(0.015, ge=0, le=0.5)
     kernel_time_cv: float = Field(0.0136, ge=0, le=0.5)
+    # SMs an NCCL collective holds while it runs beside compute (one CTA per channel): an FSDP
+    # all-gather's ncclAllGather launched 24 blocks beside a 132-block GEMM on an H100 (NVIDIA
+    # developer forum, 2025: "Compute-Communication Overlap Causes Severe GEMM Performance
+    # Degradation because of Tail Effect"). The compute it overlaps runs on the other SMs
+    # (simulator.timeline.contention): 22% slower on an H100, against the 18.9% mean (40% at
+    # most) slowdown of overlapped compute measured on A100, H100 and MI250 (Lee et al. 2025,
+    # arXiv 2507.03114). 0 turns the term off.
+    overlap_comm_sms: float = Field(24.0, ge=0)
     # A low-precision GEMM kernel family's best fraction of ITS peak, relative to
     # `gemm_max_efficiency` of the 16-bit GEMMs (keys: simulator.job.precision's `gemm_kernel`:
     # fp8_tensor, fp8_block, mxfp8, nvfp4), from public micro-benchmarks cited in the hardware

@@ -25,7 +25,8 @@ needs them, and a forward waits only for what has not arrived. Megatron-Core
 
 Either way the gathers are the same bytes over the same group as the synchronous gather
 (simulator.timeline.grad_sync, simulator.graph.fsdp.gathered_after_step_bytes). The waits are
-computed on the pipeline timed without them and then added to each chunk's first forward; the
+computed on the pipeline timed without them, with what the gather's time beside compute slows
+that compute (simulator.timeline.contention), and then added to each chunk's first forward; the
 pipeline is timed again, so a wait on one stage delays the stages that depend on it. A
 shift of the second timing does not move the dispatch times of the first (one pass, not a
 fixed point). `overlap_param_gather_with_optimizer_step` (a gather started inside the optimizer
@@ -46,6 +47,7 @@ from simulator.job.specs import Job
 from simulator.network.collectives import NetworkModel
 from simulator.network.topology import dp_placement
 from simulator.timeline import grad_sync
+from simulator.timeline.contention import compute_slowdown
 from simulator.timeline.engine import RoundPlan, Timeline, run_durations
 from simulator.timeline.tail import uses_parallel_groups
 
@@ -123,17 +125,23 @@ def first_forward_waits(job: Job, timeline: Timeline, forward_s: np.ndarray,
     first = np.full((p, v), np.inf)
     np.minimum.at(first, (plan.stage[fwd], plan.chunk[fwd]), timeline.start[fwd])
     aligned = v > 1
+    slowdown = compute_slowdown(job.hardware)
     waits = np.zeros((p, v))
     for s in range(p):
         shift, stream, previous = 0.0, 0.0, 0.0
+        computing = float(first[s, 0])  # the stage computes from its first forward on
         for c in range(v):
             need = float(first[s, c]) + shift
             # aligned: chunk c + 1 is dispatched as chunk c's first micro-batch is scheduled
             issue = (0.0 if c < 2 else previous) if aligned else need
-            wait, stream = chunk_wait(max(issue, stream), need, int(buckets.count[s, c]),
-                                      float(buckets.seconds[s, c]), float(forward_s[s, c]), aligned)
-            waits[s, c] = wait
-            shift += wait
+            n, g, f = int(buckets.count[s, c]), float(buckets.seconds[s, c]), float(forward_s[s, c])
+            start = max(issue, stream)
+            wait, stream = chunk_wait(start, need, n, g, f, aligned)
+            # the gather's time beside compute slows it (simulator.timeline.contention)
+            beside = (max(0.0, stream - max(start, computing) - wait) if aligned
+                      else (n - 1) * min(g, f / n))
+            waits[s, c] = wait + slowdown * beside
+            shift += waits[s, c]
             previous = need
     return waits
 

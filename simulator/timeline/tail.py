@@ -46,6 +46,7 @@ from simulator.network.topology import (
     tp_placement,
 )
 from simulator.timeline import grad_sync
+from simulator.timeline.contention import compute_slowdown, overlapped_s
 from simulator.timeline.engine import Timeline
 
 ADAM_BYTES_PER_PARAM = 36  # read grad + master/m/v, write master/m/v + fp16 copy, grad-norm read
@@ -321,6 +322,9 @@ def _overlapped(job: Job, timeline: Timeline, grad_bytes: np.ndarray, kind: Coll
     idx = np.argsort(ready, axis=1)
     ready = np.take_along_axis(ready, idx, axis=1)
     times = np.take_along_axis(times, idx, axis=1)
-    suffix = np.cumsum(times[:, ::-1], axis=1)[:, ::-1]
-    finish = (ready + suffix).max(axis=1)
-    return np.clip(finish - timeline.stage_end, 0.0, None), times.sum(axis=1)
+    # one stream: bucket i ends at f_i = max_{j <= i}(ready_j + t_j + ... + t_i)
+    sent = np.cumsum(times, axis=1)
+    ends = sent + np.maximum.accumulate(ready - (sent - times), axis=1)
+    # the buckets sent while the stage still computes slow that compute (SMs they hold)
+    slower = compute_slowdown(job.hardware) * overlapped_s(ends - times, ends, timeline.stage_end)
+    return np.maximum(slower, ends[:, -1] - timeline.stage_end).clip(0.0), times.sum(axis=1)

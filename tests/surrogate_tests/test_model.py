@@ -129,7 +129,8 @@ def test_single_job_fast_path_warns_out_of_space_too(tiny_model) -> None:
 def test_a_model_saved_with_older_features_is_refused_with_the_fix(tiny_model, tmp_path) -> None:
     """Version 2 took the logarithm of most features; version 3 lacked the MoE / cp columns,
     version 4 the dispatch overlap (moe_overlap_ep_comm), version 5 the host floor and the
-    memory baseline's cp sharding and quantized copies."""
+    memory baseline's cp sharding and quantized copies, version 7 the contention of the hidden
+    data-parallel reduction."""
     import shutil
 
     from simulator.errors import DataError
@@ -137,8 +138,8 @@ def test_a_model_saved_with_older_features_is_refused_with_the_fix(tiny_model, t
     old = tmp_path / "old"
     shutil.copytree(tiny_model.path, old)
     meta = json.loads((old / "metadata.json").read_text())
-    (old / "metadata.json").write_text(json.dumps({**meta, "schema_version": 6}))
-    with pytest.raises(DataError, match=r"schema_version 6, this vtrain-ml reads 7 .*retrain"):
+    (old / "metadata.json").write_text(json.dumps({**meta, "schema_version": 7}))
+    with pytest.raises(DataError, match=r"schema_version 7, this vtrain-ml reads 8 .*retrain"):
         Surrogate.load(old)
 
 
