@@ -180,20 +180,28 @@ class TpComm(NamedTuple):
 
 
 @njit(inline=True)
+def _beside(comm: Vec, gemm: Vec, slowdown: Vec) -> Vec:
+    """What a collective overlapped with a GEMM costs: what outlasts it, or what the SMs it
+    holds slow the GEMM (simulator.costs.blocks, simulator.timeline.contention)."""
+    return maximum(slowdown * minimum(comm, gemm), comm - gemm)
+
+
+@njit(inline=True)
 def _tp_comm(r: Rows, one: Vec, qkv_f: Vec, proj_f: Vec, up_f: Vec, down_f: Vec) -> TpComm:
     """A layer's tp collectives, each direction blocking on two of `one` (an all-reduce of the
     layer's activation, or under sequence parallelism its all-gather plus reduce-scatter, half
     each), and what TE's userbuffers hide of them (simulator.graph.tp_comm: each forward
     all-gather and reduce-scatter overlaps its linear's GEMM, a row-parallel linear's backward
     all-gather its data-gradient GEMM -- `*_f`, the forward GEMM's time -- and costs what
-    outlasts it). Modelling which backward collectives Megatron always overlaps made the
-    closed form's residual wider on three spaces (case study 1, Llama 3 70B and 405B), so
-    the backward stays blocking here and the trees learn the rest."""
+    outlasts it, or what it slows the GEMM). Modelling which backward collectives Megatron
+    always overlaps made the closed form's residual wider on three spaces (case study 1, Llama
+    3 70B and 405B), so the backward stays blocking here and the trees learn the rest."""
     half = 0.5 * one
     sp = r.sp > 0
-    ub_f = (maximum(0.0, half - qkv_f) + maximum(0.0, half - proj_f) + maximum(0.0, half - up_f)
-            + maximum(0.0, half - down_f))
-    ub_b = maximum(0.0, half - proj_f) + maximum(0.0, half - down_f)
+    slow = r.hw.comm_slowdown
+    ub_f = (_beside(half, qkv_f, slow) + _beside(half, proj_f, slow) + _beside(half, up_f, slow)
+            + _beside(half, down_f, slow))
+    ub_b = _beside(half, proj_f, slow) + _beside(half, down_f, slow)
     return TpComm(2 * one, 2 * one, where(sp, 2 * one - ub_f, 0.0), where(sp, one - ub_b, 0.0))
 
 

@@ -84,7 +84,7 @@ class BlockCost:
 
 
 def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
-               efficiency: Efficiency) -> BlockCost:
+               efficiency: Efficiency, slowdown: float = 0.0) -> BlockCost:
     """Cost a block. The host launches kernels asynchronously and runs ahead of the GPU, so a
     window of kernels takes max(GPU time, host dispatch time), not a per-kernel maximum; host
     dispatch is `host_overhead_s` per kernel launch, weighted by what the stack's Python costs for
@@ -115,9 +115,12 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
         return syncs * weight * efficiency.host_overhead_s
 
     fwd, bwd, rec = compute(block.forward), compute(block.backward), compute(block.recompute)
-    fwd_c = _exposed_s(block.forward_comm, comm_time, seconds, exposed, bwd, "forward", fwd)
-    bwd_c = _exposed_s(block.backward_comm, comm_time, seconds, exposed, fwd, "backward", bwd + rec)
-    rec_c = _exposed_s(block.recompute_comm, comm_time, seconds, exposed, bwd, "recompute")
+    fwd_c = _exposed_s(block.forward_comm, comm_time, seconds, exposed, bwd, "forward", fwd,
+                       slowdown)
+    bwd_c = _exposed_s(block.backward_comm, comm_time, seconds, exposed, fwd, "backward", bwd + rec,
+                       slowdown)
+    rec_c = _exposed_s(block.recompute_comm, comm_time, seconds, exposed, bwd, "recompute",
+                       slowdown=slowdown)
     w = block.host_cost
     fwd_host = host(block.forward, block.forward_comm, w.forward)
     bwd_host = (host(block.backward, block.backward_comm, w.backward)
@@ -135,7 +138,7 @@ def cost_block(block: Block, kernels: KernelModel, comm_time: CommTime,
 
 def _exposed_s(ops: tuple[CommOp, ...], comm_time: CommTime, seconds: dict[str, float],
                exposed: dict[str, float], other_direction: float, direction: str,
-               busy: float = 0.0) -> float:
+               busy: float = 0.0, slowdown: float = 0.0) -> float:
     """Seconds the collectives of one direction add to it: blocking ones in full; asynchronous
     ones only beyond the op they overlap (`seconds` of the block's ops); those overlapping the
     other direction (combined 1F1B) beyond its whole compute; those on their own stream for the
@@ -151,8 +154,9 @@ def _exposed_s(ops: tuple[CommOp, ...], comm_time: CommTime, seconds: dict[str, 
         if op.overlap == OTHER_DIRECTION:
             hidden += t
             t = 0.0
-        elif op.overlap:
-            t = max(0.0, t - seconds.get(op.overlap, 0.0))
+        elif op.overlap:  # beyond its GEMM, or what it slows the GEMM (timeline.contention)
+            beside = seconds.get(op.overlap, 0.0)
+            t = max(slowdown * min(t, beside), t - beside)
         parts.append(t)
         if op.group in EP_GROUPS:
             exposed[f"{direction}_ep"] += t
@@ -160,11 +164,11 @@ def _exposed_s(ops: tuple[CommOp, ...], comm_time: CommTime, seconds: dict[str, 
             exposed[f"{direction}_cp"] += t
     total = sum(parts)
     if hidden:
-        left = max(0.0, hidden - other_direction)
+        left = max(slowdown * min(hidden, other_direction), hidden - other_direction)
         exposed[f"{direction}_ep"] += left
         total += left
     if streamed:
-        beyond = max(0.0, streamed - busy)
+        beyond = max(slowdown * min(streamed, busy), streamed - busy)
         exposed[f"{direction}_dp"] += beyond
         total += beyond
     return total

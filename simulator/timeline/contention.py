@@ -7,11 +7,11 @@ it overlaps runs on the other SMs, num_sms / (num_sms - k) times slower while th
 Measured: overlapped compute runs 18.9% slower on average, 40% at most, on A100, H100 and MI250
 (Lee et al. 2025, "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed
 Deep Learning", arXiv 2507.03114); the SM share gives 22% on an H100, 29% on an A100, 19% on a
-B200. The simulator charges it where it overlaps a collective with compute on its own stream:
-the data-parallel gradient buckets behind the last backward (simulator.timeline.tail) and the
-parameter gather under the next forward (simulator.timeline.param_gather). Tensor-parallel
-overlap (Transformer Engine's userbuffers: a few SMs, or copy engines) and the MoE dispatch
-overlap are costed in their blocks without it.
+B200. The simulator charges it wherever it overlaps a collective with compute: each block's
+asynchronous collectives behind their GEMMs (simulator.costs.blocks: tensor-parallel, FSDP,
+the combined-1F1B MoE dispatch), the data-parallel gradient buckets behind the last backward
+(simulator.timeline.tail) and the parameter gather under the next forward
+(simulator.timeline.param_gather).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from simulator.job.specs import Job
 from simulator.memo import Memo, Pinned
 from simulator.network.collectives import NetworkModel
 from simulator.network.topology import tp_placement
+from simulator.timeline.contention import compute_slowdown
 
 
 class CommTimer:
@@ -147,8 +148,8 @@ def block_costs(job: Job, graph: JobGraph, kernels: KernelModel, network: Networ
     each (simulate memoizes them)."""
     timer = CommTimer(job, network)
     kernels = memoized(kernels)
-    eff = job.hardware.efficiency
-    return tuple(cost_block(b, kernels, timer, eff)
+    eff, slowdown = job.hardware.efficiency, compute_slowdown(job.hardware)
+    return tuple(cost_block(b, kernels, timer, eff, slowdown)
                  for b in (graph.layer, graph.embedding, graph.head, *graph.other_layers))
 
 
