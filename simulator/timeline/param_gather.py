@@ -61,8 +61,9 @@ class GatherBuckets:
 
 
 def overlaps_param_gather(job: Job) -> bool:
-    """Whether the job gathers its parameters under the next forward (and has any to gather)."""
-    return job.parallel.overlap_param_gather and job.shards_optimizer and job.dp > 1
+    """Whether the job gathers its parameters under the next forward (the tail then leaves the
+    gather out, simulator.timeline.tail; a group of one rank gathers in no time)."""
+    return job.parallel.overlap_param_gather and job.shards_optimizer
 
 
 def gather_buckets(job: Job, params_per_stage: np.ndarray, network: NetworkModel) -> GatherBuckets:
@@ -82,6 +83,8 @@ def gather_buckets(job: Job, params_per_stage: np.ndarray, network: NetworkModel
             for c in range(v):
                 fraction = 1.0 / (v * int(count[s, c]))
                 seconds[s, c] = grad_sync.reduction_s(job, share, network, fraction)[1][s]
+        return GatherBuckets(seconds, count)
+    if job.dp == 1:
         return GatherBuckets(seconds, count)
     where = dp_placement(job)
     gathered = gathered_after_step_bytes(job, params_per_stage, pb.weights)

@@ -140,3 +140,13 @@ def test_without_the_flag_nothing_changes() -> None:
     result = simulate(_job({"pp": 2}))
     assert result.param_gather_wait_s is None
     assert np.all(result.tail.dp_exposed_s >= _whole_gather_s(_job({"pp": 2}), 1) - 1e-12)
+
+
+def test_context_parallel_ranks_gather_even_without_data_parallelism() -> None:
+    """With cp the distributed optimizer shards over dp x cp: at dp 1 the gather over the cp
+    ranks leaves the tail and the first forward waits for it instead (it does not vanish)."""
+    job = {"tp": 8, "cp": 2, "dp": 1, "overlap_param_gather": True}
+    on = simulate(_job(job, num_gpus=16, flash_attention=True))
+    off = simulate(_job({**job, "overlap_param_gather": False}, num_gpus=16, flash_attention=True))
+    assert on.param_gather_wait_s is not None and on.param_gather_wait_s[0, 0] > 0
+    assert off.tail.dp_exposed_s[0] > on.tail.dp_exposed_s[0]
