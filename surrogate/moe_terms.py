@@ -144,8 +144,10 @@ ROUTER_KERNELS = 8.0  # simulator.graph.moe.router: 10 small forward kernels, 6 
 # What decides how many kernels and collectives a MoE layer's MLP launches (simulator.graph.moe:
 # the dispatcher and its collectives, expert tp's gathers, the local experts' sort, the shared
 # experts, the recipe's quantize kernels on the GPU's architecture, what recompute re-runs, CUDA
-# graphs): these columns, and whether ep, expert tp, tp, the local experts and the shared
-# experts are more than one.
+# graphs): these columns, whether ep, expert tp, tp, the local experts and the shared experts
+# are more than one, and how many local experts there are (a low-precision recipe's quantize
+# kernels are per expert). A key that left out something the counts depend on would make a
+# row's features depend on which row of its key the process met first.
 _LAUNCH_COLUMNS = ("gpu", "gated_mlp", "moe_token_dispatcher", "sequence_parallel", "precision",
                    "fp8_recipe", "fp4_recipe", "recompute", "recompute_modules",
                    "moe_overlap_ep_comm", "cuda_graphs", "flash_attention")
@@ -153,7 +155,9 @@ _MLP_OPS = ("moe.", "shared_expert.")
 # the dense form's MLP: up GEMM, activation, down GEMM forward; their gradients backward
 # (surrogate.timing.layer_times)
 DENSE_MLP_LAUNCHES = (3.0, 5.0)
-_LAUNCHES: dict[tuple[int, ...], tuple[float, float]] = {}  # launch key (stable codes) -> counts
+# launch key (stable codes) -> (launches per micro-batch, launches per weight quantization,
+# collectives)
+_LAUNCHES: dict[tuple[int, ...], tuple[float, float, float]] = {}
 
 
 def moe_host_s(columns: Mapping[str, Any], rows: np.ndarray, new: np.ndarray,
@@ -168,12 +172,19 @@ def moe_host_s(columns: Mapping[str, Any], rows: np.ndarray, new: np.ndarray,
     flags = np.stack([ep > 1, experts > ep, _col(new, "expert_tp") > 1,
                       np.asarray(columns["tp"])[rows] > 1,
                       _col(new, "moe_shared_expert_intermediate_size") > 0])
-    parts = [(flags * (1 << np.arange(5))[:, None]).sum(axis=0).astype(np.uint64)]
+    parts = [(flags * (1 << np.arange(5))[:, None]).sum(axis=0).astype(np.uint64),
+             # a low-precision recipe quantizes per local expert: their number is in the key
+             np.maximum(experts // np.maximum(ep, 1.0), 0.0).astype(np.uint64)]
     parts += [_stable_codes(columns[name], name, rows) for name in _LAUNCH_COLUMNS]
     codes, firsts = row_groups(parts, "MoE launch keys")
     counts = np.array([_launches(columns, tuple(int(p[i]) for p in parts), int(rows[i]))
                        for i in firsts.tolist()])
-    launches, collectives = counts[codes, 0], counts[codes, 1]
+    # TE quantizes a weight once per iteration (1/m per micro-batch; FSDP, refused with experts,
+    # would re-quantize every micro-batch): those launches follow the row's own micro-batches
+    m = (np.asarray(columns["global_batch_size"])[rows]
+         / (np.asarray(columns["dp"])[rows] * np.asarray(columns["micro_batch_size"])[rows]))
+    launches = counts[codes, 0] + counts[codes, 1] / np.maximum(m, 1.0)
+    collectives = counts[codes, 2]
     full = recompute == RECOMPUTE.index("full")
     dense = DENSE_MLP_LAUNCHES[0] * (1 + full) + DENSE_MLP_LAUNCHES[1]
     out = np.maximum(launches - dense, 0.0) * hw["host_s"] + collectives * hw["coll_s"]
@@ -199,7 +210,8 @@ def _values(column: Any, rows: np.ndarray) -> np.ndarray:
     return np.asarray(column)[rows]
 
 
-def _launches(columns: Mapping[str, Any], key: tuple[int, ...], i: int) -> tuple[float, float]:
+def _launches(columns: Mapping[str, Any], key: tuple[int, ...], i: int
+              ) -> tuple[float, float, float]:
     """`_launches_of` the record of row `i`, kept per launch key (its stable codes)."""
     if key not in _LAUNCHES:
         if len(_LAUNCHES) > 8192:
@@ -212,24 +224,35 @@ def _launches(columns: Mapping[str, Any], key: tuple[int, ...], i: int) -> tuple
 _JOB_KEYS = frozenset(JOB_COLUMNS)
 
 
-def _launches_of(record: dict[str, Any]) -> tuple[float, float]:
-    """(launches weighted per direction, collectives) of the MoE MLP of one record's first MoE
-    layer: its ops named `_MLP_OPS`, from the simulator's blocks."""
+def _launches_of(record: dict[str, Any]) -> tuple[float, float, float]:
+    """(launches weighted per direction, of them those per weight quantization, collectives) of
+    the MoE MLP of one record's first MoE layer: its ops named `_MLP_OPS`, from the simulator's
+    blocks. The weights' quantize kernels run `weight_casts_per_microbatch` times per
+    micro-batch (1/m): they are returned per quantization, so that the counts are a function of
+    the launch key alone."""
     from simulator.graph.blocks import build_all_blocks
+    from simulator.graph.primitives import weight_casts_per_microbatch
     from surrogate.features import record_to_job
 
     job = record_to_job(record)
     layers, *_ = build_all_blocks(job)
     block = next(b for b in layers if any(o.name.startswith("moe.") for o in b.forward))
     w = block.host_cost
-    launches = 0.0
+    launches = casts = 0.0
     for ops, weight in ((block.forward, w.forward), (block.backward, w.backward),
                         (block.recompute, w.recompute)):
-        launches += weight * sum(o.kernels if o.host_launches is None else o.host_launches
-                                 for o in ops if o.name.startswith(_MLP_OPS))
+        for o in ops:
+            if not o.name.startswith(_MLP_OPS):
+                continue
+            n = weight * (o.kernels if o.host_launches is None else o.host_launches)
+            if o.name.endswith(".quantize_weight"):
+                casts += n
+            else:
+                launches += n
+    per_cast = weight_casts_per_microbatch(job) if job.training.precision.is_low else 0.0
     collectives = sum(1 for comms in (block.forward_comm, block.backward_comm, block.recompute_comm)
                       for o in comms if o.name.startswith("moe."))
-    return launches, float(collectives)
+    return launches, casts / per_cast if per_cast else 0.0, float(collectives)
 
 
 def _gemm_s(hw: Mapping[str, Any], m: Any, n: Any, k: Any) -> Any:

@@ -88,3 +88,31 @@ def test_the_memory_baseline_of_a_moe_layout_follows_the_simulator(preset: str, 
         "cluster": {"gpu": GPU, "num_gpus": 16}})
     estimate = float(np.exp(_features(job)["est_log_memory_bytes"]))
     assert estimate / simulate(job).peak_memory_bytes == pytest.approx(1.0, abs=0.12)
+
+
+def test_a_rows_features_do_not_depend_on_the_rows_the_process_met_before() -> None:
+    """The MoE launch counts are cached per launch key: two NVFP4 jobs with the same key but
+    different micro-batch counts (TE quantizes each weight once per iteration: 1/m launches per
+    micro-batch) must each get their own counts, whichever the process featurized first."""
+    from surrogate import moe_terms
+
+    def nvfp4(global_batch: int) -> Any:
+        return job_from_dict({
+            "model": {"preset": "qwen3-30b-a3b", "seq_length": 4096},
+            "training": {"global_batch_size": global_batch, "micro_batch_size": 1,
+                         "precision": "fp4", "fp4_recipe": "nvfp4", "flash_attention": True},
+            "parallel": {"tp": 1, "pp": 1, "ep": 8},
+            "cluster": {"gpu": "gb200", "num_gpus": 16}})
+
+    def features(job: Any) -> dict[str, float]:
+        names, x = feature_matrix(pd.DataFrame([job_to_record(job)]),
+                                  {"gb200": catalog_hardware("gb200")})
+        return dict(zip(names, x[0].astype(float), strict=True))
+
+    few, many = nvfp4(16), nvfp4(256)
+    moe_terms._LAUNCHES.clear()
+    alone = features(many)
+    moe_terms._LAUNCHES.clear()
+    features(few)
+    after = features(many)
+    assert after == alone
