@@ -144,10 +144,10 @@ ROUTER_KERNELS = 8.0  # simulator.graph.moe.router: 10 small forward kernels, 6 
 # What decides how many kernels and collectives a MoE layer's MLP launches (simulator.graph.moe:
 # the dispatcher and its collectives, expert tp's gathers, the local experts' sort, the shared
 # experts, the recipe's quantize kernels on the GPU's architecture, what recompute re-runs, CUDA
-# graphs): these columns, whether ep, expert tp, tp, the local experts and the shared experts
-# are more than one, and how many local experts there are (a low-precision recipe's quantize
-# kernels are per expert). A key that left out something the counts depend on would make a
-# row's features depend on which row of its key the process met first.
+# graphs): these columns, and whether ep, expert tp, tp, the local experts and the shared
+# experts are more than one. A key that left out something the counts depend on would make a
+# row's features depend on which row of its key the process met first (the weights' quantize
+# kernels, once per iteration, are counted per quantization for that reason).
 _LAUNCH_COLUMNS = ("gpu", "gated_mlp", "moe_token_dispatcher", "sequence_parallel", "precision",
                    "fp8_recipe", "fp4_recipe", "recompute", "recompute_modules",
                    "moe_overlap_ep_comm", "cuda_graphs", "flash_attention")
@@ -172,9 +172,7 @@ def moe_host_s(columns: Mapping[str, Any], rows: np.ndarray, new: np.ndarray,
     flags = np.stack([ep > 1, experts > ep, _col(new, "expert_tp") > 1,
                       np.asarray(columns["tp"])[rows] > 1,
                       _col(new, "moe_shared_expert_intermediate_size") > 0])
-    parts = [(flags * (1 << np.arange(5))[:, None]).sum(axis=0).astype(np.uint64),
-             # a low-precision recipe quantizes per local expert: their number is in the key
-             np.maximum(experts // np.maximum(ep, 1.0), 0.0).astype(np.uint64)]
+    parts = [(flags * (1 << np.arange(5))[:, None]).sum(axis=0).astype(np.uint64)]
     parts += [_stable_codes(columns[name], name, rows) for name in _LAUNCH_COLUMNS]
     codes, firsts = row_groups(parts, "MoE launch keys")
     counts = np.array([_launches(columns, tuple(int(p[i]) for p in parts), int(rows[i]))
@@ -252,7 +250,8 @@ def _launches_of(record: dict[str, Any]) -> tuple[float, float, float]:
     per_cast = weight_casts_per_microbatch(job) if job.training.precision.is_low else 0.0
     collectives = sum(1 for comms in (block.forward_comm, block.backward_comm, block.recompute_comm)
                       for o in comms if o.name.startswith("moe."))
-    return launches, casts / per_cast if per_cast else 0.0, float(collectives)
+    # rounded: the division would otherwise leave last-bit noise that depends on the row's m
+    return launches, round(casts / per_cast, 9) if per_cast else 0.0, float(collectives)
 
 
 def _gemm_s(hw: Mapping[str, Any], m: Any, n: Any, k: Any) -> Any:
