@@ -31,7 +31,8 @@ COLUMNS = ("path", "variant", "status", "model", "gpu", "num_gpus", "tp", "pp", 
            "expert_tp", "micro_batch_size", "num_microbatches", "global_batch_size", "schedule",
            "recompute", "precision", "low_precision_recipe", "data_parallel_sharding",
            "iteration_time_s", "tokens_per_s", "mfu", "tp_comm_s", "ep_comm_s", "cp_comm_s",
-           "fsdp_comm_s", "dp_comm_exposed_s", "grad_bucket_mb", "peak_memory_GiB",
+           "fsdp_comm_s", "dp_comm_exposed_s", "grad_bucket_mb", "param_gather_wait_s",
+           "peak_memory_GiB",
            "memory_capacity_GiB", "fits", "cost_per_iteration_usd", "notes", "error")
 
 
@@ -98,6 +99,9 @@ def result_columns(result: SimulationResult) -> dict[str, Any]:
         "fsdp_comm_s": result.breakdown.get("fsdp_comm", 0.0),
         "dp_comm_exposed_s": result.breakdown["dp_comm_exposed"],
         "grad_bucket_mb": j.get("grad_bucket_mb", ""),  # overlapped reductions only
+        # overlap_param_gather only: what the critical stage's first forwards waited for
+        "param_gather_wait_s": ("" if result.param_gather_wait_s is None
+                                else float(result.param_gather_wait_s[result.critical_stage].sum())),
         "micro_batch_size": j["micro_batch_size"], "num_microbatches": result.num_microbatches,
         "global_batch_size": j["global_batch_size"], "schedule": j["schedule"], "recompute": j["recompute"],
         "gpu": j["gpu"], "precision": j["precision"],

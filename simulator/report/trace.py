@@ -34,6 +34,7 @@ from simulator.job.specs import Job
 from simulator.memory.states import grad_bytes_per_param, stage_param_counts
 from simulator.report.result import SimulationResult
 from simulator.timeline.lowering import chunk_totals
+from simulator.timeline.param_gather import first_forward_ops
 from simulator.timeline.tail import optimizer_op
 
 US = 1e6
@@ -82,16 +83,18 @@ def _pipeline_tasks(result: SimulationResult) -> list[dict[str, Any]]:
     shapes = ({"forward": _gemm_shapes(graph.layer.forward), "backward": _gemm_shapes(graph.layer.backward),
                "recompute": _gemm_shapes(graph.layer.recompute)} if graph is not None else {})
     waits = result.param_gather_wait_s
-    first_mb = _first_forward_microbatch(plan) if waits is not None else None
+    p, v = len(result.stages), int(plan.chunk.max()) + 1 if plan.chunk.size else 1
+    waiting = ({int(op): float(w) for op, w in zip(first_forward_ops(plan, p, v).ravel(),
+                                                   waits.ravel(), strict=True) if w > 0}
+               if waits is not None else {})
     events: list[dict[str, Any]] = []
     for i in range(plan.stage.size):
         s, c, j, bwd = int(plan.stage[i]), int(plan.chunk[i]), int(plan.microbatch[i]), bool(plan.backward[i])
         kind = "B" if bwd else "F"
         name = f"{kind}{j}" + (f".c{c}" if chunked else "")
         start, duration = float(tl.start[i]), float(tl.duration[i])
-        if waits is not None and first_mb is not None and not bwd and j == first_mb[s, c] \
-                and waits[s, c] > 0:  # the chunk's first forward waits for its parameters
-            wait = float(waits[s, c])
+        if i in waiting:  # the chunk's first forward waits for its parameters
+            wait = waiting[i]
             events.append(_span(s, 1, "dp_comm", "dp parameter all-gather (the first forward "
                                 "waits; overlap_param_gather)", start, wait,
                                 {"chunk": c, "exposed_s": wait}))
@@ -113,15 +116,6 @@ def _pipeline_tasks(result: SimulationResult) -> list[dict[str, Any]]:
                            "args": _part_args(part, bwd, totals, shapes, (s, c, j))})
             start += seconds
     return events
-
-
-def _first_forward_microbatch(plan: Any) -> np.ndarray:
-    """(p, v) the first micro-batch each chunk runs forward."""
-    p, v = int(plan.stage.max()) + 1, int(plan.chunk.max()) + 1
-    first = np.full((p, v), np.iinfo(np.int64).max)
-    fwd = plan.backward == 0
-    np.minimum.at(first, (plan.stage[fwd], plan.chunk[fwd]), plan.microbatch[fwd].astype(np.int64))
-    return first
 
 
 def _part_args(part: str, backward: bool, totals: dict[str, np.ndarray], shapes: dict[str, str],

@@ -122,11 +122,8 @@ def first_forward_waits(job: Job, timeline: Timeline, forward_s: np.ndarray,
                         buckets: GatherBuckets) -> np.ndarray:
     """(p, v) seconds each chunk's first forward waits for its parameters, on `timeline` (the
     pipeline timed without the waits); a stage's earlier waits shift its later chunks."""
-    plan = timeline.plan
     p, v = job.parallel.pp, job.parallel.virtual_stages
-    fwd = plan.backward == 0
-    first = np.full((p, v), np.inf)
-    np.minimum.at(first, (plan.stage[fwd], plan.chunk[fwd]), timeline.start[fwd])
+    first = timeline.start[first_forward_ops(timeline.plan, p, v)]
     aligned = v > 1
     slowdown = compute_slowdown(job.hardware)
     waits = np.zeros((p, v))
@@ -149,16 +146,24 @@ def first_forward_waits(job: Job, timeline: Timeline, forward_s: np.ndarray,
     return waits
 
 
+def first_forward_ops(plan: RoundPlan, p: int, v: int) -> np.ndarray:
+    """(p, v) the op that runs each chunk's first micro-batch forward (its lowest micro-batch:
+    every schedule runs a chunk's micro-batches in order)."""
+    fwd = np.flatnonzero(plan.backward == 0)
+    key = plan.stage[fwd] * v + plan.chunk[fwd]
+    order = np.lexsort((plan.microbatch[fwd], key))
+    firsts = order[np.r_[0, np.flatnonzero(np.diff(key[order])) + 1]]
+    out = np.empty(p * v, dtype=np.intp)
+    out[key[firsts]] = fwd[firsts]
+    return out.reshape(p, v)
+
+
 def time_with_waits(plan: RoundPlan, forward_s: np.ndarray, backward_s: np.ndarray,
                     edge_delay_s: np.ndarray, waits: np.ndarray) -> Timeline:
     """The pipeline timed with each chunk's first forward lengthened by its wait: the first
     forward of (stage, chunk) takes its duration from a third (p, v) grid, forward + wait."""
     p, v = forward_s.shape
-    fwd = np.flatnonzero(plan.backward == 0)
-    key = plan.stage[fwd] * v + plan.chunk[fwd]
-    order = np.lexsort((plan.microbatch[fwd], key))
-    firsts = order[np.r_[0, np.flatnonzero(np.diff(key[order])) + 1]]
     task = plan.task.copy()
-    task[fwd[firsts]] = 2 * p * v + key[firsts]
+    task[first_forward_ops(plan, p, v).ravel()] = 2 * p * v + np.arange(p * v)
     durations = np.concatenate((forward_s.ravel(), backward_s.ravel(), (forward_s + waits).ravel()))
     return run_durations(replace(plan, task=task), durations, edge_delay_s)

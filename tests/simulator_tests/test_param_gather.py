@@ -150,3 +150,17 @@ def test_context_parallel_ranks_gather_even_without_data_parallelism() -> None:
     off = simulate(_job({**job, "overlap_param_gather": False}, num_gpus=16, flash_attention=True))
     assert on.param_gather_wait_s is not None and on.param_gather_wait_s[0, 0] > 0
     assert off.tail.dp_exposed_s[0] > on.tail.dp_exposed_s[0]
+
+
+def test_the_batch_csv_says_what_the_first_forwards_waited_for() -> None:
+    from vtrain_ml.batch import result_columns, to_csv
+
+    result = simulate(_job({"pp": 2, "overlap_param_gather": True}))
+    row = {"status": "ok", **result_columns(result)}
+    header, line = to_csv([row]).splitlines()
+    values = dict(zip(header.split(","), line.split(","), strict=True))
+    assert result.param_gather_wait_s is not None
+    expected = float(result.param_gather_wait_s[result.critical_stage].sum())
+    assert float(values["param_gather_wait_s"]) == pytest.approx(expected, rel=1e-12)
+    plain = result_columns(simulate(_job({"pp": 2})))
+    assert plain["param_gather_wait_s"] == ""
