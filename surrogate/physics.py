@@ -112,6 +112,7 @@ class Hardware(NamedTuple):
     coll_s: Vec
     mb_s: Vec
     comm_slowdown: Vec  # compute seconds per second beside a collective (simulator.timeline.contention)
+    attention_max: Vec  # fused attention's ceiling (simulator.costs.analytic: the GEMMs' where unset)
 
 
 HW_FIELDS: tuple[str, ...] = Hardware._fields
@@ -199,7 +200,8 @@ def hardware_vector(spec: HardwareSpec) -> dict[str, float]:
             # framework overheads (newer simulator versions; zero where a spec lacks them)
             "coll_s": getattr(e, "collective_overhead_s", 0.0),
             "mb_s": getattr(e, "microbatch_overhead_s", 0.0),
-            "comm_slowdown": compute_slowdown(spec)}
+            "comm_slowdown": compute_slowdown(spec),
+            "attention_max": e.attention_max_efficiency or e.gemm_max_efficiency}
 
 
 def hardware_table(gpu: Any, hardware: Mapping[str, HardwareSpec] | None) -> tuple[np.ndarray, np.ndarray]:

@@ -109,8 +109,11 @@ def _core(r: Rows, T: Vec, heads: Vec, hd: Vec) -> Core:
         + kernel_s(r, 2 * scores, 2.5 * scores * DT)
     extra = where(fused, 0.0, 4.0)
     fl = 2.0 * bh * r.s * r.s * hd
-    flash_f = kernel_s(r, fl, 4 * T * heads * hd * DT, s_hd_s)
-    flash_b = kernel_s(r, 2.5 * fl, 8 * T * heads * hd * DT, s_hd_s)
+    # the fused kernel's own ceiling (simulator.costs.analytic: `attention_max_efficiency`)
+    flash_eff = _simulator_gemm_efficiency(bh, r.s, hd, r.s, r.hw.num_sms, r.hw.attention_max,
+                                           r.hw.k_half)
+    flash_f = kernel_s(r, fl, 4 * T * heads * hd * DT, flash_eff)
+    flash_b = kernel_s(r, 2.5 * fl, 8 * T * heads * hd * DT, flash_eff)
     fa = r.flash > 0
     return Core(where(fa, flash_f, qk_f + av_f + soft_f), where(fa, flash_b, qk_b + av_b + soft_b),
                 qk_f + av_f + soft_f, where(fa, 1.0, 4.0 + extra), where(fa, 1.0, 6.0 + extra))
