@@ -59,19 +59,21 @@ def measurements() -> pd.DataFrame:
 
 
 def seconds(ops: list[Op], values: dict[str, float | None]) -> np.ndarray:
+    """The analytic model's time of each op on the H200 file with `values` changed."""
     hw = resolve_hardware(HARDWARE)
     tuned = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update=values)})
     model = AnalyticKernelModel(tuned, Precision.BF16)
     return np.array([model.seconds(op) for op in ops])
 
 
-def attention(data: pd.DataFrame) -> pd.DataFrame:
-    """cuDNN's causal fused attention (batch 1, K/V heads = query heads) as the simulator's ops:
-    the forward kernel, and the backward as forward+backward less forward."""
+def attention(data: pd.DataFrame, backend: str = "cudnn") -> pd.DataFrame:
+    """One SDPA backend's causal fused attention (batch 1, K/V heads = query heads) as the
+    simulator's ops: the forward kernel, and the backward as forward+backward less forward.
+    `cudnn`: Transformer Engine's kernels; `flash`: FlashAttention-2."""
     fw = FRAMEWORKS[Framework.MEGATRON_LM]
     rows = []
-    cudnn = data[(data.part == "attention") & (data.variant == "cudnn")]
-    for case, g in cudnn.groupby("case"):
+    measured = data[(data.part == "attention") & (data.variant == backend)]
+    for case, g in measured.groupby("case"):
         t = dict(zip(g.op, g.median_s, strict=True))
         if "fwd" not in t or "fwd+bwd" not in t:
             continue
@@ -108,8 +110,10 @@ def attention_section(data: pd.DataFrame) -> float:
     best = fit_attention(rows)
     after = seconds(list(rows.op), {"attention_max_efficiency": best})
     print(f"## 1. fused attention (cuDNN via SDPA, {len(rows)} kernels)")
-    print(f"file today (GEMM ceiling 0.80): {_errors(before, rows.seconds.to_numpy())}")
-    print(f"fitted attention_max_efficiency = {best:.3f}: {_errors(after, rows.seconds.to_numpy())}")
+    print(f"at the GEMM ceiling (0.80; the files before 2026-11-27): "
+          f"{_errors(before, rows.seconds.to_numpy())}")
+    print(f"fitted attention_max_efficiency = {best:.3f} (Transformer Engine's kernels): "
+          f"{_errors(after, rows.seconds.to_numpy())}")
     table = rows.assign(before=before / rows.seconds - 1, after=after / rows.seconds - 1,
                         tflops=[op.flops / t / 1e12 for op, t in zip(rows.op, rows.seconds, strict=True)])
     print(table[["case", "dir", "seconds", "tflops", "before", "after"]].to_string(
@@ -120,7 +124,9 @@ def attention_section(data: pd.DataFrame) -> float:
     both = flash.merge(cud, on="case", suffixes=("_flash", "_cudnn"))
     print("SDPA's flash backend (FlashAttention-2) takes "
           + ", ".join(f"{r.case} {r.median_s_flash / r.median_s_cudnn:.2f}x"
-                      for r in both.itertuples()) + " cuDNN's time (forward+backward)")
+                      for r in both.itertuples()) + " cuDNN's time (forward+backward); not"
+          " modelled apart: every stack on Hopper runs cuDNN's (Transformer Engine; PyTorch's SDPA"
+          " too, as the H100 traces of ../shared/data/traces/h100 show)")
     return best
 
 
