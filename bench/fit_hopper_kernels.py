@@ -46,6 +46,7 @@ from simulator.timeline.contention import compute_slowdown  # noqa: E402
 
 MEASURED = ROOT / "data" / "kernels" / "h200-measured"
 HARDWARE = "h200-141gb"
+TRACES = ROOT.parent / "shared" / "data" / "traces" / "h100"
 
 
 def measurements() -> pd.DataFrame:
@@ -86,13 +87,32 @@ def attention(data: pd.DataFrame, backend: str = "cudnn") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def fit_attention(rows: pd.DataFrame) -> float:
-    """Time-weighted least squares on log time (as bench/fit_b200_kernels.py)."""
+def fit_attention(rows: pd.DataFrame) -> dict[str, float]:
+    """attention_max_efficiency and attention_k_half, by time-weighted least squares on log time
+    (as bench/fit_b200_kernels.py), rounded as the files carry them."""
+    measured = rows.seconds.to_numpy()
+    weight = np.sqrt(measured / measured.sum())
+
+    def values(u: np.ndarray) -> dict[str, float]:
+        return {"attention_max_efficiency": float(u[0]), "attention_k_half": float(u[1])}
+
+    def residual(u: np.ndarray) -> np.ndarray:
+        pred = seconds(list(rows.op), values(u))
+        return weight * (np.log(pred) - np.log(measured))
+
+    u = least_squares(residual, [0.6, 100.0], bounds=([0.2, 1.0], [1.0, 20000.0]),
+                      x_scale=[0.1, 100.0], diff_step=1e-3).x
+    return {"attention_max_efficiency": round(float(u[0]), 3), "attention_k_half": round(float(u[1]))}
+
+
+def fit_ceiling_only(rows: pd.DataFrame) -> float:
+    """The ceiling alone at the GEMMs' depth (the first fit, kept for comparison)."""
     measured = rows.seconds.to_numpy()
     weight = np.sqrt(measured / measured.sum())
 
     def residual(u: np.ndarray) -> np.ndarray:
-        pred = seconds(list(rows.op), {"attention_max_efficiency": float(u[0])})
+        pred = seconds(list(rows.op), {"attention_max_efficiency": float(u[0]),
+                                       "attention_k_half": None})
         return weight * (np.log(pred) - np.log(measured))
 
     return float(least_squares(residual, [0.6], bounds=(0.2, 1.0), diff_step=1e-3).x[0])
@@ -104,16 +124,24 @@ def _errors(pred: np.ndarray, measured: np.ndarray) -> str:
             f"(predicted / measured)")
 
 
-def attention_section(data: pd.DataFrame) -> float:
+GEMM_CEILING: dict[str, float | None] = {"attention_max_efficiency": None, "attention_k_half": None}
+
+
+def attention_section(data: pd.DataFrame) -> dict[str, float]:
     rows = attention(data)
-    before = seconds(list(rows.op), {"attention_max_efficiency": None})
+    before = seconds(list(rows.op), GEMM_CEILING)
     best = fit_attention(rows)
-    after = seconds(list(rows.op), {"attention_max_efficiency": best})
+    ceiling_only = fit_ceiling_only(rows)
+    after = seconds(list(rows.op), dict(best))
     print(f"## 1. fused attention (cuDNN via SDPA, {len(rows)} kernels)")
     print(f"at the GEMM ceiling (0.80; the files before 2026-11-27): "
           f"{_errors(before, rows.seconds.to_numpy())}")
-    print(f"fitted attention_max_efficiency = {best:.3f} (Transformer Engine's kernels): "
-          f"{_errors(after, rows.seconds.to_numpy())}")
+    alone = seconds(list(rows.op), {"attention_max_efficiency": ceiling_only, "attention_k_half": None})
+    print(f"fitted the ceiling alone (depth as the GEMMs', 70): attention_max_efficiency = "
+          f"{ceiling_only:.3f}: {_errors(alone, rows.seconds.to_numpy())}")
+    print("fitted both (shipped in the Hopper files): "
+          + ", ".join(f"{k} = {v:g}" for k, v in best.items())
+          + f": {_errors(after, rows.seconds.to_numpy())}")
     table = rows.assign(before=before / rows.seconds - 1, after=after / rows.seconds - 1,
                         tflops=[op.flops / t / 1e12 for op, t in zip(rows.op, rows.seconds, strict=True)])
     print(table[["case", "dir", "seconds", "tflops", "before", "after"]].to_string(
@@ -198,12 +226,64 @@ def contention_section(data: pd.DataFrame) -> None:
             print(f"  {case:12s} " + ", ".join(cells))
 
 
+def h100_trace_attention() -> pd.DataFrame:
+    """cuDNN's attention kernels in the real H100 iterations of ../shared/data/traces/h100 (Hugging
+    Face Llama, PyTorch's SDPA: head size 128, batch = micro-batch): the median duration of the
+    forward and backward kernel per trace, as the simulator's ops."""
+    import gzip
+    import json
+
+    fw = FRAMEWORKS[Framework.MEGATRON_LM]
+    rows = []
+    for path in sorted(TRACES.glob("llama_*.json.gz")):
+        parts = dict((p[:2] if p[:2] in ("mb",) else p[0], p) for p in path.name.split("_"))
+        h, s, mb = int(parts["h"][1:]), int(parts["s"][1:]), int(parts["mb"][2:])
+        with gzip.open(path, "rt") as f:
+            events = json.load(f)["traceEvents"]
+        kernels = [e for e in events if e.get("cat") == "kernel" and "native_sdpa" in e["name"]]
+        c = ShapeContext(mb, s, 0, 1, False, 2, False, False, True, 4, fw)
+        heads = h // 128
+        fwd, bwd = flash_pair("attn", c, HeadDims(heads, heads, 128, 128), s, s, causal_pairs(s), 0.0)
+        for direction, op in (("fprop", fwd), ("bprop", bwd)):
+            durations = [e["dur"] * 1e-6 for e in kernels if direction in e["name"]]
+            if durations:
+                rows.append({"case": path.name.removesuffix(".json.gz"), "dir": direction,
+                             "op": op, "seconds": float(np.median(durations))})
+    return pd.DataFrame(rows)
+
+
+def trace_section(best: dict[str, float]) -> None:
+    if not TRACES.is_dir():
+        print(f"\n## 5. (skipped: {TRACES} not found)")
+        return
+    rows = h100_trace_attention()
+    h100 = resolve_hardware("h100-sxm-80gb")
+    model = AnalyticKernelModel(h100, Precision.BF16)
+    pred = np.array([model.seconds(op) for op in rows.op])
+    def on(values: dict[str, float | None]) -> np.ndarray:
+        tuned = AnalyticKernelModel(h100.model_copy(update={"efficiency": h100.efficiency.model_copy(
+            update=values)}), Precision.BF16)
+        return np.array([tuned.seconds(op) for op in rows.op])
+
+    before = on(GEMM_CEILING)
+    ceiling_only = on({"attention_max_efficiency": fit_ceiling_only(attention(measurements())),
+                       "attention_k_half": None})
+    print(f"\n## 5. check on real H100 iterations: cuDNN's attention kernels of "
+          f"{rows.case.nunique()} Llama traces ({len(rows)} kernels, ../shared/data/traces/h100)")
+    m = rows.seconds.to_numpy()
+    print(f"H100 file (attention_max_efficiency {h100.efficiency.attention_max_efficiency}, "
+          f"attention_k_half {h100.efficiency.attention_k_half}; fitted on the H200: {best}): "
+          f"{_errors(pred, m)}")
+    print(f"  the ceiling alone: {_errors(ceiling_only, m)}; at the GEMM ceiling: {_errors(before, m)}")
+
+
 def main() -> None:
     data = measurements()
-    attention_section(data)
+    best = attention_section(data)
     dense_section(data)
     grouped_section(data)
     contention_section(data)
+    trace_section(best)
 
 
 if __name__ == "__main__":

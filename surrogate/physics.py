@@ -113,6 +113,7 @@ class Hardware(NamedTuple):
     mb_s: Vec
     comm_slowdown: Vec  # compute seconds per second beside a collective (simulator.timeline.contention)
     attention_max: Vec  # fused attention's ceiling (simulator.costs.analytic: the GEMMs' where unset)
+    attention_k_half: Vec  # ... and its depth half-point (the GEMMs' where unset)
 
 
 HW_FIELDS: tuple[str, ...] = Hardware._fields
@@ -201,7 +202,8 @@ def hardware_vector(spec: HardwareSpec) -> dict[str, float]:
             "coll_s": getattr(e, "collective_overhead_s", 0.0),
             "mb_s": getattr(e, "microbatch_overhead_s", 0.0),
             "comm_slowdown": compute_slowdown(spec),
-            "attention_max": e.attention_max_efficiency or e.gemm_max_efficiency}
+            "attention_max": e.attention_max_efficiency or e.gemm_max_efficiency,
+            "attention_k_half": e.attention_k_half or e.gemm_k_half}
 
 
 def hardware_table(gpu: Any, hardware: Mapping[str, HardwareSpec] | None) -> tuple[np.ndarray, np.ndarray]:

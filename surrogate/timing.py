@@ -111,7 +111,7 @@ def _core(r: Rows, T: Vec, heads: Vec, hd: Vec) -> Core:
     fl = 2.0 * bh * r.s * r.s * hd
     # the fused kernel's own ceiling (simulator.costs.analytic: `attention_max_efficiency`)
     flash_eff = _simulator_gemm_efficiency(bh, r.s, hd, r.s, r.hw.num_sms, r.hw.attention_max,
-                                           r.hw.k_half)
+                                           r.hw.attention_k_half)
     flash_f = kernel_s(r, fl, 4 * T * heads * hd * DT, flash_eff)
     flash_b = kernel_s(r, 2.5 * fl, 8 * T * heads * hd * DT, flash_eff)
     fa = r.flash > 0

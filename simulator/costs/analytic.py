@@ -123,7 +123,8 @@ class AnalyticKernelModel:
             if op.kind is OpKind.FLASH_ATTENTION:  # (batch*heads, queries, keys, head_dim)
                 batch, sq, skv, d = op.shape
                 top = eff.attention_max_efficiency or eff.gemm_max_efficiency
-                frac = float(gemm_efficiency(batch, sq, d, skv, hw.num_sms, top, eff.gemm_k_half))
+                frac = float(gemm_efficiency(batch, sq, d, skv, hw.num_sms, top,
+                                             eff.attention_k_half or eff.gemm_k_half))
             else:
                 batch, m, n, k = op.shape
                 frac = float(gemm_efficiency(batch, m, n, k, hw.num_sms, eff.gemm_max_efficiency,

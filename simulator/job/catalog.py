@@ -185,7 +185,8 @@ def hardware_fingerprint(hardware: HardwareSpec) -> str:
     used with another.
     """
     fields = hardware.model_dump(mode="json", exclude={"description", "source", "calibration"})
-    if fields["efficiency"].get("attention_max_efficiency") is None:  # unset: as before the field
-        fields["efficiency"].pop("attention_max_efficiency", None)
+    for unset in ("attention_max_efficiency", "attention_k_half"):
+        if fields["efficiency"].get(unset) is None:  # unset: as before the field
+            fields["efficiency"].pop(unset, None)
     canonical = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]

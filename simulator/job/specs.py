@@ -298,6 +298,10 @@ class Efficiency(Frozen):
     # Fused attention's best fraction of peak where it was measured apart from GEMMs (B200:
     # bench/fit_b200_kernels.py); None: the GEMM's (gemm_max_efficiency).
     attention_max_efficiency: float | None = Field(None, gt=0, le=1)
+    # ... and its depth half-point in keys per query block: a fused attention kernel's softmax
+    # and rescaling per key block cost more, relative to its two matmuls, than a GEMM's epilogue
+    # per K step (Hopper: 713 keys, fitted with the ceiling; None: gemm_k_half)
+    attention_k_half: float | None = Field(None, gt=0)
     # Per-rank compute-time variation (simulator.timeline.stragglers), fitted by `calibrate
     # --rank-times` from a user's per-rank step times. gpu_speed_cv: standard deviation of one
     # GPU's speed around the fleet's (manufacturing and power management; Sinha et al., SC'22:
