@@ -45,7 +45,8 @@ NEW_TRAINING_COLUMNS = ("fp8_recipe", "fp4_recipe", "cuda_graphs", "moe_token_di
                         "moe_overlap_ep_comm", "grad_reduce_in_fp32", "exp_avg_dtype",
                         "exp_avg_sq_dtype", "recompute_modules")
 NEW_PLAN_COLUMNS = ("cp", "cp_comm_type", "ep", "expert_tp", "data_parallel_sharding",
-                    "tp_comm_overlap", "first_stage_layers", "last_stage_layers")
+                    "tp_comm_overlap", "first_stage_layers", "last_stage_layers",
+                    "overlap_param_gather")
 NEW_CLUSTER_COLUMNS = ("nvlink_domain",)
 NEW_COLUMNS: tuple[str, ...] = (NEW_MODEL_COLUMNS + NEW_TRAINING_COLUMNS + NEW_PLAN_COLUMNS
                                 + NEW_CLUSTER_COLUMNS)
@@ -69,7 +70,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "exp_avg_sq_dtype": tuple(d.value for d in StateDtype),
 }
 NEW_CATEGORICAL_COLUMNS = tuple(CHOICES)
-NEW_BOOLEAN_COLUMNS = ("multi_latent_attention", "qk_layernorm", "tp_comm_overlap", "moe_overlap_ep_comm")
+NEW_BOOLEAN_COLUMNS = ("multi_latent_attention", "qk_layernorm", "tp_comm_overlap", "moe_overlap_ep_comm",
+                       "overlap_param_gather")
 
 # A dense 16-bit job without the new dimensions. ``expert_tp`` and ``nvlink_domain`` 0 mean
 # "the job's default" (tp; the node) for tables saved before these columns; records written by
@@ -86,7 +88,7 @@ NEW_DEFAULTS: dict[str, Any] = {
     "exp_avg_sq_dtype": StateDtype.FP32.value, "recompute_modules": 0,
     "cp": 1, "cp_comm_type": CpCommType.P2P.value, "ep": 1, "expert_tp": 0,
     "data_parallel_sharding": NONE, "tp_comm_overlap": False, "first_stage_layers": 0,
-    "last_stage_layers": 0, "nvlink_domain": 0,
+    "last_stage_layers": 0, "overlap_param_gather": False, "nvlink_domain": 0,
 }
 
 # Job fields a record does not hold: each must keep its default (else `new_columns_of_job`
@@ -101,9 +103,7 @@ _UNHELD: dict[tuple[str, str], Any] = {
                  # the master weights' dtype: not a column (yet)
                  "main_params_dtype")},
     **{("parallel", k): ParallelPlan.model_fields[k].default
-       for k in ("hierarchical_context_parallel_sizes",
-                 # the next forwards' wait for the parameters: not a column (yet)
-                 "overlap_param_gather")},
+       for k in ("hierarchical_context_parallel_sizes",)},
     **{("cluster", k): ClusterSpec.model_fields[k].default for k in ("topology", "jitter")},
 }
 assert _UNHELD[("model", "softmax_type")] is SoftmaxType.VANILLA
@@ -199,7 +199,8 @@ def new_columns_of_job(job: Job) -> dict[str, Any]:
         "cp": p.cp, "cp_comm_type": p.cp_comm_type.value, "ep": p.ep, "expert_tp": job.expert_tp,
         "data_parallel_sharding": p.data_parallel_sharding.value if p.data_parallel_sharding else NONE,
         "tp_comm_overlap": p.tp_comm_overlap, "first_stage_layers": p.first_stage_layers or 0,
-        "last_stage_layers": p.last_stage_layers or 0, "nvlink_domain": job.nvlink_domain,
+        "last_stage_layers": p.last_stage_layers or 0,
+        "overlap_param_gather": p.overlap_param_gather, "nvlink_domain": job.nvlink_domain,
     }
 
 
@@ -262,6 +263,7 @@ def new_fields_of_record(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 "data_parallel_sharding": _choice(r, "data_parallel_sharding"),
                 "tp_comm_overlap": bool(r["tp_comm_overlap"]),
                 "first_stage_layers": r["first_stage_layers"] or None,
-                "last_stage_layers": r["last_stage_layers"] or None}
+                "last_stage_layers": r["last_stage_layers"] or None,
+                "overlap_param_gather": bool(r["overlap_param_gather"])}
     cluster = {"nvlink_domain": r["nvlink_domain"] or None}
     return {"model": model, "training": training, "parallel": parallel, "cluster": cluster}

@@ -40,6 +40,8 @@ NEW_AXES = ("cp", "cp_comm", "ep", "expert_tp", "fp8_recipe", "sharding", "cuda_
             "tp_overlap", "dispatcher")
 # Added later still, from a third design (seed + 2): the draws above stay as they were.
 LATER_AXES = ("ep_overlap", "grad_reduce", "exp_avg", "exp_avg_sq")
+# And from a fourth (seed + 3), for the same reason.
+LATEST_AXES = ("param_gather",)
 BATCH = 4096
 
 
@@ -239,6 +241,7 @@ def draw(space: Space, hardware: Mapping[str, HardwareSpec], n: int, seed: int =
     engine = _design(method, seed)
     engine_new = _design(method, seed + 1, len(NEW_AXES))
     engine_later = _design(method, seed + 2, len(LATER_AXES))
+    engine_latest = _design(method, seed + 3, len(LATEST_AXES))
     records: list[dict[str, Any]] = []
     reasons: Counter[str] = Counter()
     drawn = 0
@@ -247,12 +250,15 @@ def draw(space: Space, hardware: Mapping[str, HardwareSpec], n: int, seed: int =
         if drawn >= limit:
             raise ConfigError(f"space rejects almost every sample ({drawn} drawn, {len(records)} "
                               f"valid; top reasons: {dict(reasons.most_common(3))}); widen its ranges")
-        for row, row_new, row_later in zip(_points(engine), _points(engine_new, len(NEW_AXES)),
-                                           _points(engine_later, len(LATER_AXES)), strict=True):
+        for row, row_new, row_later, row_latest in zip(
+                _points(engine), _points(engine_new, len(NEW_AXES)),
+                _points(engine_later, len(LATER_AXES)), _points(engine_latest, len(LATEST_AXES)),
+                strict=True):
             drawn += 1
             u = {**dict(zip(AXES, row.tolist(), strict=True)),
                  **dict(zip(NEW_AXES, row_new.tolist(), strict=True)),
-                 **dict(zip(LATER_AXES, row_later.tolist(), strict=True))}
+                 **dict(zip(LATER_AXES, row_later.tolist(), strict=True)),
+                 **dict(zip(LATEST_AXES, row_latest.tolist(), strict=True))}
             try:
                 record = point_to_record(u, space, hardware)
                 record_to_job(record, hardware)
@@ -304,6 +310,10 @@ def _finish(record: dict[str, Any], u: dict[str, float], space: Space,
                           else StateDtype.FP32.value)
     if record["data_parallel_sharding"] != NONE:
         record["distributed_optimizer"] = False  # the sharding says it (optim is ZeRO-1)
+    # the parameter gather under the next forward needs what Megatron asserts for it
+    # (simulator.job.validation): a sharded optimizer (ZeRO-1 and above) and overlapped reduction
+    gather = bool(_pick(u.get("param_gather", 0.0), space.overlap_param_gather))
+    record["overlap_param_gather"] = bool(gather and sharded and record["overlap_grad_reduce"])
     domain = spec.nvlink_domain or spec.gpus_per_node
     record["nvlink_domain"] = min(domain, record["num_gpus"])
     return record

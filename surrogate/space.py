@@ -116,6 +116,9 @@ class Space(Frozen):
     exp_avg_dtype: tuple[StateDtype, ...] = (StateDtype.FP32,)
     exp_avg_sq_dtype: tuple[StateDtype, ...] = (StateDtype.FP32,)
     uneven_pipeline: bool = False  # presets whose layers pp does not divide: first stage larger
+    # Megatron-Core's parameter gather under the next forward, where a job allows it (the
+    # distributed optimizer with overlapped reduction); else False
+    overlap_param_gather: tuple[bool, ...] = (False,)
 
     @model_validator(mode="after")
     def _non_empty(self) -> Space:
@@ -123,7 +126,8 @@ class Space(Frozen):
                     "recompute", "flash_attention", "sequence_parallel", "distributed_optimizer",
                     "overlap_grad_reduce", "virtual_stages", "cp", "cp_comm_type", "ep",
                     "cuda_graphs", "tp_comm_overlap", "moe_token_dispatcher", "moe_overlap_ep_comm",
-                    "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype"):
+                    "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype",
+                    "overlap_param_gather"):
             if not getattr(self, key):
                 raise ValueError(f"'{key}' needs at least one choice")
         if CpCommType.A2A_P2P in self.cp_comm_type:

@@ -61,6 +61,12 @@ TINY_SPACES = {
                                  space={**tiny_dict()["space"], "grad_reduce_in_fp32": [True, False],
                                         "exp_avg_dtype": ["fp32", "bf16"],
                                         "exp_avg_sq_dtype": ["fp32", "bf16"]}),
+    # --overlap-param-gather: refused without a sharded optimizer or overlapped reduction
+    "dense: parameter gather": tiny_dict(
+        model={**tiny_dict()["model"], "num_layers": 8},
+        space={**tiny_dict()["space"], "pp": [1, 2], "schedule": ["1f1b", "interleaved_1f1b"],
+               "virtual_stages": [2], "overlap_grad_reduce": [False, True],
+               "overlap_param_gather": [False, True]}),
     "dense: sharding, overlap, uneven split": tiny_dict(
         model={**tiny_dict()["model"], "num_layers": 6}, hardware="b200", precision="bf16",
         space={**{k: v for k, v in tiny_dict()["space"].items() if k != "distributed_optimizer"},
@@ -130,3 +136,14 @@ def test_neighbour_rows_are_the_spaces_neighbours() -> None:
         expected = {n.key for n in space.neighbours(candidate)}
         got = {table.candidate(int(r)).key for r in table.neighbour_rows(int(table.rows[position]))}
         assert got == expected
+
+
+def test_the_parameter_gather_knob_keeps_only_plans_megatron_accepts() -> None:
+    space = SearchSpace(SearchConfig.model_validate({**TINY_SPACES["dense: parameter gather"],
+                                                     "storage": "memory"}))
+    table = SpaceTable(space)
+    feasible = np.flatnonzero(rules.feasible(table))
+    jobs = [table.candidate(int(p)).job for p in feasible]
+    gathering = [j for j in jobs if j is not None and j.parallel.overlap_param_gather]
+    assert gathering, "plans with the distributed optimizer and overlapped reduction may gather"
+    assert all(j.shards_optimizer and j.parallel.overlap_grad_reduce for j in gathering)

@@ -96,6 +96,7 @@ AXES: dict[str, tuple[str, ...]] = {
     "cp_comm_type": ("cp_comm_type",), "data_parallel_sharding": ("data_parallel_sharding",),
     "tp_comm_overlap": ("tp_comm_overlap",), "expert_tp": ("tp", "expert_tp"),
     "moe_overlap_ep_comm": ("moe_overlap_ep_comm",),
+    "overlap_param_gather": ("overlap_param_gather",),
     "grad_reduce_in_fp32": ("grad_reduce_in_fp32",), "exp_avg_dtype": ("exp_avg_dtype",),
     "exp_avg_sq_dtype": ("exp_avg_sq_dtype",), "recompute_modules": ("recompute",),
     "first_stage_layers": _SPLIT, "last_stage_layers": _SPLIT,

@@ -97,6 +97,9 @@ class LayoutSpace(Frozen):
     # and combine under the other's compute); a plan can use it with ep > 1, the alltoall or
     # flex dispatcher, no full recompute and, with pp > 1, the interleaved schedule
     moe_overlap_ep_comm: tuple[bool, ...] | None = None
+    # Megatron-Core's --overlap-param-gather (the parameter all-gather under the next forward);
+    # a plan can use it with a sharded optimizer and overlapped gradient reduction
+    overlap_param_gather: tuple[bool, ...] | None = None
     # The memory settings of today's recipes (simulator.job.param_bytes): Megatron's DDP
     # grad_reduce_in_fp32 (false: a 16-bit gradient buffer, as every Megatron-Bridge performance
     # script of Llama 3, DeepSeek-V3, Qwen3 and GPT-OSS sets) and the precision-aware optimizer's
@@ -120,7 +123,8 @@ class LayoutSpace(Frozen):
 NEW_SPACE_FIELDS = ("num_gpus", "ep", "expert_tp", "cp", "cp_comm_type", "precision",
                     "data_parallel_sharding", "cuda_graphs", "tp_comm_overlap",
                     "moe_token_dispatcher", "account_for_embedding_and_loss", "moe_overlap_ep_comm",
-                    "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype", "recompute_modules")
+                    "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype", "recompute_modules",
+                    "overlap_param_gather")
 # the space fields that change the bytes per parameter of the model states (planner.rules'
 # static memory bound reads them from simulator.job.param_bytes)
 MEMORY_KNOBS = ("grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype")

@@ -49,6 +49,7 @@ def plan_dict(job: Job, with_model: bool) -> dict[str, Any]:
         "precision": t.precision.value + (f"/{recipe}" if recipe else ""),
         "data_parallel_sharding": job.sharding.value, "cuda_graphs": t.cuda_graphs.value,
         "tp_comm_overlap": p.tp_comm_overlap, "price_per_gpu_hour_usd": job.price_per_gpu_hour_usd,
+        "overlap_param_gather": p.overlap_param_gather,
     }
     if t.grad_reduce_in_fp32 is not None:  # the memory settings, where a plan sets them
         plan["grad_reduce_in_fp32"] = t.grad_reduce_in_fp32
@@ -69,6 +70,7 @@ EXTRA_COLUMNS: tuple[tuple[str, str, int, Any], ...] = (
     ("tp_comm_overlap", "tpo", 3, False), ("moe_token_dispatcher", "dispatch", 9, None),
     ("moe_overlap_ep_comm", "epo", 3, False), ("grad_reduce_in_fp32", "g32", 3, True),
     ("exp_avg_dtype", "m1", 4, "fp32"), ("exp_avg_sq_dtype", "m2", 4, "fp32"),
+    ("overlap_param_gather", "opg", 3, False),
 )
 
 
@@ -243,7 +245,8 @@ def describe_plan(plan: dict[str, Any], hardware: bool = False) -> str:
                                     ("overlapped grad reduce", plan["overlap_grad_reduce"])) if on]
     extras += [f"{key}={plan[key]}" for key, value in (("cp", 1), ("ep", 1), ("cp_comm_type", "p2p"),
                                                         ("cuda_graphs", "none"), ("tp_comm_overlap", False),
-                                                        ("moe_overlap_ep_comm", False))
+                                                        ("moe_overlap_ep_comm", False),
+                                                        ("overlap_param_gather", False))
                if key in plan and plan[key] != value and (key != "cp_comm_type" or plan.get("cp", 1) > 1)]
     if str(plan.get("precision", "")).startswith(("fp8", "fp4")):
         extras.append(str(plan["precision"]))

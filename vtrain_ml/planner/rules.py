@@ -177,6 +177,10 @@ def new_rules_grid(table: SpaceTable) -> np.ndarray:
     sp, flash = table.flag("sequence_parallel"), table.flag("flash_attention")
     comm = table.knob("cp_comm_type", CpCommType.P2P.value)
     ok = ok & ~(table.flag("tp_comm_overlap") & ~(sp & (tp > 1)))
+    # --overlap-param-gather needs a sharded optimizer and overlapped reduction (validation)
+    ok = ok & ~(table.flag("overlap_param_gather")
+                & ~((table.sharding_level >= DataParallelSharding.OPTIM.level)
+                    & table.flag("overlap_grad_reduce")))
     # the precision-aware optimizer needs the distributed optimizer (param_bytes'
     # optimizer_precision_problems)
     low_moments = ~(table.equals("exp_avg_dtype", "fp32", "fp32")

@@ -214,7 +214,7 @@ class SearchSpace:
             knobs.append(("data_parallel_sharding", [x.value for x in s.data_parallel_sharding]))
         knobs += [("overlap_grad_reduce", list(s.overlap_grad_reduce)), ("flash_attention", flash)]
         for name in ("cp_comm_type", "moe_token_dispatcher", "cuda_graphs", "tp_comm_overlap",
-                     "moe_overlap_ep_comm", *MEMORY_KNOBS):
+                     "moe_overlap_ep_comm", "overlap_param_gather", *MEMORY_KNOBS):
             values = getattr(s, name)
             if values is not None:
                 knobs.append((name, [getattr(v, "value", v) for v in values]))
@@ -340,6 +340,7 @@ class SearchSpace:
                                   distributed_optimizer=optimizer, data_parallel_sharding=shard,
                                   overlap_grad_reduce=bool(p["overlap_grad_reduce"]),
                                   tp_comm_overlap=bool(p.get("tp_comm_overlap", False)),
+                                  overlap_param_gather=bool(p.get("overlap_param_gather", False)),
                                   first_stage_layers=split[0] if split else None,
                                   last_stage_layers=split[1] if split else None),
             cluster=ClusterSpec(gpu=entry.name, num_gpus=tp * cp * pp * dp, gpus_per_node=c.gpus_per_node,

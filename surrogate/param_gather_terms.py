@@ -1,0 +1,69 @@
+"""A feature for Megatron-Core's `--overlap-param-gather` (`overlap_param_gather`): what it
+changes in the closed form's time, as physics. It is a feature of the trees, not a term of the
+estimate: added to the estimate, the held-out error grew (bench/bench_surrogate.py on
+runs/samples/moe-cp-40k-s11, 2026-11-27: 5.74% with the term, 5.47% with it on non-interleaved
+pipelines only, 5.34% with neither, 5.29% as a feature). The likely reason, not measured: it
+leaves out MoE rows' expert gathers, cp's larger group and FSDP's levels, which the trees then
+have to undo.
+
+The simulator (simulator.timeline.param_gather) takes the distributed optimizer's parameter
+all-gather out of the tail and makes each chunk's first forward wait for what has not arrived.
+The dense form (surrogate.timing.iteration) charges the gather in the tail; this moves it:
+
+- interleaved (v > 1, Megatron's aligned dispatch): chunks 0-1 are dispatched when the
+  iteration starts and chunk k + 1 with chunk k, so the first chunk's share (1/v of the gather)
+  is what the first forward waits for, and the rest runs beside compute;
+- not interleaved: the first stage's first chunk prefetches one bucket ahead (its wait
+  g + (n - 1) max(0, g - f) for n buckets of g seconds against f seconds of forward per
+  bucket, simulator.timeline.param_gather.chunk_wait), and every later stage waits for its
+  whole gather at its first forward; in the 1F1B warm-up those waits add up along the
+  pipeline, so the critical path carries all p of them.
+
+What runs beside compute slows it (simulator.timeline.contention: the `comm_slowdown` per
+second beside)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from surrogate.timing import grad_buckets
+
+
+def _all_gather_s(f: Mapping[str, np.ndarray], hw: Mapping[str, Any], nbytes: np.ndarray,
+                  n: np.ndarray, per_node: np.ndarray) -> np.ndarray:
+    """An all-gather of `nbytes` over `n` ranks, `per_node` of them on each node: half the
+    dense form's ring all-reduce (surrogate.timing._ring_s, one call)."""
+    gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
+    k = np.ceil(n / np.maximum(per_node, 1.0))
+    g = np.minimum(per_node, n)
+    intra_bw = f["intra_node_bandwidth_GBps"] * 1e9 * hw["intra_eff"]
+    inter_bw = f["inter_node_bandwidth_Gbps"] * 1e9 / 8 * hw["inter_eff"]
+    flat = 2 * (n - 1) / np.maximum(n, 1.0) * nbytes / intra_bw + 2 * (n - 1) * hw["intra_lat_s"]
+    local = 2 * (g - 1) / np.maximum(g, 1.0) * nbytes / intra_bw
+    inter = 2 * (k - 1) / k * nbytes * (gpn / g) / inter_bw
+    hier = np.maximum(local, inter) + 2 * (g - 1) * hw["intra_lat_s"] + 2 * (k - 1) * hw["inter_lat_s"]
+    return 0.5 * np.where(n > 1, np.where(k > 1, hier, flat), 0.0)
+
+
+def param_gather_shift_s(f: Mapping[str, np.ndarray], opg: np.ndarray, dense: Mapping[str, np.ndarray],
+                         hw: Mapping[str, Any]) -> np.ndarray:
+    """Seconds the parameter gather under the next forward adds to the dense estimate (negative:
+    it saves) on rows with `opg`; zero elsewhere."""
+    t, d, p, v = f["tp"], f["dp"], f["pp"], f["virtual_stages"]
+    gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
+    per_node = np.where(t < gpn, np.maximum(1.0, np.minimum(d, np.floor(gpn / t))), 1.0)
+    stage = dense["stage_params"]
+    gather = _all_gather_s(f, hw, 2.0 * stage, d, per_node)  # 16-bit weights, as the tail's
+    element = np.where(f["precision"] > 0, 4.0, 2.0)  # the gradients the buckets are sized by
+    overlapped = np.ones_like(stage)  # the flag requires overlapped reduction
+    n0 = np.maximum(grad_buckets(stage * element, d, v, element, overlapped) - (v - 1), 1.0)
+    forward = dense["time_stage_mb_s"] / v / 3  # one chunk's forward of one micro-batch
+    g0, f0 = gather / v / n0, forward / n0
+    first = g0 + (n0 - 1) * np.maximum(0.0, g0 - f0)
+    exposed = np.where(v > 1, gather / v, first + (p - 1) * gather)
+    beside = np.maximum(gather - np.minimum(exposed, gather), 0.0)
+    shift = exposed + hw["comm_slowdown"] * beside - gather
+    return np.where(opg & (d > 1), shift, 0.0)
