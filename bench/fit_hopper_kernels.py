@@ -56,7 +56,7 @@ def measurements() -> pd.DataFrame:
     keys = ["part", "variant", "case", "op", "batch", "m", "n", "k"]
     return (data.dropna(subset=["median_s"])
             .groupby(keys, as_index=False, dropna=False)
-            .agg(median_s=("median_s", "median"), flops=("flops", "first")))
+            .agg(median_s=("median_s", "median"), flops=("flops", "first"), note=("note", "first")))
 
 
 def seconds(ops: list[Op], values: dict[str, float | None]) -> np.ndarray:
@@ -67,20 +67,24 @@ def seconds(ops: list[Op], values: dict[str, float | None]) -> np.ndarray:
     return np.array([model.seconds(op) for op in ops])
 
 
-def attention(data: pd.DataFrame, backend: str = "cudnn") -> pd.DataFrame:
-    """One SDPA backend's causal fused attention (batch 1, K/V heads = query heads) as the
-    simulator's ops: the forward kernel, and the backward as forward+backward less forward.
-    `cudnn`: Transformer Engine's kernels; `flash`: FlashAttention-2."""
+def attention(data: pd.DataFrame, check: bool = False) -> pd.DataFrame:
+    """cuDNN's causal fused attention (K/V heads = query heads) as the simulator's ops: the
+    forward kernel, and the backward as forward+backward less forward. Kernel times from the
+    profiler's device events (part `attention_kernels`, run3): the first runs' event timer of a
+    lone call also counted the host's launch latency (3-34% of these kernels). `check`: the
+    small shapes (micro-batch b in the note), else the fitted ones (batch 1)."""
     fw = FRAMEWORKS[Framework.MEGATRON_LM]
     rows = []
-    measured = data[(data.part == "attention") & (data.variant == backend)]
+    measured = data[(data.part == "attention_kernels") & (data.variant == "cudnn")]
+    measured = measured[measured.case.str.startswith("b") == check]
     for case, g in measured.groupby("case"):
         t = dict(zip(g.op, g.median_s, strict=True))
         if "fwd" not in t or "fwd+bwd" not in t:
             continue
         r = g.iloc[0]
         heads, s, dv, dqk = int(r.batch), int(r.m), int(r.n), int(r.k)
-        c = ShapeContext(1, s, 0, 1, False, 2, False, False, True, 4, fw)
+        b = int(str(r.note).split(";")[0].removeprefix("b=")) if check else 1
+        c = ShapeContext(b, s, 0, 1, False, 2, False, False, True, 4, fw)
         fwd, bwd = flash_pair("attn", c, HeadDims(heads, heads, dqk, dv), s, s, causal_pairs(s), 0.0)
         rows.append({"case": case, "dir": "fwd", "op": fwd, "seconds": t["fwd"]})
         rows.append({"case": case, "dir": "bwd", "op": bwd, "seconds": t["fwd+bwd"] - t["fwd"]})
@@ -147,6 +151,12 @@ def attention_section(data: pd.DataFrame) -> dict[str, float]:
     print(table[["case", "dir", "seconds", "tflops", "before", "after"]].to_string(
         index=False, formatters={"seconds": "{:.3e}".format, "tflops": "{:.0f}".format,
                                  "before": "{:+.0%}".format, "after": "{:+.0%}".format}))
+    small = attention(data, check=True)
+    if len(small):
+        m = small.seconds.to_numpy()
+        print(f"check, not fitted: {len(small)} kernels of small problems (1-8 sequences of 1K-8K "
+              f"tokens, 8-64 heads; the H100 traces' regime): {_errors(seconds(list(small.op), dict(best)), m)}"
+              f"; the ceiling alone: {_errors(seconds(list(small.op), {'attention_max_efficiency': ceiling_only, 'attention_k_half': None}), m)}")
     flash = data[(data.part == "attention") & (data.variant == "flash") & (data.op == "fwd+bwd")]
     cud = data[(data.part == "attention") & (data.variant == "cudnn") & (data.op == "fwd+bwd")]
     both = flash.merge(cud, on="case", suffixes=("_flash", "_cudnn"))
