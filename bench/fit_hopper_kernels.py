@@ -154,9 +154,12 @@ def attention_section(data: pd.DataFrame) -> dict[str, float]:
     small = attention(data, check=True)
     if len(small):
         m = small.seconds.to_numpy()
+        shipped = seconds(list(small.op), dict(best))
+        alone_small = seconds(list(small.op), {"attention_max_efficiency": ceiling_only,
+                                               "attention_k_half": None})
         print(f"check, not fitted: {len(small)} kernels of small problems (1-8 sequences of 1K-8K "
-              f"tokens, 8-64 heads; the H100 traces' regime): {_errors(seconds(list(small.op), dict(best)), m)}"
-              f"; the ceiling alone: {_errors(seconds(list(small.op), {'attention_max_efficiency': ceiling_only, 'attention_k_half': None}), m)}")
+              f"tokens, 8-64 heads; the H100 traces' regime): {_errors(shipped, m)}; the ceiling "
+              f"alone: {_errors(alone_small, m)}")
     flash = data[(data.part == "attention") & (data.variant == "flash") & (data.op == "fwd+bwd")]
     cud = data[(data.part == "attention") & (data.variant == "cudnn") & (data.op == "fwd+bwd")]
     both = flash.merge(cud, on="case", suffixes=("_flash", "_cudnn"))
