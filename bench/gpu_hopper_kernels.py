@@ -1,6 +1,6 @@
 """Measure, on one Hopper GPU, the kernels whose efficiency the MoE and at-scale models assume.
 
-    python bench/gpu_hopper_kernels.py OUTDIR            (on the GPU; about 4 minutes)
+    python bench/gpu_hopper_kernels.py OUTDIR            (on the GPU; about 1 minute)
     python bench/gpu_hopper_kernels.py OUTDIR --smoke    (tiny shapes on the CPU: plumbing only)
 
 Why: the analytic kernel model's Hopper numbers come from dense GEMMs (Vidur's H100 GEMMs,
@@ -18,7 +18,9 @@ bench/fit_kernel_defaults.py). Three things it prices were never measured on Hop
    runs one CTA per channel; each moves bytes with loads and stores) on a second stream while
    a GEMM or a memory-bound kernel runs, against each alone.
 Every timing is the median of CUDA-graph replays of the op repeated back to back (no host gaps),
-after warm-up, on random data. Results: OUTDIR/kernels.csv (one row per timing), OUTDIR/env.txt.
+after warm-up, on random data; attention, which does not capture, is timed by its kernels' device
+events (`attention_kernels`; the `attention` part's event timer also counts host latency).
+Results: OUTDIR/kernels.csv (one row per timing), OUTDIR/env.txt.
 """
 
 from __future__ import annotations
@@ -285,7 +287,10 @@ def dense_part(out: Writer, timer: Timer, dev: str, smoke: bool) -> None:
 
 def attention_part(out: Writer, timer: Timer, dev: str, smoke: bool) -> None:
     """Causal fused attention, batch 1 (a micro-batch of one sequence), K/V expanded to the query
-    heads (GQA reads fewer K/V bytes; the kernels are compute-bound at these lengths)."""
+    heads (GQA reads fewer K/V bytes; the kernels are compute-bound at these lengths). Timed with
+    events around each call, which also counts the host's launch latency (3-34% of these
+    kernels): good for comparing backends, not for fitting -- `attention_kernels` times the
+    kernels themselves."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -385,39 +390,6 @@ def attention_kernels_part(out: Writer, dev: str, smoke: bool) -> None:
                         median_s=kernels, samples=10, note=note)
                 print(f"{case:16s} {direction:8s} kernels {kernels * 1e6:8.1f} us, events "
                       f"{events * 1e6:8.1f} us", flush=True)
-
-
-def attention_check_part(out: Writer, timer: Timer, dev: str, smoke: bool) -> None:
-    """cuDNN's causal attention on the `ATTENTION_CHECK` shapes, forward and forward+backward."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.functional import scaled_dot_product_attention as sdpa
-
-    shapes = ((1, 2, 64),) if smoke else ATTENTION_CHECK
-    backend = SDPBackend.CUDNN_ATTENTION if dev == "cuda" else SDPBackend.MATH
-    for b, heads, s in shapes:
-        q, k, v = (rand(b, heads, s, 128, device=dev, dtype=torch.bfloat16).requires_grad_()
-                   for _ in range(3))
-        fwd_flops = 2.0 * b * heads * (s * s / 2) * 256
-        for direction in ("fwd", "fwd+bwd"):
-            try:
-                with sdpa_kernel([backend]):
-                    do = rand(b, heads, s, 128, device=dev, dtype=torch.bfloat16)
-                    if direction == "fwd":
-                        def fn(q=q, k=k, v=v) -> None:
-                            with torch.no_grad():
-                                sdpa(q, k, v, is_causal=True)
-                    else:
-                        def fn(q=q, k=k, v=v, do=do) -> None:
-                            torch.autograd.grad(sdpa(q, k, v, is_causal=True), (q, k, v), do)
-                    med, p10, p90, ns = timer(fn, graph=False)
-                note = f"b={b}"
-            except Exception as exc:
-                med = p10 = p90 = float("nan")
-                ns, note = 0, f"b={b}; {type(exc).__name__}: {str(exc)[:160]}"
-            out.row(part="attention_check", variant="cudnn", case=f"b{b}-h{heads}-s{s}",
-                    op=direction, batch=heads, m=s, n=128, k=128,
-                    flops=fwd_flops * (1 if direction == "fwd" else 3.5), bytes="",
-                    median_s=med, p10_s=p10, p90_s=p90, samples=ns, note=note)
 
 
 def heavy_copy(src: torch.Tensor, dst: torch.Tensor, side: torch.cuda.Stream
@@ -561,7 +533,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("outdir", type=Path)
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU")
-    ap.add_argument("--parts", default="dense,contention,heavy,grouped,attention")
+    ap.add_argument("--parts", default="dense,contention,heavy,grouped,attention,attention_kernels")
     args = ap.parse_args()
     dev = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     args.outdir.mkdir(parents=True, exist_ok=True)
@@ -571,7 +543,6 @@ def main() -> int:
     timer = Timer(dev, args.smoke)
     parts = {"dense": lambda: dense_part(out, timer, dev, args.smoke),
              "attention": lambda: attention_part(out, timer, dev, args.smoke),
-             "attention_check": lambda: attention_check_part(out, timer, dev, args.smoke),
              "attention_kernels": lambda: attention_kernels_part(out, dev, args.smoke),
              "contention": lambda: contention_part(out, dev, args.smoke),
              "heavy": lambda: contention_part(out, dev, args.smoke, heavy_only=True),
