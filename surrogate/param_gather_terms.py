@@ -51,7 +51,10 @@ def _all_gather_s(f: Mapping[str, np.ndarray], hw: Mapping[str, Any], nbytes: np
 def param_gather_shift_s(f: Mapping[str, np.ndarray], opg: np.ndarray, dense: Mapping[str, np.ndarray],
                          hw: Mapping[str, Any]) -> np.ndarray:
     """Seconds the parameter gather under the next forward would add to the dense estimate
-    (negative: save) on rows with `opg`; zero elsewhere."""
+    (negative: save) on rows with `opg`; zero elsewhere (nothing computed for a table without
+    the flag)."""
+    if not opg.any():
+        return np.zeros(opg.shape)
     t, d, p, v = f["tp"], f["dp"], f["pp"], f["virtual_stages"]
     gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
     per_node = np.where(t < gpn, np.maximum(1.0, np.minimum(d, np.floor(gpn / t))), 1.0)
