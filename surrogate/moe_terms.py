@@ -34,6 +34,7 @@ from surrogate.features import JOB_COLUMNS
 from surrogate.physics import RECOMPUTE
 from surrogate.records import CHOICES
 from surrogate.records import new_column as _col
+from surrogate.timing import GRAD_BUFFER_PASSES
 
 _DISPATCHERS = CHOICES["moe_token_dispatcher"]
 ROUTING_BYTES_PER_EXPERT = 5.0  # a bool routing-map entry and an fp32 probability per expert
@@ -339,6 +340,10 @@ def expert_tail_s(f: Mapping[str, np.ndarray], new: np.ndarray, experts_per_gpu:
     exposed = np.maximum(hw["comm_slowdown"] * hidden, reduce - hidden)  # as the dense form's
     shard = np.where(sharded, n, 1.0)
     optimizer = experts_per_gpu / shard * 36.0 / hw["hbm_Bps"]
+    # the DDP's zeroing and NaN-check passes over the experts' gradient buffer
+    # (simulator.timeline.tail.grad_buffer_op; not under Megatron-FSDP's sharded buffers)
+    optimizer = optimizer + np.where(sharding_level <= DataParallelSharding.OPTIM.level,
+                                     GRAD_BUFFER_PASSES * grad / hw["hbm_Bps"], 0.0)
     return np.where(_col(new, "num_experts") > 0, exposed + optimizer, 0.0)
 
 

@@ -15,11 +15,15 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from simulator.jit import njit
+from simulator.job.enums import Framework
+from simulator.job.framework import semantics
 from surrogate.physics import Rows, Vec, ceil, floor, fused_softmax, maximum, minimum, where
 from surrogate.physics import gemm_efficiency as _simulator_gemm_efficiency
 
 DT = 2.0  # fp16/bf16 bytes
 ADAM_BYTES_PER_PARAM = 36.0  # simulator.timeline.tail
+# Megatron-Core's passes over the whole gradient buffer (simulator.job.framework)
+GRAD_BUFFER_PASSES = float(semantics(Framework.MEGATRON_LM).grad_buffer_passes)
 # Megatron-Core's default gradient bucket (the records' framework; simulator.job.buckets): max(40M,
 # 1M x dp) parameters, and only the first model chunk of a stage is bucketed
 BUCKET_PARAMS, BUCKET_PARAMS_PER_DP = 40e6, 1e6
@@ -298,6 +302,9 @@ def iteration(r: Rows, stage_params: Vec, vocab_p: Vec) -> Iteration:
                          where(emb_crosses, 1.0, 2.0), r.gpn, 1.0)
     shard = where(r.dopt > 0, r.d, 1.0)
     optimizer = kernel_s(r, 10 * stage_params / shard, ADAM_BYTES_PER_PARAM * stage_params / shard)
+    # Megatron-Core's DDP zeroes the whole gradient buffer and takes its NaN-check norm each
+    # iteration (simulator.timeline.tail.grad_buffer_op)
+    optimizer = optimizer + GRAD_BUFFER_PASSES * (grad / r.hw.hbm_Bps + r.hw.launch_s)
     total = pipeline + pp_comm + dp_exposed + emb + optimizer
     return Iteration(total, pipeline, stage, bubble, layer.total, layer.compute, layer.tp_comm,
                      layer.recompute, layer.core, p2p, layer.host_excess, layer.host,

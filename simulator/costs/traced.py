@@ -68,7 +68,7 @@ from simulator.costs.traced_shapes import (
 )
 from simulator.errors import ProfileError
 from simulator.graph.blocks import JobGraph, build_graph
-from simulator.graph.ops import Op, OpKind
+from simulator.graph.ops import FRAMEWORK_STEP, Op, OpKind
 from simulator.job.enums import Recompute
 from simulator.job.specs import Job
 
@@ -430,13 +430,16 @@ def _phases(t: Trace) -> dict[TracePhase, dict[str, Any]]:
 @dataclass(frozen=True, eq=False)
 class TracedKernelModel:
     """The kernel model the tail sees: the optimizer step from its traced phase (scaled by the
-    stage's parameters), every other op from the fallback model."""
+    stage's parameters), the framework's other step kernels free (the traced iteration ran
+    them: its phases hold them), every other op from the fallback model."""
 
     costs: TracedCosts
     fallback: KernelModel
 
     def cost(self, op: Op) -> OpCost:
         step = self.costs.phases.get(TracePhase.OPTIMIZER)
+        if op.variant == FRAMEWORK_STEP and step is not None:  # inside the traced phases
+            return OpCost(0.0, CostSource.MEASURED)
         if op.kind is not OpKind.OPTIMIZER or step is None:
             return self.fallback.cost(op)
         full = block_params(self.costs.job, TracePhase.OPTIMIZER, _stage_layers(self.costs.job))

@@ -30,6 +30,11 @@ class OpKind(StrEnum):
     QUANTIZE = "quantize"  # cast / amax / transpose / Hadamard to a low-precision format
 
 
+# The variant of the framework's own per-iteration kernels of the step besides the optimizer
+# (Megatron-Core's DDP zeroing its gradient buffer and taking its NaN-check norm,
+# simulator.timeline.tail.grad_buffer_op): a traced iteration's phases already hold them.
+FRAMEWORK_STEP = "framework_step"
+
 # The variant of a small copy the host waits for (MoE's tokens-per-expert counts): after it the
 # host has lost its lead over the GPU (simulator.costs.blocks).
 HOST_SYNC = "host_sync"

@@ -129,6 +129,8 @@ class FrameworkSemantics:
     host_launch_cost: HostCost  # host dispatch per launch of each direction (x host_overhead_s)
     megatron_core_buckets: bool = False  # gradient buckets sized and placed as Megatron-Core's
     # DDP does (simulator.job.buckets), else 25 MB ones on every chunk
+    grad_buffer_passes: int = 0  # memory passes over the whole local gradient buffer per
+    # iteration besides the optimizer's (Megatron-Core's DDP: zeroing and the NaN check)
 
     def param_bytes(self, precision: Precision) -> ParamBytes:
         """Bytes per parameter of each role for `precision` (see the module docstring)."""
@@ -146,7 +148,8 @@ FRAMEWORKS: dict[Framework, FrameworkSemantics] = {
         gradient_accumulation_fusion=True, fp32_parameters=False, fp32_main_grad_copy_fp16=True,
         pads_vocab=True, all_forwards_first_when_m_equals_p=False, grad_stats_all_reduce=True,
         p2p_scatter_gather=False, eager_autocast=False, persistent_grad_buffer=True,
-        async_tp_grad_allreduce=True, host_launch_cost=MEGATRON_HOST, megatron_core_buckets=True),
+        async_tp_grad_allreduce=True, host_launch_cost=MEGATRON_HOST, megatron_core_buckets=True,
+        grad_buffer_passes=2),
     Framework.MEGATRON_DEEPSPEED: FrameworkSemantics(
         gradient_accumulation_fusion=False, fp32_parameters=False, fp32_main_grad_copy_fp16=False,
         pads_vocab=True, all_forwards_first_when_m_equals_p=True, grad_stats_all_reduce=True,

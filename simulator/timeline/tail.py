@@ -28,10 +28,10 @@ from simulator.costs.analytic import KernelModel
 from simulator.graph.blocks import p2p_bytes
 from simulator.graph.eager import optimizer_launches
 from simulator.graph.fsdp import gathered_after_step_bytes, tail_reduced_params
-from simulator.graph.ops import Op, OpKind, Phase
+from simulator.graph.ops import FRAMEWORK_STEP, Op, OpKind, Phase
 from simulator.graph.params import final_norm_params, kind_params, padded_vocab
 from simulator.job.buckets import bucket_count, bucketed_chunks
-from simulator.job.enums import CollectiveKind, Norm, Precision
+from simulator.job.enums import CollectiveKind, DataParallelSharding, Norm, Precision
 from simulator.job.framework import semantics
 from simulator.job.layer_pattern import stage_kind_counts
 from simulator.job.param_bytes import param_bytes
@@ -78,6 +78,29 @@ def optimizer_op(params: float, job: Job) -> Op:
         return Op("adamw_fused", OpKind.OPTIMIZER, Phase.STEP, (n,), 4, 10.0 * n,
                   ADAMW_FP32_BYTES_PER_PARAM * n, kernels=launches)
     return Op("adam", OpKind.OPTIMIZER, Phase.STEP, (n,), 4, 10.0 * n, ADAM_BYTES_PER_PARAM * n)
+
+
+def grad_buffer_op(params: float, job: Job) -> Op | None:
+    """The passes over one GPU's whole gradient buffer (`params` local parameters, dense and
+    expert, before any sharding) that the framework makes each iteration besides the optimizer
+    step (Megatron-Core's DDP: zeroing it and the per-bucket NaN-check norm,
+    simulator.job.framework), memory-bound; None where it makes none. Megatron-FSDP's sharded
+    gradient buffers (ZeRO-2/3) are not modelled here."""
+    passes = semantics(job.training.framework).grad_buffer_passes
+    if not passes or params <= 0 or job.sharding.level > DataParallelSharding.OPTIM.level:
+        return None
+    nbytes = param_bytes(job).gradients * params
+    return Op("grad_buffer_passes", OpKind.ELEMENTWISE, Phase.STEP, (int(params),),
+              param_bytes(job).gradients, 0.0, passes * nbytes, variant=FRAMEWORK_STEP,
+              kernels=passes)
+
+
+def grad_buffer_s(job: Job, params_per_stage: np.ndarray, kernels: KernelModel) -> np.ndarray:
+    """(p,) seconds of `grad_buffer_op` on each stage."""
+    def seconds(n: float) -> float:
+        op = grad_buffer_op(n, job)
+        return 0.0 if op is None else kernels.cost(op).seconds
+    return per_value(params_per_stage, seconds)
 
 
 def per_value(values: np.ndarray, fn: Callable[[float], float]) -> np.ndarray:
@@ -148,6 +171,7 @@ def _fixed_parallel(job: Job, params_per_stage: np.ndarray, kernels: KernelModel
     total = (np.zeros(job.parallel.pp) if overlap else reduce) + gather
     optimizer = per_value(grad_sync.optimizer_params(job, params_per_stage),
                           lambda n: kernels.cost(optimizer_op(n, job)).seconds)
+    optimizer = optimizer + grad_buffer_s(job, params_per_stage, kernels)
     return FixedTail(total.copy(), total, gather_s, _embedding_sync(job, network),
                      _sp_grad_sync(job, network), optimizer + _grad_stats_s(job, network))
 
@@ -195,6 +219,7 @@ def fixed_tail(job: Job, params_per_stage: np.ndarray, kernels: KernelModel,
     shard = job.dp if job.shards_optimizer else 1
     optimizer = per_value(params_per_stage,
                           lambda n: kernels.cost(optimizer_op(n / shard, job)).seconds)
+    optimizer = optimizer + grad_buffer_s(job, params_per_stage, kernels)
     return FixedTail(exposed, dp_total, gather, _embedding_sync(job, network),
                      _sp_grad_sync(job, network), optimizer + _grad_stats_s(job, network))
 

@@ -173,3 +173,29 @@ def test_screenings_margin_follows_the_surrogates_latest_errors() -> None:
     for _ in range(200):  # a perfect model still keeps the floor
         margin.add(guess(1.0), guess(1.0))  # type: ignore[arg-type]
     assert margin.time == margin.floor_time
+
+
+def test_the_simulators_cost_is_measured_in_cpu_seconds_so_a_loaded_machine_does_not_tip_the_choice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waiting for a core (another job on a shared machine) stretches the wall clock, not the
+    process's CPU time: the in-process simulator's measured cost must not include it, since the
+    surrogate's side of the choice is constants (planner.strategy)."""
+    import time
+
+    from vtrain_ml.planner import exact
+
+    real = exact.evaluate_exact_many
+
+    def waits_for_a_core(jobs, n_jobs):  # type: ignore[no-untyped-def]
+        time.sleep(0.05 * len(jobs))
+        return real(jobs, n_jobs)
+
+    monkeypatch.setattr(exact, "evaluate_exact_many", waits_for_a_core)
+    config = tiny_config()
+    space = SearchSpace(config)
+    table = SpaceTable(space)
+    candidates = [table.candidate(int(p)) for p in rules.feasible(table).nonzero()[0][:16]]
+    store = exact.ExactStore(optuna.create_study(), space, n_jobs=1)
+    store.evaluate(candidates, "exact", chunk=8)
+    assert store.evaluated == 16 and store.seconds_per_plan is not None
+    assert store.seconds_per_plan < 0.05  # the 50 ms of waiting per plan is not counted

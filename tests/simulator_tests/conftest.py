@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from simulator.costs.analytic import CostSource, KernelModel, OpCost
-from simulator.graph.ops import Op, OpKind
+from simulator.graph.ops import Op, Phase
 from simulator.job.enums import CollectiveKind
 from simulator.job.specs import Job
 from simulator.network.collectives import NetworkModel
@@ -37,12 +37,13 @@ def free_network(job: Job) -> FreeNetwork:
 
 @dataclass(frozen=True)
 class WithoutOptimizerStep:
-    """The job's kernel model, except that the optimizer step is free (no tail after the pipeline)."""
+    """The job's kernel model, except that the step's kernels (the optimizer and the framework's
+    passes over the gradient buffer) are free: no tail after the pipeline."""
 
     inner: KernelModel
 
     def cost(self, op: Op) -> OpCost:
-        if op.kind is OpKind.OPTIMIZER:
+        if op.phase is Phase.STEP:
             return OpCost(0.0, CostSource.ANALYTIC)
         return self.inner.cost(op)
 
