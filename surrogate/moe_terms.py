@@ -176,8 +176,10 @@ def moe_host_s(columns: Mapping[str, Any], rows: np.ndarray, new: np.ndarray,
     parts = [(flags * (1 << np.arange(5))[:, None]).sum(axis=0).astype(np.uint64)]
     parts += [_stable_codes(columns[name], name, rows) for name in _LAUNCH_COLUMNS]
     codes, firsts = row_groups(parts, "MoE launch keys")
-    counts = np.array([_launches(columns, tuple(int(p[i]) for p in parts), int(rows[i]))
-                       for i in firsts.tolist()])
+    # each group's key as Python ints in one conversion (not one numpy scalar per part and group)
+    keys = np.stack([p[firsts] for p in parts], axis=1).tolist()
+    counts = np.array([_launches(columns, tuple(key), row)
+                       for key, row in zip(keys, rows[firsts].tolist(), strict=True)])
     # TE quantizes a weight once per iteration (1/m per micro-batch; FSDP, refused with experts,
     # would re-quantize every micro-batch): those launches follow the row's own micro-batches
     m = (np.asarray(columns["global_batch_size"])[rows]
