@@ -259,6 +259,30 @@ class StageParams(NamedTuple):
 
 
 @njit(inline=True)
+def layer_linear_weights(r: Rows) -> Vec:
+    """Elements of one layer's four linear weights (QKV, projection, fc1, fc2), before tp."""
+    hd = r.h / r.a
+    return r.h * (r.h + 2 * r.g * hd) + r.h * r.h + r.h * r.f * (1 + r.gated) + r.f * r.h
+
+
+@njit(inline=True)
+def te_dummy_elements(r: Rows) -> Vec:
+    """Elements of TE's cached placeholder weight gradients on one GPU: one per distinct shape
+    of the layer's four linear weights after tp (simulator.memory.te_dummy; fc1 and fc2 of a
+    4h MLP at tp 4 share one)."""
+    hd = r.h / r.a
+    rows = ((r.h + 2 * r.g * hd) / r.t, r.h, r.f * (1 + r.gated) / r.t, r.h)
+    cols = (r.h, r.h / r.t, r.h, r.f / r.t)
+    total = rows[0] * cols[0]
+    for i in range(1, 4):
+        seen = (rows[i] == rows[0]) & (cols[i] == cols[0])
+        for j in range(1, i):
+            seen = seen | ((rows[i] == rows[j]) & (cols[i] == cols[j]))
+        total = total + where(seen, 0.0, rows[i] * cols[i])
+    return total
+
+
+@njit(inline=True)
 def stage_params(r: Rows) -> StageParams:
     """Parameters per GPU of the first and last pipeline stage, and of the whole model."""
     hd = r.h / r.a
@@ -266,7 +290,7 @@ def stage_params(r: Rows) -> StageParams:
     norm = r.h * (2 - r.gated)  # LayerNorm has a bias, RMSNorm not
     qkv_out = r.h + 2 * r.g * hd
     up_out = r.f * (1 + r.gated)
-    weights = r.h * qkv_out + r.h * r.h + r.h * up_out + r.f * r.h
+    weights = layer_linear_weights(r)
     sharded = weights + bias * (qkv_out + up_out)
     replicated = bias * 2 * r.h + 2 * norm
     vocab_p = ceil(r.V / (128 * r.t)) * 128 * r.t
@@ -382,10 +406,10 @@ class Memory(NamedTuple):
 
 @njit(inline=True)
 def _peak_moment(r: Rows, per_param: Vec, main_grad_copy: Vec, shard: Vec, working: Vec, n: Vec,
-                 acts: Vec, head: Vec) -> Vec:
+                 acts: Vec, head: Vec, dummy: Vec) -> Vec:
     """simulator.memory.stages: the largest of the forward, backward and optimizer moments, plus the
-    workspaces and the context."""
-    static = per_param * n
+    workspaces, TE's cached dummy weight gradients and the context."""
+    static = per_param * n + dummy
     moments = maximum(maximum(acts + head, acts + maximum(working, head)),
                          main_grad_copy / shard * n)
     return static + moments + WORKSPACE_BYTES + r.hw.reserved_bytes
@@ -411,10 +435,11 @@ def memory(r: Rows, params: StageParams) -> Memory:
                 + one * emb_saved * flight.emb_first)
     first_act = first_act + one * (flight.head_last - 1) * head_saved
     logits16 = 2 * T * params.vocab_p / r.t  # the loss's 16-bit logits / gradient
+    dummy = te_dummy_elements(r) * 2.0
     first = _peak_moment(r, per_param, main_grad_copy, shard, act.working, params.first, first_act,
-                         one * logits16)
+                         one * logits16, dummy)
     last = _peak_moment(r, per_param, main_grad_copy, shard, act.working, params.last, last_act,
-                        logits16)
+                        logits16, dummy)
     return Memory(maximum(first, last), first, last, maximum(first_act, last_act),
                   per_param * maximum(params.first, params.last), act.saved, act.working)
 

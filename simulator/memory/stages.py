@@ -53,6 +53,7 @@ from simulator.memory.parallel_terms import (
     uses_parallel_terms,
 )
 from simulator.memory.states import BF16, model_states, quantized_weights, stage_param_counts
+from simulator.memory.te_dummy import dummy_wgrad_bytes
 from simulator.timeline.engine import RoundPlan
 
 # Measured with bench/measure_memory_terms.py on an H100 (PyTorch 2.11, fresh process per job,
@@ -89,6 +90,7 @@ class StageMemory:
     cp_kv_buffers_bytes: float = 0.0  # K/V received from other context-parallel ranks
     low_precision_weights_bytes: float = 0.0  # FP8/FP4 weight copies, transposes and scales
     fsdp_unsharded_bytes: float = 0.0  # whole parameters / gradients of the FSDP units in flight
+    te_dummy_wgrads_bytes: float = 0.0  # TE's cached placeholder weight gradients (te_dummy)
 
     @property
     def allocated_bytes(self) -> float:
@@ -100,7 +102,7 @@ class StageMemory:
                 + self.expert_gradients_bytes + self.expert_optimizer_states_bytes
                 + self.moe_activations_bytes + self.moe_dispatch_buffers_bytes
                 + self.cp_kv_buffers_bytes + self.low_precision_weights_bytes
-                + self.fsdp_unsharded_bytes)
+                + self.fsdp_unsharded_bytes + self.te_dummy_wgrads_bytes)
 
     @property
     def allocator_reserved_bytes(self) -> float:
@@ -128,7 +130,8 @@ class StageMemory:
 
 PARALLEL_TERMS = frozenset({"expert_weights_bytes", "expert_gradients_bytes",
                             "expert_optimizer_states_bytes", "moe_activations_bytes",
-                            "moe_dispatch_buffers_bytes", "cp_kv_buffers_bytes"})
+                            "moe_dispatch_buffers_bytes", "cp_kv_buffers_bytes",
+                            "te_dummy_wgrads_bytes"})
 
 
 def chunk_activation_bytes(job: Job, graph: JobGraph) -> np.ndarray:
@@ -219,7 +222,8 @@ def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
     return _Moments(
         static={"weights_bytes": states.weights, "optimizer_states_bytes": states.optimizer_states,
                 "low_precision_weights_bytes": states.low_precision_weights,
-                "fsdp_unsharded_bytes": states.fsdp_unsharded},
+                "fsdp_unsharded_bytes": states.fsdp_unsharded,
+                "te_dummy_wgrads_bytes": dummy_wgrad_bytes(job)},
         grads_in_flight=in_flight, grads_all=grads * (1 + (not fw.persistent_grad_buffer
                                                           and job.dp > 1)),
         main=states.main_gradients,
@@ -259,7 +263,7 @@ def _parallel_moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
         static={"weights_bytes": weights,
                 "optimizer_states_bytes": (pb.master_weights + pb.optimizer_states) * n / shard,
                 "low_precision_weights_bytes": q.bytes_per_param * (q.dense + q.experts),
-                "fsdp_unsharded_bytes": zero},
+                "fsdp_unsharded_bytes": zero, "te_dummy_wgrads_bytes": dummy_wgrad_bytes(job)},
         grads_in_flight=pb.gradients * n, grads_all=pb.gradients * n,
         main=pb.main_gradients * n / shard + extra.expert_main_gradients,
         act=in_flight_peak(plan, act_chunks, m), amp_forward=zero, amp_saved=zero,
@@ -318,16 +322,20 @@ def stage_memory_table(job: Job, graph: JobGraph, plan: RoundPlan) -> MemoryTabl
     context = job.hardware.reserved_memory_GiB * GiB
     t = chosen.T  # gradients, main gradients, activations, amp, loss, working, embedding
     # StageMemory.allocated_bytes / total_bytes, term by term in their order
+    dummy = mo.static["te_dummy_wgrads_bytes"]
     allocated = weights + t[0] + t[1] + states + t[2] + t[3] + t[4] + t[5] + t[6] + WORKSPACE_BYTES
     if lowp.any() or fsdp.any():
         allocated = allocated + lowp + fsdp
+    if dummy.any():
+        allocated = allocated + dummy
     moments = [names[i] for i in peak.tolist()]
     stages = tuple(
         StageMemory(ws, g, mg, st, a, amp, loss, w, emb, WORKSPACE_BYTES, context, moment,
-                    low_precision_weights_bytes=lp, fsdp_unsharded_bytes=fs)
-        for ws, st, (g, mg, a, amp, loss, w, emb), moment, lp, fs
+                    low_precision_weights_bytes=lp, fsdp_unsharded_bytes=fs,
+                    te_dummy_wgrads_bytes=dw)
+        for ws, st, (g, mg, a, amp, loss, w, emb), moment, lp, fs, dw
         in zip(weights.tolist(), states.tolist(), chosen.tolist(), moments, lowp.tolist(),
-               fsdp.tolist(), strict=True))
+               fsdp.tolist(), dummy.tolist(), strict=True))
     return MemoryTable(stages, allocated, allocated + context)
 
 
@@ -367,6 +375,7 @@ def _parallel_table(job: Job, mo: _Moments) -> MemoryTable:
             float(mo.static["optimizer_states_bytes"][i]), a, 0.0, loss, w, 0.0, WORKSPACE_BYTES,
             context, names[int(peak[i])], float(x.expert_weights[i]), eg,
             float(x.expert_optimizer_states[i]), ma, db, kb,
-            low_precision_weights_bytes=float(mo.static["low_precision_weights_bytes"][i])))
+            low_precision_weights_bytes=float(mo.static["low_precision_weights_bytes"][i]),
+            te_dummy_wgrads_bytes=float(mo.static["te_dummy_wgrads_bytes"][i])))
     allocated = np.array([s.allocated_bytes for s in stages])
     return MemoryTable(tuple(stages), allocated, allocated + context)
