@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.job.specs import Job
+from simulator.job.specs import GiB, Job
 from simulator.simulate import clear_caches
 from vtrain_ml.planner import rules
 from vtrain_ml.planner.config import Objective, SearchConfig, config_from_dict, load_config
@@ -255,6 +255,15 @@ def large_space(n_random: int, seeds: list[int], folder: Path) -> None:
               f"{target:.2f}B; search wall / random wall = " + ", ".join(f"{w / wall:.2f}" for w in walls))
 
 
+def _fit_note(ev: Any) -> str:
+    """Empty for a baseline that fits; else what the simulator says it needs (the search only
+    returns plans that fit, so it cannot return that one)."""
+    if ev.fits_in_memory or ev.memory_required_bytes is None:
+        return ""
+    return (f" (DOES NOT FIT by the simulator: needs {ev.memory_required_bytes / GiB:.2f} of "
+            f"{ev.memory_capacity_bytes / GiB:.2f} GiB)")
+
+
 def published_baseline(folder: Path, seeds: list[int], exhaustive: bool) -> None:
     config = config_from_dict(LLAMA3_70B)
     space = SearchSpace(config)
@@ -272,8 +281,10 @@ def published_baseline(folder: Path, seeds: list[int], exhaustive: bool) -> None
         print(f"search seed {seed}: {best.iteration_time_s:.3f} s/iteration at {plan(found)} "
               f"({found.best.plan['schedule']} x{found.best.plan['virtual_stages']}, mb "
               f"{found.best.plan['micro_batch_size']}, {found.best.plan['recompute']} recompute)"
-              f"{' = the baseline' if same else ''}; baseline {base.iteration_time_s:.3f} s/iteration; "
-              f"search / baseline = {best.iteration_time_s / base.iteration_time_s:.4f} (target <= 1); "
+              f"{' = the baseline' if same else ''}; baseline {base.iteration_time_s:.3f} s/iteration"
+              f"{_fit_note(base)}; "
+              f"search / baseline = {best.iteration_time_s / base.iteration_time_s:.4f} (target <= 1"
+              f"{'' if base.fits_in_memory else ' among plans that fit'}); "
               f"{found.exact_evaluations} exact evaluations = "
               f"{100 * found.exact_evaluations / valid:.1f}% of the valid plans, "
               f"{100 * found.exact_evaluations / space.size:.2f}% of the combinations "

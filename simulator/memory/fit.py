@@ -28,6 +28,7 @@ allocated peak fits; the reservation decides, fit or not).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 ALLOCATOR_FLOOR = 0.02
 
@@ -52,6 +53,12 @@ def required_bytes(allocated_bytes: float, context_bytes: float) -> float:
     """What the device must hold for an allocated peak: the allocator's least reservation and the
     context outside it."""
     return allocated_bytes * (1.0 + ALLOCATOR_FLOOR) + context_bytes
+
+
+def required_from_peak(peak_bytes: Any, context_bytes: Any) -> Any:
+    """`required_bytes` of a reported peak (`SimulationResult.peak_memory_bytes`: the allocated
+    peak plus the context), for callers that kept only the peak (the search's evaluations)."""
+    return required_bytes(peak_bytes - context_bytes, context_bytes)
 
 
 def memory_fit(allocated_bytes: float, context_bytes: float, capacity_bytes: float) -> MemoryFit:

@@ -50,3 +50,23 @@ def test_the_search_workers_and_joblib_parallel_share_one_process() -> None:
     first = evaluate_exact_many(jobs, n_jobs=2)
     assert list(Parallel(n_jobs=2)(delayed(abs)(i) for i in (-3, -2, -1))) == [3, 2, 1]
     assert evaluate_exact_many(jobs, n_jobs=2) == first
+
+
+def test_a_peak_that_leaves_no_room_for_the_allocator_is_infeasible_as_the_simulator_says() -> None:
+    """The search's memory constraint is the simulator's verdict (simulator.memory.fit): the
+    allocated peak plus the allocator's 2% floor plus the context must fit, not the bare peak.
+    A plan whose peak is 1 GiB under the capacity of an 80 GiB GPU misses by the floor."""
+    from simulator.job.specs import GiB
+    from vtrain_ml.planner.evaluation import evaluation_from_time
+    from vtrain_ml.planner.objective import constraint_values
+
+    config = tiny_config()
+    job = next(c.job for c in map(SearchSpace(config).build, SearchSpace(config).enumerate())
+               if c.job is not None)
+    capacity, context = job.hardware.memory_bytes, job.hardware.reserved_memory_GiB * GiB
+    peak = capacity - 1 * GiB
+    ev = evaluation_from_time(job, 1.0, peak)
+    assert ev.memory_required_bytes == (peak - context) * 1.02 + context > capacity
+    assert not ev.fits_in_memory and constraint_values(config, capacity, ev)[0] > 0
+    roomy = evaluation_from_time(job, 1.0, capacity / 2)
+    assert roomy.fits_in_memory and constraint_values(config, capacity, roomy)[0] < 0

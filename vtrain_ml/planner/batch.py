@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.graph.params import total_params
-from simulator.job.specs import Job
+from simulator.job.specs import GiB, Job
+from simulator.memory.fit import required_from_peak
 from vtrain_ml.planner.columns import job_columns
 from vtrain_ml.planner.config import Objective
 from vtrain_ml.planner.rules import template
@@ -75,7 +76,8 @@ def violation(table: SpaceTable, p: Predicted) -> np.ndarray:
     """The largest relative constraint overshoot of each row (<= 0: feasible), as
     `objective.constraint_values`: memory over capacity, time to train over the budget."""
     capacity = table.flat(table.hardware(lambda h, e: h.memory_bytes, float), p.positions)
-    worst = p.peak_memory_bytes / capacity - 1.0
+    context = table.flat(table.hardware(lambda h, e: h.reserved_memory_GiB * GiB, float), p.positions)
+    worst = required_from_peak(p.peak_memory_bytes, context) / capacity - 1.0
     budget = table.space.config.time_budget_s
     if budget is not None:
         ttt = p.time_to_train_s if p.time_to_train_s is not None else np.full(len(p.positions), np.inf)

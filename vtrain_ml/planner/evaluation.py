@@ -20,7 +20,8 @@ from typing import Any
 
 from simulator.graph.flops import model_flops_per_iteration
 from simulator.graph.params import total_params
-from simulator.job.specs import Job
+from simulator.job.specs import GiB, Job
+from simulator.memory.fit import required_from_peak
 from simulator.report.metrics import cost_usd, utilization
 from simulator.simulate import simulate
 
@@ -46,6 +47,9 @@ class Evaluation:
     cost_to_train_usd: float | None = None
     # the plan's GPU memory (plans of a hardware list differ); None in evaluations stored before
     memory_capacity_bytes: float | None = None
+    # what the device must hold for that peak: the allocator's least reservation and the context
+    # (simulator.memory.fit, what `fits_in_memory` compares); None in evaluations stored before
+    memory_required_bytes: float | None = None
 
     @property
     def cost_usd(self) -> float:
@@ -66,7 +70,8 @@ def evaluation_from_time(job: Job, iteration_time_s: float, peak_memory_bytes: f
     tokens = job.training.train_tokens
     tokens_per_s = job.training.global_batch_size * job.model.seq_length / iteration_time_s
     to_train = tokens / tokens_per_s if tokens else None
-    fits = peak_memory_bytes <= job.hardware.memory_bytes if fits_in_memory is None else fits_in_memory
+    required = float(required_from_peak(peak_memory_bytes, job.hardware.reserved_memory_GiB * GiB))
+    fits = required <= job.hardware.memory_bytes if fits_in_memory is None else fits_in_memory
     return Evaluation(
         iteration_time_s=float(iteration_time_s),
         peak_memory_bytes=float(peak_memory_bytes),
@@ -78,6 +83,7 @@ def evaluation_from_time(job: Job, iteration_time_s: float, peak_memory_bytes: f
         time_to_train_s=to_train,
         cost_to_train_usd=cost_usd(to_train, job) if to_train else None,
         memory_capacity_bytes=job.hardware.memory_bytes,
+        memory_required_bytes=required,
     )
 
 

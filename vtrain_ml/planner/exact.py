@@ -67,12 +67,14 @@ class ExactStore:
         return sum(n for _, n in self.chunks)
 
     def _clock(self) -> float:
-        """In-process simulation is timed in this process's CPU seconds: another job on a shared
-        machine slows the wall clock of the simulator and of the surrogate alike, but the strategy
-        choice compares the measured simulator with the surrogate's fixed costs (CPU seconds on
-        an idle machine, planner.strategy), so a wall clock would tip it on a loaded machine.
-        Worker processes (n_jobs > 1) divide the wall time, which is what they save."""
-        return time.process_time() if self.n_jobs == 1 else time.perf_counter()
+        """In-process simulation is timed in the simulating thread's CPU seconds: another job on
+        a shared machine slows the wall clock of the simulator and of the surrogate alike, but the
+        strategy choice compares the measured simulator with the surrogate's fixed costs (CPU
+        seconds on an idle machine, planner.strategy), so a wall clock would tip it on a loaded
+        machine; the process's CPU time would count other threads (a previous search's spinning
+        OpenMP threads). Worker processes (n_jobs > 1) divide the wall time, which is what they
+        save."""
+        return time.thread_time() if self.n_jobs == 1 else time.perf_counter()
 
     @property
     def seconds_per_plan(self) -> float | None:

@@ -49,8 +49,11 @@ def worst_values(objective: Objective) -> tuple[float, ...]:
 
 def constraint_values(config: SearchConfig, capacity_bytes: float, ev: Evaluation) -> tuple[float, ...]:
     """Relative overshoots; feasible when every value is <= 0 (Optuna's convention). Memory is
-    measured against the plan's own GPU (`capacity_bytes`: the space's, for older evaluations)."""
-    memory = ev.peak_memory_bytes / (ev.memory_capacity_bytes or capacity_bytes) - 1.0
+    what the device must hold (the simulator's `fits_in_memory` verdict: the allocator's least
+    reservation and the context; the peak, for older evaluations) against the plan's own GPU
+    (`capacity_bytes`: the space's, for older evaluations)."""
+    held = ev.memory_required_bytes if ev.memory_required_bytes is not None else ev.peak_memory_bytes
+    memory = held / (ev.memory_capacity_bytes or capacity_bytes) - 1.0
     budget = config.time_budget_s
     if budget is None:
         return (memory,)

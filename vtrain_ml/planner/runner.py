@@ -169,10 +169,10 @@ def _stored_seconds(ctx: SearchContext) -> float:
     if not done:
         return 0.0
     job = ctx.space.build(done[0].params).job
-    began = time.process_time()  # CPU seconds, as ExactStore times its own (planner.exact)
+    began = time.thread_time()  # CPU seconds, as ExactStore times its own (planner.exact)
     if job is not None:
         evaluate_exact(job)
-    return time.process_time() - began
+    return time.thread_time() - began
 
 
 def _enumerate(ctx: SearchContext, table: SpaceTable) -> dict[str, Any]:

@@ -16,9 +16,9 @@ evaluation is a trial of it, whichever runs; `--resume` continues any of them):
   sampler earns its per-trial cost.
 
 The simulator's cost is measured: seconds per exact plan from the search's first exact
-evaluations (the surrogate's training sample, which enumeration would simulate too), in CPU
-seconds of the process when it simulates in-process (planner.exact: a loaded machine slows both
-sides alike, and the surrogate's side is constants). The
+evaluations (the surrogate's training sample, which enumeration would simulate too), in the
+simulating thread's CPU seconds when it simulates in-process (planner.exact: a loaded machine
+slows both sides alike, and the surrogate's side is constants). The
 surrogate's costs cannot be measured without paying them, and are what dominates a small space:
 starting it (importing XGBoost and loading the compiled feature kernel, `SURROGATE_STARTUP_S`),
 fitting it (`FIT_S`, once measured: the measured refits) and scoring (`SCORE_RATE` plans a
