@@ -121,17 +121,18 @@ class StageMemory:
         return self.weights_bytes
 
     def to_dict(self) -> dict[str, float | str]:
-        """Every term (those of experts and context parallelism only when held)."""
-        terms = {k: v for k, v in asdict(self).items() if v or k not in PARALLEL_TERMS}
+        """Every term (those of experts, context parallelism and TE's placeholders only when
+        held)."""
+        terms = {k: v for k, v in asdict(self).items() if v or k not in SHOWN_WHEN_HELD}
         return {**terms, "allocated_bytes": self.allocated_bytes,
                 "allocator_reserved_bytes": self.allocator_reserved_bytes,
                 "total_bytes": self.total_bytes, "parameters_bytes": self.parameters_bytes}
 
 
-PARALLEL_TERMS = frozenset({"expert_weights_bytes", "expert_gradients_bytes",
-                            "expert_optimizer_states_bytes", "moe_activations_bytes",
-                            "moe_dispatch_buffers_bytes", "cp_kv_buffers_bytes",
-                            "te_dummy_wgrads_bytes"})
+SHOWN_WHEN_HELD = frozenset({"expert_weights_bytes", "expert_gradients_bytes",
+                             "expert_optimizer_states_bytes", "moe_activations_bytes",
+                             "moe_dispatch_buffers_bytes", "cp_kv_buffers_bytes",
+                             "te_dummy_wgrads_bytes"})
 
 
 def chunk_activation_bytes(job: Job, graph: JobGraph) -> np.ndarray:
