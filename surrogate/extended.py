@@ -315,7 +315,7 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     experts_tail = expert_tail_s(f, new, per_gpu_experts, expert_dp, level, dense, hw)
     # a feature, not a term of the estimate: the trees' held-out MAPE was 5.74% with it as a term,
     # 5.29% with it as this feature (bench/bench_surrogate.py, runs/samples/moe-cp-40k-s11)
-    gather_shift = param_gather_shift_s(f, _col(new, "overlap_param_gather") > 0, dense, hw)
+    gather_shift = param_gather_shift_s(fields, hw, _col(new, "overlap_param_gather") > 0, dense)
     time = np.maximum(est + tree + layers * per_layer + uneven_s + experts_tail, 0.2 * est)
     # Megatron shards the optimizer over the data-parallel group with context parallelism (dp x
     # cp, simulator.graph.params.optimizer_shards) and the routed experts' over expert_dp; the

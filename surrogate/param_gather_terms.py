@@ -29,38 +29,24 @@ from typing import Any
 
 import numpy as np
 
-from surrogate.timing import grad_buckets
+from surrogate.physics import Hardware, rows_of_fields
+from surrogate.timing import _ring_s, dp_placement, grad_buckets
 
 
-def _all_gather_s(f: Mapping[str, np.ndarray], hw: Mapping[str, Any], nbytes: np.ndarray,
-                  n: np.ndarray, per_node: np.ndarray) -> np.ndarray:
-    """An all-gather of `nbytes` over `n` ranks, `per_node` of them on each node: half the
-    dense form's ring all-reduce (surrogate.timing._ring_s, one call)."""
-    gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
-    k = np.ceil(n / np.maximum(per_node, 1.0))
-    g = np.minimum(per_node, n)
-    intra_bw = f["intra_node_bandwidth_GBps"] * 1e9 * hw["intra_eff"]
-    inter_bw = f["inter_node_bandwidth_Gbps"] * 1e9 / 8 * hw["inter_eff"]
-    flat = 2 * (n - 1) / np.maximum(n, 1.0) * nbytes / intra_bw + 2 * (n - 1) * hw["intra_lat_s"]
-    local = 2 * (g - 1) / np.maximum(g, 1.0) * nbytes / intra_bw
-    inter = 2 * (k - 1) / k * nbytes * (gpn / g) / inter_bw
-    hier = np.maximum(local, inter) + 2 * (g - 1) * hw["intra_lat_s"] + 2 * (k - 1) * hw["inter_lat_s"]
-    return 0.5 * np.where(n > 1, np.where(k > 1, hier, flat), 0.0)
-
-
-def param_gather_shift_s(f: Mapping[str, np.ndarray], opg: np.ndarray, dense: Mapping[str, np.ndarray],
-                         hw: Mapping[str, Any]) -> np.ndarray:
+def param_gather_shift_s(fields: np.ndarray, hw: Mapping[str, Any], opg: np.ndarray,
+                         dense: Mapping[str, np.ndarray]) -> np.ndarray:
     """Seconds the parameter gather under the next forward would add to the dense estimate
     (negative: save) on rows with `opg`; zero elsewhere (nothing computed for a table without
-    the flag)."""
+    the flag). `fields`, `hw`: the table's `ROW_FIELDS` matrix and hardware numbers, read as
+    the dense form reads them."""
     if not opg.any():
         return np.zeros(opg.shape)
-    t, d, p, v = f["tp"], f["dp"], f["pp"], f["virtual_stages"]
-    gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
-    per_node = np.where(t < gpn, np.maximum(1.0, np.minimum(d, np.floor(gpn / t))), 1.0)
+    r = rows_of_fields(list(fields), Hardware(**hw))
+    d, p, v = r.d, r.p, r.v
     stage = dense["stage_params"]
-    gather = _all_gather_s(f, hw, 2.0 * stage, d, per_node)  # 16-bit weights, as the tail's
-    element = np.where(f["precision"] > 0, 4.0, 2.0)  # the gradients the buckets are sized by
+    # the tail's gather of the 16-bit weights: half the dense form's ring all-reduce, one call
+    gather = 0.5 * _ring_s(r, 2.0 * stage, d, dp_placement(r), r.gpn, 1.0)
+    element = np.where(r.bf16 > 0, 4.0, 2.0)  # the gradients the buckets are sized by
     overlapped = np.ones_like(stage)  # the flag requires overlapped reduction
     n0 = np.maximum(grad_buckets(stage * element, d, v, element, overlapped) - (v - 1), 1.0)
     forward = dense["time_stage_mb_s"] / v / 3  # one chunk's forward of one micro-batch
@@ -68,5 +54,5 @@ def param_gather_shift_s(f: Mapping[str, np.ndarray], opg: np.ndarray, dense: Ma
     first = g0 + (n0 - 1) * np.maximum(0.0, g0 - f0)
     exposed = np.where(v > 1, gather / v, first + (p - 1) * gather)
     beside = np.maximum(gather - np.minimum(exposed, gather), 0.0)
-    shift = exposed + hw["comm_slowdown"] * beside - gather
+    shift = exposed + r.hw.comm_slowdown * beside - gather
     return np.where(opg & (d > 1), shift, 0.0)
