@@ -414,6 +414,12 @@ class Job(Frozen):
         return self.sharding.level >= DataParallelSharding.OPTIM.level
 
     @property
+    def shards_gradients(self) -> bool:
+        """Gradients sharded over dp too: ZeRO-2 and above (Megatron-FSDP's buffers), where a
+        rank no longer holds its whole gradient buffer."""
+        return self.sharding.level > DataParallelSharding.OPTIM.level
+
+    @property
     def num_microbatches(self) -> int:
         return self.training.global_batch_size // (self.dp * self.training.micro_batch_size)
 

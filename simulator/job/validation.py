@@ -171,11 +171,11 @@ def _sharding_problems(job: Job) -> list[str]:
     if chosen is DataParallelSharding.NO_SHARD and p.distributed_optimizer:
         problems.append("parallel.distributed_optimizer=true is data_parallel_sharding=optim, "
                         "not no_shard; remove one of them")
-    if job.sharding.level > DataParallelSharding.OPTIM.level and t.framework is not Framework.MEGATRON_LM:
+    if job.shards_gradients and t.framework is not Framework.MEGATRON_LM:
         problems.append(f"parallel.data_parallel_sharding={job.sharding.value} is modelled for "
                         f"framework megatron-lm (Megatron-FSDP), not {t.framework.value}; use "
                         f"optim or no_shard")
-    if job.sharding.level > DataParallelSharding.OPTIM.level:
+    if job.shards_gradients:
         apart = {"model.num_experts": job.model.is_moe, f"parallel.cp={p.cp}": p.cp > 1,
                  "model.mtp_num_layers": job.model.mtp_num_layers > 0}
         problems += [f"parallel.data_parallel_sharding={job.sharding.value} with {k} is not "

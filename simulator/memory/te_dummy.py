@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.graph.primitives import gradient_accumulation_fused
-from simulator.job.enums import DataParallelSharding
 from simulator.job.framework import semantics
 from simulator.job.layer_pattern import LayerKind, layer_kinds, stage_kind_counts
 from simulator.job.specs import Job, ModelSpec
@@ -58,7 +57,7 @@ def holds_dummy_wgrads(job: Job) -> bool:
     """Megatron-Core on TE with its gradient accumulation fused (not Megatron-FSDP's sharded
     gradient buffers, which are not modelled here)."""
     return (semantics(job.training.framework).te_dummy_wgrads and gradient_accumulation_fused(job)
-            and job.sharding.level <= DataParallelSharding.OPTIM.level)
+            and not job.shards_gradients)
 
 
 def dummy_wgrad_bytes(job: Job) -> np.ndarray:

@@ -31,7 +31,7 @@ from simulator.graph.fsdp import gathered_after_step_bytes, tail_reduced_params
 from simulator.graph.ops import FRAMEWORK_STEP, Op, OpKind, Phase
 from simulator.graph.params import final_norm_params, kind_params, padded_vocab
 from simulator.job.buckets import bucket_count, bucketed_chunks
-from simulator.job.enums import CollectiveKind, DataParallelSharding, Norm, Precision
+from simulator.job.enums import CollectiveKind, Norm, Precision
 from simulator.job.framework import semantics
 from simulator.job.layer_pattern import stage_kind_counts
 from simulator.job.param_bytes import param_bytes
@@ -87,12 +87,11 @@ def grad_buffer_op(params: float, job: Job) -> Op | None:
     simulator.job.framework), memory-bound; None where it makes none. Megatron-FSDP's sharded
     gradient buffers (ZeRO-2/3) are not modelled here."""
     passes = semantics(job.training.framework).grad_buffer_passes
-    if not passes or params <= 0 or job.sharding.level > DataParallelSharding.OPTIM.level:
+    if not passes or params <= 0 or job.shards_gradients:
         return None
-    nbytes = param_bytes(job).gradients * params
-    return Op("grad_buffer_passes", OpKind.ELEMENTWISE, Phase.STEP, (int(params),),
-              param_bytes(job).gradients, 0.0, passes * nbytes, variant=FRAMEWORK_STEP,
-              kernels=passes)
+    element = param_bytes(job).gradients
+    return Op("grad_buffer_passes", OpKind.ELEMENTWISE, Phase.STEP, (int(params),), element, 0.0,
+              passes * element * params, variant=FRAMEWORK_STEP, kernels=passes)
 
 
 def grad_buffer_s(job: Job, params_per_stage: np.ndarray, kernels: KernelModel) -> np.ndarray:
