@@ -35,7 +35,7 @@ from simulator.memory.states import grad_bytes_per_param, stage_param_counts
 from simulator.report.result import SimulationResult
 from simulator.timeline.lowering import chunk_totals
 from simulator.timeline.param_gather import first_forward_ops
-from simulator.timeline.tail import optimizer_op
+from simulator.timeline.tail import grad_buffer_op, optimizer_op
 
 US = 1e6
 THREADS = ("compute", "dp-comm", "compute parts", "pp recv activations", "pp recv gradients", "step",
@@ -231,4 +231,8 @@ def _optimizer_args(job: Job | None, params: np.ndarray | None, s: int) -> dict[
         return {}
     shard = job.dp if job.shards_optimizer else 1
     op = optimizer_op(float(params[s]) / shard, job)
-    return {"parameters": int(op.shape[0]), "flops": op.flops, "hbm_bytes": op.bytes}
+    args = {"parameters": int(op.shape[0]), "flops": op.flops, "hbm_bytes": op.bytes}
+    passes = grad_buffer_op(float(params[s]), job)
+    if passes is not None:  # the span's time includes them (simulator.timeline.tail)
+        args["grad_buffer_passes_hbm_bytes"] = passes.bytes
+    return args

@@ -75,3 +75,12 @@ def test_megatron_fsdp_sharded_buffers_are_not_charged_here():
     job = _job(**{"parallel.dp": 8, "cluster.num_gpus": 8,
                   "parallel.data_parallel_sharding": "optim_grads_params"})
     assert grad_buffer_op(stage_param_counts(job)[0], job) is None
+
+
+def test_the_trace_shows_them_beside_the_optimizer_step():
+    from simulator.report.trace import chrome_trace
+
+    job = _job()
+    step = next(e for e in chrome_trace(simulate(job), job)["traceEvents"]
+                if e.get("cat") == "optimizer")
+    assert step["args"]["grad_buffer_passes_hbm_bytes"] == 2 * 4 * stage_param_counts(job)[0]
