@@ -9,64 +9,86 @@ attention core, its projections and context parallelism's K/V exchange
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-import numpy as np
+from simulator.jit import njit
+from surrogate.physics import RECOMPUTE, Hardware, Vec, maximum, where
+from surrogate.slots import (
+    CP,
+    D_ATTENTION,
+    D_GEMM_EFFICIENCY,
+    HIDDEN_SIZE,
+    KV_CHANNELS,
+    MICRO_BATCH_SIZE,
+    MULTI_LATENT_ATTENTION,
+    NUM_ATTENTION_HEADS,
+    NUM_QUERY_GROUPS,
+    QK_HEAD_DIM,
+    QK_POS_EMB_HEAD_DIM,
+    RECOMPUTE_CODE,
+    SEQ_LENGTH,
+    TP,
+    V_HEAD_DIM,
+)
 
-from surrogate.physics import RECOMPUTE
-from surrogate.records import new_column as _col
+_FULL = float(RECOMPUTE.index("full"))
 
 
 class Heads(NamedTuple):
     """A tensor-parallel rank's attention heads and their sizes (simulator's `HeadDims`)."""
 
-    heads: np.ndarray
-    kv_heads: np.ndarray
-    dqk: np.ndarray
-    dv: np.ndarray
-
-    def kv_bytes(self, tokens: np.ndarray) -> np.ndarray:
-        """16-bit K and V of `tokens` tokens."""
-        return 2.0 * tokens * self.kv_heads * (self.dqk + self.dv)
-
-    def qkv_out_bytes(self, tokens: np.ndarray) -> np.ndarray:
-        """16-bit Q, K, V and the output of `tokens` tokens (what Ulysses' all-to-alls move)."""
-        return 2.0 * tokens * (self.heads * (self.dqk + self.dv) + self.kv_heads * (self.dqk + self.dv))
+    heads: Vec
+    kv_heads: Vec
+    dqk: Vec
+    dv: Vec
 
 
-def heads(f: Mapping[str, np.ndarray], new: np.ndarray) -> Heads:
-    """`Heads` of each row (simulator.graph.dense / mla)."""
-    t, a, h = f["tp"], f["num_attention_heads"], f["hidden_size"]
-    mla = _col(new, "multi_latent_attention") > 0
-    kv = _col(new, "kv_channels")
-    d = np.where(kv > 0, kv, h / a)
-    dqk = np.where(mla, _col(new, "qk_head_dim") + _col(new, "qk_pos_emb_head_dim"), d)
-    dv = np.where(mla, _col(new, "v_head_dim"), d)
-    return Heads(a / t, np.where(mla, a, f["num_query_groups"]) / t, dqk, dv)
+@njit
+def kv_bytes(dims: Heads, tokens: Vec) -> Vec:
+    """16-bit K and V of `tokens` tokens."""
+    return 2.0 * tokens * dims.kv_heads * (dims.dqk + dims.dv)
 
 
-def attention_extra_s(f: Mapping[str, np.ndarray], new: np.ndarray, dims: Heads,
-                      attention_weights: np.ndarray, dense: Mapping[str, np.ndarray],
-                      hw: Mapping[str, Any]) -> np.ndarray:
+@njit
+def qkv_out_bytes(dims: Heads, tokens: Vec) -> Vec:
+    """16-bit Q, K, V and the output of `tokens` tokens (what Ulysses' all-to-alls move)."""
+    return 2.0 * tokens * (dims.heads * (dims.dqk + dims.dv) + dims.kv_heads * (dims.dqk + dims.dv))
+
+
+@njit(inline=True)
+def heads(f: Any, new: Any) -> Heads:
+    """`Heads` of each row (simulator.graph.dense / mla); `f`, `new`: `surrogate.slots`."""
+    t, a, h = f[TP], f[NUM_ATTENTION_HEADS], f[HIDDEN_SIZE]
+    mla = new[MULTI_LATENT_ATTENTION] > 0
+    kv = new[KV_CHANNELS]
+    d = where(kv > 0, kv, h / a)
+    dqk = where(mla, new[QK_HEAD_DIM] + new[QK_POS_EMB_HEAD_DIM], d)
+    dv = where(mla, new[V_HEAD_DIM], d)
+    return Heads(a / t, where(mla, a, f[NUM_QUERY_GROUPS]) / t, dqk, dv)
+
+
+@njit(inline=True)
+def attention_extra_s(f: Any, new: Any, dims: Heads, attention_weights: Vec, dense: Any,
+                      hw: Hardware) -> Vec:
     """Seconds per layer and micro-batch the true attention costs beyond the dense form's
     (zero where they agree): the core scales with the head sizes (FLOPs and traffic go with
     heads x (dqk + dv); the dense form's is 2 x hidden / heads), the projections with their
     weights (`attention_weights`: simulator.graph.flops.attention_matmul_weights; 3 passes of
     2 FLOPs per weight and token, a fourth under full recompute, at the layer's GEMM
     efficiency)."""
-    h, a, g, t = f["hidden_size"], f["num_attention_heads"], f["num_query_groups"], f["tp"]
+    h, a, g, t = f[HIDDEN_SIZE], f[NUM_ATTENTION_HEADS], f[NUM_QUERY_GROUPS], f[TP]
     d = h / a
-    core = dense["time_attention_s"] * ((dims.dqk + dims.dv) / (2 * d) - 1)
+    core = dense[D_ATTENTION] * ((dims.dqk + dims.dv) / (2 * d) - 1)
     dense_weights = h * (a + 2 * g) * d + a * d * h
-    tokens = f["micro_batch_size"] * f["seq_length"] / _col(new, "cp")  # a rank's
-    passes = 3.0 + (f["recompute"] == RECOMPUTE.index("full"))
+    tokens = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH] / new[CP]  # a rank's
+    passes = 3.0 + (f[RECOMPUTE_CODE] == _FULL)
     flops = passes * 2.0 * tokens * (attention_weights - dense_weights) / t
-    projections = flops / (hw["peak_bf16"] * np.maximum(dense["gemm_efficiency"], 0.05))
-    return np.where(attention_weights > 0, core + projections, 0.0)
+    projections = flops / (hw.peak_bf16 * maximum(dense[D_GEMM_EFFICIENCY], 0.05))
+    return where(attention_weights > 0, core + projections, 0.0)
 
 
-def ring_exposed_s(cp: np.ndarray, kv_s: np.ndarray, attention_s: np.ndarray) -> np.ndarray:
+@njit
+def ring_exposed_s(cp: Vec, kv_s: Vec, attention_s: Vec) -> Vec:
     """Exposed seconds of ring attention's K/V exchanges per layer and micro-batch
     (simulator.graph.context_parallel._ring_ops): cp - 1 forward exchanges of one chunk's K/V,
     each beside the previous step's attention, cp - 1 backward exchanges of K/V and their
@@ -74,5 +96,5 @@ def ring_exposed_s(cp: np.ndarray, kv_s: np.ndarray, attention_s: np.ndarray) ->
     rank's attention (`attention_s`: forward and backward, the backward 2.5x the forward)."""
     step_f = attention_s / 3.5 / cp
     step_b = attention_s * 2.5 / 3.5 / cp
-    exposed = (cp - 1) * (np.maximum(0.0, kv_s - step_f) + np.maximum(0.0, 2 * kv_s - step_b)) + kv_s
-    return np.where(cp > 1, exposed, 0.0)
+    exposed = (cp - 1) * (maximum(0.0, kv_s - step_f) + maximum(0.0, 2 * kv_s - step_b)) + kv_s
+    return where(cp > 1, exposed, 0.0)

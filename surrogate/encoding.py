@@ -21,18 +21,22 @@ from surrogate.columns import distinct, factorize
 from surrogate.extended import (
     EXTENDED_FEATURES,
     EXTENDED_PHYSICS,
+    baselines,
     complete_model_values,
     effective_fields,
     extended_values,
     is_plain,
+    lookups,
     model_values,
     new_field_matrix,
     plain_values,
 )
+from surrogate.extended_kernel import extended_kernel
 from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS, with_new_defaults
 from surrogate.kernel import PHYSICS_FEATURES, fill_features
-from surrogate.physics import CODES, ROW_FIELDS, hardware_arrays, row_field_matrix
+from surrogate.physics import CODES, ROW_FIELDS, Hardware, hardware_arrays, hardware_table, row_field_matrix
 from surrogate.records import NEW_COLUMNS
+from surrogate.slots import DENSE_READ, M_ACTIVE_FFN, MODEL_VALUES
 
 RAW_FEATURES = ROW_FIELDS  # the job columns but gpu, which enters through its hardware numbers
 NUMERIC_COLUMNS = tuple(c for c in JOB_COLUMNS if c not in CATEGORICAL_COLUMNS + BOOLEAN_COLUMNS)
@@ -87,25 +91,41 @@ def fill_feature_matrix(columns: Mapping[str, Any], hardware: Mapping[str, Hardw
     models, general = model_values(columns, new)
     effective = effective_fields(fields, new, models)
     fill_features(effective, columns["gpu"], hardware, out)
-    dense = {name: out[:, len(RAW_FEATURES) + j].astype(np.float64)
-             for j, name in enumerate(PHYSICS_FEATURES) if name in _DENSE_READ}
+    dense = _dense_read(out)
     complete_model_values(models, general, fields, dense)
-    plain = is_plain(new, fields, general)
-    hw = hardware_arrays(columns["gpu"], hardware)._asdict()
-    if plain:
-        values = plain_values(fields, new, models, dense, hw)
+    hw = hardware_arrays(columns["gpu"], hardware)
+    if is_plain(new, fields, general):
+        _write_extended(out, new, plain_values(fields, new, models, dense, hw))
+    elif HAVE_NUMBA:
+        aux = lookups(columns, fields, new, dense, hw, hardware)
+        table, codes = hardware_table(columns["gpu"], hardware)
+        estimates = np.empty((2, fields.shape[1]))
+        extended_kernel(fields, new, models, aux, dense, table, codes, out, _WIDTH, estimates)
+        _write_baselines(out, baselines(estimates[0], estimates[1], aux, dense))
     else:
-        values = extended_values(columns, fields, new, models, dense, hw, hardware)
-    _write_extended(out, new, values)
+        _write_extended(out, new, extended_values(columns, fields, new, models, dense, hw, hardware))
+
+
+_WIDTH = len(RAW_FEATURES) + len(PHYSICS_FEATURES)
+_DENSE_COLUMNS = [len(RAW_FEATURES) + PHYSICS_FEATURES.index(name) for name in DENSE_READ]
+
+
+def _dense_read(out: np.ndarray) -> np.ndarray:
+    """The (`DENSE_READ`, rows) dense physics features the extended physics reads, as the
+    feature matrix holds them (float32), in float64."""
+    return out[:, _DENSE_COLUMNS].T.astype(np.float64)
 
 
 def _write_extended(out: np.ndarray, new: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
     """The new columns and `EXTENDED_PHYSICS` after the dense features; the corrected baselines."""
-    width = len(RAW_FEATURES) + len(PHYSICS_FEATURES)
     for j in range(len(NEW_COLUMNS)):
-        out[:, width + j] = new[j]
-    for j, name in enumerate(EXTENDED_PHYSICS, start=width + len(NEW_COLUMNS)):
+        out[:, _WIDTH + j] = new[j]
+    for j, name in enumerate(EXTENDED_PHYSICS, start=_WIDTH + len(NEW_COLUMNS)):
         out[:, j] = values[name]
+    _write_baselines(out, values)
+
+
+def _write_baselines(out: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
     for name in ("est_log_time_s", "est_log_memory_bytes"):
         out[:, len(RAW_FEATURES) + PHYSICS_FEATURES.index(name)] = values[name]
 
@@ -117,7 +137,7 @@ def features_of_record(record: Mapping[str, Any], hw: np.ndarray,
     operations as a table's, so the same numbers; ~10x faster than a one-row table), any other
     through `feature_matrix`. `hw`: the `HW_FIELDS` numbers of its GPU."""
     from surrogate.kernel import features_of_values
-    from surrogate.physics import HW_FIELDS, row_field_values
+    from surrogate.physics import row_field_values
     from surrogate.records import CHOICES
 
     try:
@@ -138,24 +158,13 @@ def features_of_record(record: Mapping[str, Any], hw: np.ndarray,
         return feature_matrix({c: np.array([record[c]]) for c in JOB_COLUMNS}, hardware)[1]
     out = empty_features(1)
     features_of_values(values_in, hw, out)
-    dense = {name: out[:, len(RAW_FEATURES) + j].astype(np.float64)
-             for j, name in enumerate(PHYSICS_FEATURES) if name in _DENSE_READ}
-    models = np.zeros((7, 1))
-    models[1] = fields[ROW_FIELDS.index("ffn_hidden_size")]
+    dense = _dense_read(out)
+    models = np.zeros((len(MODEL_VALUES), 1))
+    models[M_ACTIVE_FFN] = fields[ROW_FIELDS.index("ffn_hidden_size")]
     complete_model_values(models, general, fields, dense)
-    rows = {k: np.array([float(v)]) for k, v in zip(HW_FIELDS, hw, strict=True)}
+    rows = Hardware(*(np.array([float(v)]) for v in hw))
     _write_extended(out, new, plain_values(fields, new, models, dense, rows))
     return out
-
-
-# The dense physics features the extended physics reads (surrogate.extended).
-_DENSE_READ = frozenset({"params", "model_flops", "stage_params", "est_log_time_s",
-                         "est_log_memory_bytes", "time_layer_compute_s", "time_host_excess_s",
-                         "time_tp_comm_s", "time_attention_s", "hw_peak_bf16",
-                         "time_dp_comm_s", "time_stage_mb_s", "time_layer_s", "time_layer_host_s",
-                         "time_recompute_s", "time_tp_overlap_saving_s",
-                         "activation_bytes", "weight_state_bytes", "gemm_efficiency",
-                         "layer_saved_bytes"})
 
 
 def space_bounds(columns: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """Physics of the dimensions past the dense surrogate: MoE, MLA, MTP, context and expert
 parallelism, low-precision recipes, data-parallel sharding, CUDA graphs, tp comm overlap and
-NVLink domains (the columns of `surrogate.records`), vectorized with numpy over a table.
+NVLink domains (the columns of `surrogate.records`): what a table's rows look up, and the
+formulas of `surrogate.extended_terms` run with numpy over the table (compiled per row where
+numba is installed: `surrogate.extended_kernel`).
 
 Two parts. `effective_fields` maps each row onto the dense closed form of `surrogate.physics`
 (compiled per row): a MoE layer's MLP as the dense MLP of the FFN a token meets (top-k routed
@@ -39,18 +41,51 @@ from simulator.graph.params import expert_params, layers_params, total_params
 from simulator.job.enums import DataParallelSharding
 from simulator.job.layer_pattern import layer_kinds
 from simulator.job.specs import HardwareSpec
-from simulator.network.alltoall import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFFICIENCY
-from surrogate.attention_terms import Heads, attention_extra_s, heads, ring_exposed_s
 from surrogate.columns import factorize, row_groups, value_at
+from surrogate.extended_terms import dp_tree_correction, extended_row
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
-from surrogate.memory_terms import quantized_activations_delta, state_bytes_delta
-from surrogate.moe_terms import expert_tail_s, moe_layer_terms, saved_activations_bytes, token_copies
-from surrogate.param_gather_terms import param_gather_shift_s
-from surrogate.physics import OPTIMIZER_BYTES_PER_PARAM, PRECISIONS, ROW_FIELDS
-from surrogate.pipeline_terms import layer_params_per_gpu, stage_split, uneven_memory_bytes, uneven_time_s
+from surrogate.memory_terms import state_bytes_delta
+from surrogate.moe_terms import (
+    moe_host_table_s,
+    token_copies,
+)
+from surrogate.physics import (
+    ROW_FIELDS,
+    Hardware,
+    rows_of_fields,
+)
 from surrogate.records import CHOICES, NEW_COLUMNS
 from surrogate.records import new_column as _col
-from surrogate.timing import grad_buckets
+from surrogate.slots import (
+    A_ELEMENT,
+    A_EST_MEMORY,
+    A_EST_TIME,
+    A_HELD,
+    A_LEVEL,
+    A_LP_COPIES,
+    A_LP_EFF,
+    A_MAIN,
+    A_MOE_HOST,
+    A_PEAK_LP,
+    A_TOKEN_COPIES,
+    D_EST_LOG_MEMORY,
+    D_EST_LOG_TIME,
+    D_MODEL_FLOPS,
+    D_PARAMS,
+    D_PEAK_BF16,
+    DISTRIBUTED_OPTIMIZER,
+    DP,
+    GLOBAL_BATCH_SIZE,
+    LOOKUPS,
+    M_ACTIVE_FFN,
+    M_FORWARD,
+    M_PARAMS_ACTIVE,
+    M_PARAMS_ALL,
+    NUM_GPUS,
+    RECOMPUTE_CODE,
+    SEQ_LENGTH,
+    TP,
+)
 
 EXTENDED_PHYSICS: tuple[str, ...] = (
     "moe_layers", "active_ffn", "expert_params_per_gpu", "model_params_all", "model_params_active",
@@ -63,7 +98,6 @@ EXTENDED_PHYSICS: tuple[str, ...] = (
 EXTENDED_FEATURES: tuple[str, ...] = (*NEW_COLUMNS, *EXTENDED_PHYSICS)
 
 _F = {name: j for j, name in enumerate(ROW_FIELDS)}
-_GEMM_SHARE = 0.75  # share of a layer's GPU time in GEMMs that a low-precision recipe speeds up
 
 
 def new_field_matrix(c: Mapping[str, Any]) -> np.ndarray:
@@ -149,13 +183,13 @@ def _distinct_models(c: Mapping[str, Any], rows: np.ndarray) -> tuple[np.ndarray
 
 
 def complete_model_values(models: np.ndarray, general: np.ndarray, fields: np.ndarray,
-                          dense: Mapping[str, np.ndarray]) -> None:
+                          dense: np.ndarray) -> None:
     """Dense models' parameters and forward FLOPs per token from the dense physics, in place."""
     tokens = fields[_F["global_batch_size"]] * fields[_F["seq_length"]]
     plain = ~general
-    models[3] = np.where(plain, dense["params"], models[3])
-    models[4] = np.where(plain, dense["params"], models[4])
-    models[5] = np.where(plain, dense["model_flops"] / (3 * tokens), models[5])
+    models[M_PARAMS_ALL] = np.where(plain, dense[D_PARAMS], models[M_PARAMS_ALL])
+    models[M_PARAMS_ACTIVE] = np.where(plain, dense[D_PARAMS], models[M_PARAMS_ACTIVE])
+    models[M_FORWARD] = np.where(plain, dense[D_MODEL_FLOPS] / (3 * tokens), models[M_FORWARD])
 
 
 def effective_fields(fields: np.ndarray, new: np.ndarray, models: np.ndarray) -> np.ndarray:
@@ -214,170 +248,47 @@ def _hardware_lp(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | No
     return peak[inverse], eff[inverse], element[inverse], copies[inverse]
 
 
-def _alltoall_s(nbytes: Any, n: Any, stride: Any, domain: Any, intra_Bps: Any, inter_Bps: Any,
-                gpn: Any, hw: Mapping[str, Any], deepep: Any) -> Any:
-    """`simulator.network.alltoall.all_to_all_s` over rows: the group of `n` ranks `stride`
-    apart (simulator.network.topology.strided_group), its share to its own domain on NVLink,
-    the rest on the node's links shared by the node's GPUs (non-blocking fabric)."""
-    g = np.where(stride >= domain, 1.0, np.maximum(1.0, np.minimum(n, domain // np.maximum(stride, 1))))
-    intra_eff = np.where(deepep, DEEPEP_NVLINK_EFFICIENCY, hw["intra_eff"])
-    inter_eff = np.where(deepep, DEEPEP_RDMA_EFFICIENCY, hw["inter_eff"])
-    intra = (g - 1) / n * nbytes / (intra_Bps * intra_eff)
-    inter = (n - g) / n * nbytes / (inter_Bps / gpn * inter_eff)
-    crosses = n > g
-    t = np.where(crosses, np.maximum(intra, inter) + hw["intra_lat_s"] + hw["inter_lat_s"],
-                 intra + hw["intra_lat_s"])
-    return np.where((n > 1) & (nbytes > 0), t, 0.0)
-
-
-def _comm_terms(f: Mapping[str, np.ndarray], new: np.ndarray, models: np.ndarray,
-                hw: Mapping[str, Any], dims: Heads) -> dict[str, np.ndarray]:
-    """Per layer and micro-batch: the MoE dispatch all-to-all (bytes a rank sends, seconds)
-    and the cp exchange (bytes, seconds; ``ring``: the p2p exchange, hidden under attention)."""
-    n_moe, routed = models[0], models[2]
-    t, p, d, b, s, h = (f[k] for k in ("tp", "pp", "dp", "micro_batch_size", "seq_length", "hidden_size"))
-    cp, ep, etp = _col(new, "cp"), _col(new, "ep"), _col(new, "expert_tp")
-    domain = np.maximum(_col(new, "nvlink_domain"), 1.0)
-    gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
-    intra, inter = f["intra_node_bandwidth_GBps"] * 1e9, f["inter_node_bandwidth_Gbps"] * 1e9 / 8
-    tokens = b * s / cp / np.where(f["sequence_parallel"] > 0, t, 1.0)  # a rank's MoE tokens
-    expert_dp = np.maximum(1.0, t * cp * d / (etp * ep))
-    per_gpu_experts = routed / p / (ep * etp)
-    copies = token_copies(new)
-    a2a_bytes = tokens * copies * h * 2.0 * (n_moe > 0)
-    flex = _col(new, "moe_token_dispatcher") == CHOICES["moe_token_dispatcher"].index("flex")
-    a2a_s = _alltoall_s(a2a_bytes, ep, etp, domain, intra, inter, gpn, hw, flex)
-    kv = dims.kv_bytes(b * s / cp)  # K and V of a rank's chunk (`dims`: the true head sizes)
-    exchange = _col(new, "cp_comm_type")
-    ring = exchange == CHOICES["cp_comm_type"].index("p2p")
-    a2a_cp = exchange == CHOICES["cp_comm_type"].index("a2a")
-    cp_bytes = np.where(a2a_cp, dims.qkv_out_bytes(b * s / cp), kv * (cp - 1)) * (cp > 1)
-    link_Bps = np.where(t * cp <= domain, intra * hw["intra_eff"], inter / gpn * hw["inter_eff"])
-    cp_s = np.where(a2a_cp, _alltoall_s(cp_bytes, cp, t, domain, intra, inter, gpn, hw, False),
-                    cp_bytes / link_Bps)
-    return {"tokens": tokens, "expert_dp": expert_dp, "per_gpu_experts": per_gpu_experts,
-            "a2a_bytes": a2a_bytes, "a2a_s": a2a_s, "copies": copies, "kv_s": kv / link_Bps,
-            "cp_bytes": cp_bytes, "cp_s": cp_s, "ring": ring}
+def lookups(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, dense: np.ndarray,
+            hw: Hardware, hardware: Mapping[str, HardwareSpec] | None) -> np.ndarray:
+    """(`LOOKUPS`, rows) of a table: what its rows take from tables keyed by a few columns
+    (the recipe's GEMM numbers per GPU and recipe, a MoE layer's host launches per launch key,
+    the memory settings' bytes per parameter, the flex dispatcher's distinct ranks), and the
+    dense baselines' exponentials (numpy's, the same in both paths)."""
+    out = np.empty((len(LOOKUPS), new.shape[1]))
+    out[A_PEAK_LP], out[A_LP_EFF], out[A_ELEMENT], out[A_LP_COPIES] = _hardware_lp(c, hardware, new)
+    out[A_TOKEN_COPIES] = token_copies(new)
+    out[A_MOE_HOST] = moe_host_table_s(c, new, fields[RECOMPUTE_CODE], hw)
+    level = _sharding_level(new, fields)
+    out[A_HELD], out[A_MAIN] = state_bytes_delta(fields, new, level)
+    out[A_LEVEL] = level
+    out[A_EST_TIME] = np.exp(dense[D_EST_LOG_TIME])
+    out[A_EST_MEMORY] = np.exp(dense[D_EST_LOG_MEMORY])
+    return out
 
 
 def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, models: np.ndarray,
-                    dense: Mapping[str, np.ndarray], hw: Mapping[str, Any],
+                    dense: np.ndarray, hw: Hardware,
                     hardware: Mapping[str, HardwareSpec] | None) -> dict[str, np.ndarray]:
     """`EXTENDED_PHYSICS` of each row plus the corrected ``est_log_time_s`` and
-    ``est_log_memory_bytes``. `dense`: the dense physics features of the effective rows (by
-    name), `hw`: the dense physics' hardware numbers per row (`surrogate.physics.Hardware`)."""
-    f = {name: fields[j] for name, j in _F.items()}
-    n_moe, active_ffn, _, params_all, params_active, forward, _ = models
-    t, p, d, b, s, h = (f[k] for k in ("tp", "pp", "dp", "micro_batch_size", "seq_length", "hidden_size"))
-    L = f["num_layers"]
-    dims = heads(f, new)  # the true head sizes (surrogate.attention_terms)
-    comm = _comm_terms(f, new, models, hw, dims)
-    tokens, expert_dp, per_gpu_experts = comm["tokens"], comm["expert_dp"], comm["per_gpu_experts"]
-    a2a_bytes, a2a_s, cp_bytes, cp_s, ring = (comm[k] for k in ("a2a_bytes", "a2a_s", "cp_bytes",
-                                                                 "cp_s", "ring"))
-    peak_lp, lp_eff, element, copies = _hardware_lp(c, hardware, new)
-    speedup = peak_lp * lp_eff / np.maximum(hw["peak_bf16"], 1.0)
-    low = f["precision"] >= 2
-    level = _sharding_level(new, f)
-    stage = dense["stage_params"]
-    slots = f["global_batch_size"] / (d * b) + (p - 1) / f["virtual_stages"]
-    layers = L / p * slots  # layer-micro-batch steps on the critical path
-    gain = 1 - 1 / np.maximum(speedup, 1e-9)
-    # the recomputed forward (full recompute) runs its GEMMs in the recipe too
-    gemm_time = dense["time_layer_compute_s"] + dense["time_recompute_s"]
-    lowp = np.where(low, gemm_time * _GEMM_SHARE * gain, 0.0)
-    graphs = np.where(_col(new, "cuda_graphs") > 0, dense["time_host_excess_s"], 0.0)
-    overlap = np.where(_col(new, "tp_comm_overlap") > 0, dense["time_tp_overlap_saving_s"], 0.0)
-    # a MoE layer's dispatch and combine (their combined-1F1B overlap), its experts' extra GPU
-    # time and its extra host launches (surrogate.moe_terms.moe_layer_terms)
-    moe_layer_comm, moe_layer_gpu, moe_layer_host = moe_layer_terms(
-        c, f, new, comm, hw, dense["time_layer_compute_s"])
-    moe_comm = moe_layer_comm * n_moe / L
-    attention_s = attention_extra_s(f, new, dims, models[6], dense, hw)
-    cp_comm = np.where(ring, ring_exposed_s(_col(new, "cp"), comm["kv_s"], dense["time_attention_s"]),
-                       2 * cp_s)
-    est = np.exp(dense["est_log_time_s"])
-    tree = dp_tree_correction(fields, dense, hw)
-    # a layer's windows take max(GPU + blocking comm, host dispatch) (surrogate.timing._window):
-    # what the recipe, the tp overlap and CUDA graphs save on the GPU stops at the host's floor
-    # (cp's exchange and a MoE layer's dispatch and experts are GPU time and blocking comm in
-    # the same windows; a MoE layer's host launches more: surrogate.moe_terms)
-    busy = (dense["time_layer_s"] - dense["time_host_excess_s"] - lowp - overlap + cp_comm
-            + attention_s)
-    floor = np.where(_col(new, "cuda_graphs") > 0, 0.0, dense["time_layer_host_s"])
-    experts_s = moe_layer_gpu * n_moe / L
-    moe_layer = np.maximum(busy + moe_layer_comm + moe_layer_gpu, floor + moe_layer_host)
-    mean_layer = (n_moe * moe_layer + (L - n_moe) * np.maximum(busy, floor)) / L
-    per_layer = mean_layer - dense["time_layer_s"]
-    split = stage_split(f, new)
-    head_s = np.maximum(dense["time_stage_mb_s"] - L / p * dense["time_layer_s"], 0.0)
-    uneven_s = uneven_time_s(f, split, dense["time_layer_s"] + per_layer, head_s)
-    experts_tail = expert_tail_s(f, new, per_gpu_experts, expert_dp, level, dense, hw)
-    # a feature, not a term of the estimate: the trees' held-out MAPE was 5.74% with it as a term,
-    # 5.29% with it as this feature (bench/bench_surrogate.py, runs/samples/moe-cp-40k-s11)
-    gather_shift = param_gather_shift_s(fields, hw, _col(new, "overlap_param_gather") > 0, dense)
-    time = np.maximum(est + tree + layers * per_layer + uneven_s + experts_tail, 0.2 * est)
-    # Megatron shards the optimizer over the data-parallel group with context parallelism (dp x
-    # cp, simulator.graph.params.optimizer_shards) and the routed experts' over expert_dp; the
-    # dense form's rows shard it over dp where `distributed_optimizer` is set and nothing else
-    ranks = d * _col(new, "cp")
-    sharded = level >= DataParallelSharding.OPTIM.level
-    dense_shard = np.where(f["distributed_optimizer"] > 0, d, 1.0)
-    optimizer_shard = np.where(sharded, ranks, 1.0)
-    # a MoE row's MLP: the dense form's dense-equivalent one out, the dense layers' MLPs and the
-    # GPU's routed experts in, each at its group's bytes per parameter
-    kernel_mlp = 3 * h * active_ffn / t  # what the dense form counted per layer
-    dense_mlp = (L - n_moe) * 3 * h * f["ffn_hidden_size"] / t / L
-    experts_layer = per_gpu_experts * p / L
-    moe_delta = np.where(n_moe > 0, L / p * (
-        dense_mlp * (6 + 12 / optimizer_shard) + experts_layer * (6 + 12 / np.where(sharded, expert_dp, 1.0))
-        - kernel_mlp * (6 + 12 / dense_shard)), 0.0)
-    moe_delta = moe_delta + saved_activations_bytes(f, new, tokens, comm["copies"], dense) * n_moe / L
-    shard_delta = (stage - np.where(n_moe > 0, L / p * kernel_mlp, 0.0)) * (
-        OPTIMIZER_BYTES_PER_PARAM * (1 / optimizer_shard - 1 / dense_shard)
-        - np.where(level >= 3, 6.0, np.where(level >= 2, 4.0, 0.0)) * (1 - 1 / ranks))
-    # 16-bit gradients / Adam moments; the main-gradient copy only where the optimizer moment
-    # (the dense form's copy: fp16 only) outgrows the activations (physics.memory's moments)
-    held, main = state_bytes_delta(f, new, level)
-    dense_copy = np.where(f["precision"] == PRECISIONS.index("fp16"), 4.0, 0.0) * stage / dense_shard
-    act = dense["activation_bytes"]
-    states = held * stage + (np.maximum(act, dense_copy + main * stage) - np.maximum(act, dense_copy))
-    quantized = low & (element > 0)
-    weight_copies = np.where(quantized, element * copies, low) * stage
-    memory_delta = (moe_delta + shard_delta + weight_copies + states
-                    + quantized_activations_delta(f, new, dense, element, quantized, active_ffn))
-    # the uneven split's largest stage: its layers' states (per parameter as the stage's) and
-    # their saved activations (surrogate.pipeline_terms)
-    per_param = (dense["weight_state_bytes"] + shard_delta + weight_copies + held * stage) / stage
-    layer_params = layer_params_per_gpu({**f, "ffn_hidden_size": np.where(n_moe > 0, active_ffn,
-                                                                         f["ffn_hidden_size"])})
-    edge = per_param * np.maximum(stage - split.mean * layer_params, 0.0)  # the embedding's
-    memory_delta = memory_delta + uneven_memory_bytes(
-        f, split, layer_params * per_param + moe_delta / split.mean, act, edge)
-    mem = np.exp(dense["est_log_memory_bytes"])
-    memory = np.maximum(mem + memory_delta, 0.3 * mem)
-    values = {
-        "moe_layers": n_moe, "active_ffn": active_ffn, "expert_params_per_gpu": per_gpu_experts,
-        "model_params_all": params_all, "model_params_active": params_active,
-        "forward_flops_per_token": forward,
-        "flops_per_gpu_all": 3 * forward * f["global_batch_size"] * s / f["num_gpus"],
-        "expert_dp": expert_dp, "a2a_bytes_layer": a2a_bytes, "a2a_s_layer": a2a_s,
-        "cp_bytes_layer": cp_bytes, "cp_s_layer": cp_s, "lp_speedup": speedup,
-        "quantize_bytes_layer": low * tokens * (2 * h + active_ffn / t) * 3.0,
-        "fsdp_gather_bytes": np.where(level >= 3, 2 * 2.0 * stage, 0.0), "sharding_level": level,
-        "time_moe_comm_s": moe_comm, "time_cp_comm_s": cp_comm, "time_lowp_saving_s": lowp,
-        "time_graph_saving_s": graphs, "time_overlap_saving_s": overlap,
-        "dense_est_log_time_s": dense["est_log_time_s"],
-        "dense_est_log_memory_bytes": dense["est_log_memory_bytes"],
-        "memory_delta_bytes": memory_delta, "time_dp_tree_s": tree, "hw_peak_lp": peak_lp,
-        "state_bytes_delta": states, "time_expert_gemm_s": experts_s,
-        "time_param_gather_shift_s": gather_shift,
-        "hw_lp_efficiency": lp_eff,
-        # a row without a correction keeps its dense baseline to the bit
-        "est_log_time_s": np.where(time == est, dense["est_log_time_s"], np.log(time)),
-        "est_log_memory_bytes": np.where(memory == mem, dense["est_log_memory_bytes"], np.log(memory)),
-    }
-    return values
+    ``est_log_memory_bytes``, with numpy over the table (`extended_row` on matrices; the
+    compiled loop is `surrogate.extended_kernel`). `dense`: the (`DENSE_READ`, rows) dense
+    physics features of the effective rows, `hw`: the dense physics' hardware numbers per row."""
+    aux = lookups(c, fields, new, dense, hw, hardware)
+    with np.errstate(all="ignore"):  # dense rows' MoE terms divide by 0 experts; `where` drops them
+        values = extended_row(fields, new, models, aux, dense, hw, rows_of_fields(list(fields), hw))
+    out = {name: np.broadcast_to(np.asarray(v, dtype=np.float64), (new.shape[1],))
+           for name, v in zip(EXTENDED_PHYSICS, values, strict=False)}
+    out.update(baselines(values[-2], values[-1], aux, dense))
+    return out
+
+
+def baselines(time: np.ndarray, memory: np.ndarray, aux: np.ndarray,
+              dense: np.ndarray) -> dict[str, np.ndarray]:
+    """The corrected ``est_log_time_s`` and ``est_log_memory_bytes`` of the estimates (a row
+    without a correction keeps its dense baseline to the bit)."""
+    return {"est_log_time_s": np.where(time == aux[A_EST_TIME], dense[D_EST_LOG_TIME], np.log(time)),
+            "est_log_memory_bytes": np.where(memory == aux[A_EST_MEMORY], dense[D_EST_LOG_MEMORY],
+                                             np.log(memory))}
 
 
 def is_plain(new: np.ndarray, fields: np.ndarray, general: np.ndarray) -> bool:
@@ -394,71 +305,39 @@ def is_plain(new: np.ndarray, fields: np.ndarray, general: np.ndarray) -> bool:
             and bool((_col(new, "nvlink_domain") <= fields[_F["gpus_per_node"]]).all()))
 
 
-def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray,
-                 dense: Mapping[str, np.ndarray], hw: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray, dense: np.ndarray,
+                 hw: Hardware) -> dict[str, np.ndarray]:
     """`extended_values` of a plain table (`is_plain`), the same expressions where they are not
     zero (tests/surrogate_tests/test_records.py compares the two)."""
-    f = {name: fields[j] for name, j in _F.items()}
+    f = fields
     zero = np.zeros(fields.shape[1])
-    t, d, s = f["tp"], f["dp"], f["seq_length"]
-    forward = models[5]
+    t, d, s = f[TP], f[DP], f[SEQ_LENGTH]
+    forward = models[M_FORWARD]
     values = {name: zero for name in EXTENDED_PHYSICS}
     values.update({
-        "active_ffn": models[1], "model_params_all": models[3], "model_params_active": models[4],
-        "forward_flops_per_token": forward,
-        "flops_per_gpu_all": 3 * forward * f["global_batch_size"] * s / f["num_gpus"],
+        "active_ffn": models[M_ACTIVE_FFN], "model_params_all": models[M_PARAMS_ALL],
+        "model_params_active": models[M_PARAMS_ACTIVE], "forward_flops_per_token": forward,
+        "flops_per_gpu_all": 3 * forward * f[GLOBAL_BATCH_SIZE] * s / f[NUM_GPUS],
         "expert_dp": np.maximum(1.0, t * 1.0 * d / (t * 1.0)), "lp_speedup": zero + 1.0,
         "sharding_level": _sharding_level(new, f),
-        "dense_est_log_time_s": dense["est_log_time_s"],
-        "dense_est_log_memory_bytes": dense["est_log_memory_bytes"],
-        "hw_peak_lp": dense["hw_peak_bf16"], "hw_lp_efficiency": zero + 1.0,
-        "est_log_memory_bytes": dense["est_log_memory_bytes"]})
+        "dense_est_log_time_s": dense[D_EST_LOG_TIME],
+        "dense_est_log_memory_bytes": dense[D_EST_LOG_MEMORY],
+        "hw_peak_lp": dense[D_PEAK_BF16], "hw_lp_efficiency": zero + 1.0,
+        "est_log_memory_bytes": dense[D_EST_LOG_MEMORY]})
     tree = dp_tree_correction(fields, dense, hw)
-    est = np.exp(dense["est_log_time_s"])
+    est = np.exp(dense[D_EST_LOG_TIME])
     time = np.maximum(est + tree + 0.0, 0.2 * est)
     values["time_dp_tree_s"] = tree
-    values["est_log_time_s"] = np.where(time == est, dense["est_log_time_s"], np.log(time))
+    values["est_log_time_s"] = np.where(time == est, dense[D_EST_LOG_TIME], np.log(time))
     return values
 
 
-def _sharding_level(new: np.ndarray, f: Mapping[str, np.ndarray]) -> np.ndarray:
+def _sharding_level(new: np.ndarray, f: np.ndarray) -> np.ndarray:
     """`DataParallelSharding.level` of each row (`Job.sharding`: the column, else the
     distributed optimizer's ZeRO-1 or none)."""
     code = _col(new, "data_parallel_sharding")  # 0: none, then the enum's order
     levels = np.array([-1.0, *(s.level for s in DataParallelSharding)])
     chosen = levels[code.astype(np.intp)]
-    fallback = np.where(f["distributed_optimizer"] > 0, float(DataParallelSharding.OPTIM.level),
+    fallback = np.where(f[DISTRIBUTED_OPTIMIZER] > 0, float(DataParallelSharding.OPTIM.level),
                         float(DataParallelSharding.NO_SHARD.level))
     return np.where(chosen >= 0, chosen, fallback)
-
-
-def dp_tree_correction(fields: np.ndarray, dense: Mapping[str, np.ndarray],
-                       hw: Mapping[str, Any]) -> np.ndarray:
-    """Seconds to add to the dense estimate because NCCL reduces a bucket over nodes with the
-    double binary tree where that is faster than the ring (simulator.network.algorithms.tree:
-    2 log2(k) network hops instead of the ring's 2 (k - 1), at 0.92 of the bus bandwidth), which
-    the dense form's ring (`surrogate.timing._ring_s`) does not choose: per bucket min(ring,
-    tree) - ring, on the data-parallel gradient reduction, less what overlapping still hides."""
-    f = {name: fields[j] for name, j in _F.items()}
-    t, d, v = f["tp"], f["dp"], f["virtual_stages"]
-    gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
-    per_node = np.where(t < gpn, np.maximum(1.0, np.minimum(d, np.floor(gpn / t))), 1.0)
-    k = np.ceil(d / per_node)
-    grad = dense["stage_params"] * np.where(f["precision"] > 0, 4.0, 2.0)
-    overlap = f["overlap_grad_reduce"] > 0
-    buckets = grad_buckets(grad, d, v, np.where(f["precision"] > 0, 4.0, 2.0), overlap)
-    per_call = grad / buckets
-    inter = 2 * (k - 1) / k * per_call * (gpn / per_node) / (f["inter_node_bandwidth_Gbps"] * 1e9 / 8
-                                                               * hw["inter_eff"])
-    ring_hops = 2 * (k - 1) * hw["inter_lat_s"]
-    tree_hops = 2 * np.floor(np.log2(np.maximum(k, 1.0))) * hw["inter_lat_s"]
-    saving = np.maximum(0.0, (inter + ring_hops) - (inter / 0.92 + tree_hops))
-    saving = np.where(k > 1, saving * buckets * np.where(f["distributed_optimizer"] > 0, 0.5, 1.0), 0.0)
-    old = dense["time_dp_comm_s"]
-    new = np.maximum(old - saving, 0.0)
-    backward = dense["time_stage_mb_s"] / v * (2 / 3)
-    hidden_old = np.where(overlap, np.minimum(old * 0.9, backward), 0.0)
-    hidden_new = np.where(overlap, np.minimum(new * 0.9, backward), 0.0)
-    slow = hw["comm_slowdown"]  # the dense form's exposure (surrogate.timing.iteration)
-    return (np.maximum(slow * hidden_new, new - hidden_new)
-            - np.maximum(slow * hidden_old, old - hidden_old))

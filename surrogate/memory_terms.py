@@ -5,36 +5,52 @@ low-precision recipe keeps quantized (simulator.graph.quantize)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
+from simulator.jit import njit
 from simulator.job.enums import DataParallelSharding, StateDtype
 from simulator.job.param_bytes import training_param_bytes
 from simulator.job.specs import TrainingSpec
-from surrogate.physics import PRECISIONS, RECOMPUTE
+from surrogate.physics import PRECISIONS, RECOMPUTE, Vec, maximum, where
 from surrogate.records import CHOICES, NONE
 from surrogate.records import new_column as _col
+from surrogate.slots import (
+    CP,
+    D_ACTIVATIONS,
+    D_LAYER_SAVED,
+    DP,
+    HIDDEN_SIZE,
+    MICRO_BATCH_SIZE,
+    PRECISION,
+    RECOMPUTE_CODE,
+    SEQ_LENGTH,
+    SEQUENCE_PARALLEL,
+    TP,
+)
+
+_FULL = float(RECOMPUTE.index("full"))
 
 
-def quantized_activations_delta(f: Mapping[str, np.ndarray], new: np.ndarray,
-                                 dense: Mapping[str, np.ndarray], element: np.ndarray,
-                                 quantized: np.ndarray, ffn: np.ndarray) -> np.ndarray:
+@njit(inline=True)
+def quantized_activations_delta(f: Any, new: Any, dense: Any, element: Vec, quantized: Any,
+                                ffn: Vec) -> Vec:
     """Bytes a low-precision recipe changes in the saved activations at the peak
     (simulator.graph.quantize.linear): each linear keeps its quantized input (`element` bytes
     each) for the weight gradient instead of the 16-bit one -- QKV's and the MLP up
     projection's norm outputs (the sequence-parallel shard), the down projection's input -- and
     the attention projection keeps a quantized copy beside the 16-bit attention output; per
     layer and micro-batch, times the layer-micro-batches the dense form holds at its peak (full
-    recompute saves only each layer's input: no change)."""
-    t, b, s, h = (f[k] for k in ("tp", "micro_batch_size", "seq_length", "hidden_size"))
-    tokens = b * s / _col(new, "cp")
-    shard = np.where((f["sequence_parallel"] > 0) & (t > 1), 1 / t, 1.0)
+    recompute saves only each layer's input: no change). `f`, `new`, `dense`: `surrogate.slots`."""
+    t, b, s, h = f[TP], f[MICRO_BATCH_SIZE], f[SEQ_LENGTH], f[HIDDEN_SIZE]
+    tokens = b * s / new[CP]
+    shard = where((f[SEQUENCE_PARALLEL] > 0) & (t > 1), 1 / t, 1.0)
     per_layer = (element - 2) * (2 * tokens * h * shard + tokens * ffn / t) + element * tokens * h / t
-    layers = dense["activation_bytes"] / np.maximum(dense["layer_saved_bytes"], 1.0)
-    full = f["recompute"] == RECOMPUTE.index("full")
-    return np.where(quantized & ~full, layers * per_layer, 0.0)
+    layers = dense[D_ACTIVATIONS] / maximum(dense[D_LAYER_SAVED], 1.0)
+    not_full = f[RECOMPUTE_CODE] != _FULL
+    return where(quantized & not_full, layers * per_layer, 0.0)
 
 
 _MEMORY_COLUMNS = ("grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype", "fp8_recipe", "fp4_recipe")
@@ -57,12 +73,12 @@ def _role_deltas(precision: str, recipe: str | None, grad: str, m1: str,
     return float(a.replicated - b.replicated), float(a.sharded - b.sharded) - main, main
 
 
-def state_bytes_delta(f: Mapping[str, np.ndarray], new: np.ndarray,
+def state_bytes_delta(f: np.ndarray, new: np.ndarray,
                        level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Bytes per parameter of a stage that a row's gradient-buffer and Adam-moment dtypes add
     (negative: saved): (held throughout, the main-gradient copy of the optimizer moment), the
     sharded roles over dp x cp with the distributed optimizer."""
-    codes = np.stack([f["precision"], *(_col(new, c) for c in _MEMORY_COLUMNS)]).astype(np.intp)
+    codes = np.stack([f[PRECISION], *(_col(new, c) for c in _MEMORY_COLUMNS)]).astype(np.intp)
     set_ = ((codes[1] != CHOICES["grad_reduce_in_fp32"].index(NONE))
             | (codes[2] != CHOICES["exp_avg_dtype"].index("fp32"))
             | (codes[3] != CHOICES["exp_avg_sq_dtype"].index("fp32")))
@@ -79,7 +95,7 @@ def state_bytes_delta(f: Mapping[str, np.ndarray], new: np.ndarray,
         deltas[:, j] = _role_deltas(PRECISIONS[p], None if recipe == NONE else recipe,
                                     CHOICES["grad_reduce_in_fp32"][g], CHOICES["exp_avg_dtype"][m1],
                                     CHOICES["exp_avg_sq_dtype"][m2])
-    shards = np.where(level >= DataParallelSharding.OPTIM.level, f["dp"] * _col(new, "cp"), 1.0)[set_]
+    shards = np.where(level >= DataParallelSharding.OPTIM.level, f[DP] * _col(new, "cp"), 1.0)[set_]
     repl, sharded, copy = deltas[:, inverse.ravel()]
     held[set_] = repl + sharded / shards
     main[set_] = copy / shards

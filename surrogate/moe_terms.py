@@ -26,18 +26,48 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from simulator.costs.analytic import gemm_efficiency
 from simulator.graph.moe.dispatch import distinct_ranks
+from simulator.jit import njit
 from simulator.job.enums import DataParallelSharding
 from surrogate.columns import python_scalar, row_groups, value_at
 from surrogate.features import JOB_COLUMNS
-from surrogate.physics import RECOMPUTE
+from surrogate.physics import RECOMPUTE, Hardware, Vec, floor, gemm_efficiency, maximum, minimum, where
 from surrogate.records import CHOICES
 from surrogate.records import new_column as _col
+from surrogate.slots import (
+    D_ACTIVATIONS,
+    D_LAYER_SAVED,
+    D_STAGE_MB,
+    EP,
+    EXPERT_TP,
+    GATED_MLP,
+    GPUS_PER_NODE,
+    GRAD_REDUCE_IN_FP32,
+    HIDDEN_SIZE,
+    INTER_NODE_BANDWIDTH_GBPS,
+    INTRA_NODE_BANDWIDTH_GBPS,
+    MOE_FFN_HIDDEN_SIZE,
+    MOE_OVERLAP_EP_COMM,
+    MOE_ROUTER_TOPK,
+    MOE_TOKEN_DISPATCHER,
+    NUM_EXPERTS,
+    NUM_GPUS,
+    NVLINK_DOMAIN,
+    OVERLAP_GRAD_REDUCE,
+    PRECISION,
+    RECOMPUTE_CODE,
+    VIRTUAL_STAGES,
+)
 from surrogate.timing import GRAD_BUFFER_PASSES
 
 _DISPATCHERS = CHOICES["moe_token_dispatcher"]
 ROUTING_BYTES_PER_EXPERT = 5.0  # a bool routing-map entry and an fp32 probability per expert
+# codes the compiled formulas compare with (numba reads module constants, not dict lookups)
+_FLEX = float(_DISPATCHERS.index("flex"))
+_ALLGATHER = float(_DISPATCHERS.index("allgather"))
+_FULL = float(RECOMPUTE.index("full"))
+_GRAD_16 = float(CHOICES["grad_reduce_in_fp32"].index("false"))
+_OPTIM_LEVEL = float(DataParallelSharding.OPTIM.level)
 
 
 def token_copies(new: np.ndarray) -> np.ndarray:
@@ -62,19 +92,20 @@ def _distinct(experts: int, topk: int, ep: int) -> float:
     return distinct_ranks(experts, topk, ep)
 
 
-def ring_gather_s(total_bytes: np.ndarray, n: np.ndarray, per_node: np.ndarray,
-                  intra_Bps: np.ndarray, node_Bps: np.ndarray, hw: Mapping[str, Any]) -> np.ndarray:
+@njit
+def ring_gather_s(total_bytes: Vec, n: Vec, per_node: Vec, intra_Bps: Vec, node_Bps: Vec,
+                  hw: Hardware) -> Vec:
     """A ring all-gather (or reduce-scatter) of `total_bytes` gathered over `n` consecutive
     ranks, `per_node` of them on each node: every rank's NVLink carries (n - 1)/n of it; what
     comes from other nodes, (n - per_node)/n, enters each node once, over the group's share of
     its NICs (`node_Bps`, NCCL's rings spread over all of them); n - 1 steps of latency."""
-    g = np.minimum(per_node, n)
+    g = minimum(per_node, n)
     crosses = n > g
-    intra = (n - 1) / np.maximum(n, 1.0) * total_bytes / intra_Bps
-    inter = (n - g) / np.maximum(n, 1.0) * total_bytes / node_Bps
-    latency = np.where(crosses, (g - 1) * hw["intra_lat_s"] + (n - g) * hw["inter_lat_s"],
-                       (n - 1) * hw["intra_lat_s"])
-    return np.where(n > 1, np.maximum(intra, np.where(crosses, inter, 0.0)) + latency, 0.0)
+    intra = (n - 1) / maximum(n, 1.0) * total_bytes / intra_Bps
+    inter = (n - g) / maximum(n, 1.0) * total_bytes / node_Bps
+    latency = where(crosses, (g - 1) * hw.intra_lat_s + (n - g) * hw.inter_lat_s,
+                    (n - 1) * hw.intra_lat_s)
+    return where(n > 1, maximum(intra, where(crosses, inter, 0.0)) + latency, 0.0)
 
 
 class DispatchSeconds(NamedTuple):
@@ -82,61 +113,68 @@ class DispatchSeconds(NamedTuple):
     and the backward's are equal): what the combined-1F1B overlap can hide (the all-to-alls) and
     what it cannot (expert tp's gathers, the all-gather dispatcher, the token counts)."""
 
-    hideable: np.ndarray
-    exposed: np.ndarray
+    hideable: Vec
+    exposed: Vec
 
 
-def dispatch_s(f: Mapping[str, np.ndarray], new: np.ndarray, tokens: np.ndarray,
-               a2a_s: np.ndarray, hw: Mapping[str, Any]) -> DispatchSeconds:
+@njit
+def _gather_s(total: Vec, n: Vec, domain: Vec, gpn: Vec, intra: Vec, node: Vec,
+              hw: Hardware) -> Vec:
+    """`ring_gather_s` over `n` consecutive ranks (expert tp fastest, then ep) of a domain."""
+    g = minimum(n, domain)
+    return ring_gather_s(total, n, g, intra, node * minimum(g, gpn) / gpn, hw)
+
+
+@njit(inline=True)
+def dispatch_s(f: Any, new: Any, tokens: Vec, a2a_s: Vec, hw: Hardware) -> DispatchSeconds:
     """`DispatchSeconds` by dispatcher (module docstring); `a2a_s`: one all-to-all of the
-    dispatched copies (`surrogate.extended._alltoall_s`)."""
-    ep, etp, h = _col(new, "ep"), _col(new, "expert_tp"), f["hidden_size"]
-    domain = np.maximum(_col(new, "nvlink_domain"), 1.0)
-    gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
-    intra = f["intra_node_bandwidth_GBps"] * 1e9 * hw["intra_eff"]
-    node = f["inter_node_bandwidth_Gbps"] * 1e9 / 8 * hw["inter_eff"]
-
-    def gather_s(total: np.ndarray, n: np.ndarray) -> np.ndarray:
-        g = np.minimum(n, domain)  # consecutive ranks (expert tp fastest, then ep)
-        return ring_gather_s(total, n, g, intra, node * np.minimum(g, gpn) / gpn, hw)
-
+    dispatched copies (`surrogate.extended._alltoall_s`). `f`, `new`: the rows' `ROW_FIELDS`
+    and `NEW_COLUMNS` (`surrogate.slots`)."""
+    ep, etp, h = new[EP], new[EXPERT_TP], f[HIDDEN_SIZE]
+    domain = maximum(new[NVLINK_DOMAIN], 1.0)
+    gpn = maximum(minimum(f[GPUS_PER_NODE], f[NUM_GPUS]), 1.0)
+    intra = f[INTRA_NODE_BANDWIDTH_GBPS] * 1e9 * hw.intra_eff
+    node = f[INTER_NODE_BANDWIDTH_GBPS] * 1e9 / 8 * hw.inter_eff
     group = ep * etp
-    allgather = (2 * gather_s(tokens * group * h * 2.0, group)
-                 + 0.5 * gather_s(tokens * group * _col(new, "num_experts")
-                                  * ROUTING_BYTES_PER_EXPERT, group))  # the map: forward only
-    expert_tp = 2 * gather_s(tokens * _col(new, "moe_router_topk") * etp * h * 2.0, etp)
-    counts = 0.5 * gather_s(8.0 * _col(new, "num_experts") * group, group)  # forward only
-    kind = _col(new, "moe_token_dispatcher")
-    gathers = kind == _DISPATCHERS.index("allgather")
-    flex = kind == _DISPATCHERS.index("flex")
-    return DispatchSeconds(np.where(gathers, 0.0, 2 * a2a_s),
-                           np.where(gathers, allgather, np.where(flex, 0.0, expert_tp + counts)))
+    allgather = (2 * _gather_s(tokens * group * h * 2.0, group, domain, gpn, intra, node, hw)
+                 + 0.5 * _gather_s(tokens * group * new[NUM_EXPERTS] * ROUTING_BYTES_PER_EXPERT,
+                                   group, domain, gpn, intra, node, hw))  # the map: forward only
+    expert_tp = 2 * _gather_s(tokens * new[MOE_ROUTER_TOPK] * etp * h * 2.0, etp, domain, gpn,
+                              intra, node, hw)
+    counts = 0.5 * _gather_s(8.0 * new[NUM_EXPERTS] * group, group, domain, gpn, intra, node,
+                             hw)  # forward only
+    kind = new[MOE_TOKEN_DISPATCHER]
+    gathers = kind == _ALLGATHER
+    flex = kind == _FLEX
+    return DispatchSeconds(where(gathers, 0.0, 2 * a2a_s),
+                           where(gathers, allgather, where(flex, 0.0, expert_tp + counts)))
 
 
-def token_shuffle_s(f: Mapping[str, np.ndarray], new: np.ndarray, tokens: np.ndarray,
-                    copies: np.ndarray, hw: Mapping[str, Any]) -> np.ndarray:
+@njit(inline=True)
+def token_shuffle_s(f: Any, new: Any, tokens: Vec, copies: Vec, hw: Hardware) -> Vec:
     """Seconds per MoE layer and micro-batch of what the dense form has no counterpart for:
     the memory-bound token shuffles around the experts (simulator.graph.moe.layer: permute into
     per-expert copies, sort the received chunks by local expert and back, the weighted
     unpermute; each reads and writes its rows, forward and backward, and again in a full
     recompute's forward), the router's small kernels, and the host synchronization of dropless
     routing (the GPU waits for the host's next launch after it, forward and recompute)."""
-    h, topk = f["hidden_size"], _col(new, "moe_router_topk")
-    experts, ep, etp = _col(new, "num_experts"), _col(new, "ep"), _col(new, "expert_tp")
-    flex = _col(new, "moe_token_dispatcher") == _DISPATCHERS.index("flex")
+    h, topk = f[HIDDEN_SIZE], new[MOE_ROUTER_TOPK]
+    experts, ep, etp = new[NUM_EXPERTS], new[EP], new[EXPERT_TP]
+    flex = new[MOE_TOKEN_DISPATCHER] == _FLEX
+    not_flex = new[MOE_TOKEN_DISPATCHER] != _FLEX
     sent = tokens * copies  # `token_copies`
     computed = tokens * topk * etp
-    local = np.maximum(experts / np.maximum(ep, 1.0), 1.0)
-    rows = (np.where(flex, 0.0, tokens + sent)  # permute
-            + np.where((local > 1) | flex, 2 * computed, 0.0)  # sort by local expert
-            + np.where((local > 1) & ~flex, 2 * computed, 0.0)  # and back
-            + np.where(flex, computed, sent) + tokens)  # unpermute
-    kernels = (np.where(flex, 0.0, 1.0) + np.where((local > 1) | flex, 1.0, 0.0)
-               + np.where((local > 1) & ~flex, 1.0, 0.0) + 1.0)
-    forward = rows * h * 2.0 / hw["hbm_Bps"] + (kernels + ROUTER_KERNELS) * hw["launch_s"]
-    full = f["recompute"] == RECOMPUTE.index("full")
-    sync = hw["host_s"] * (1 + full)
-    return np.where(experts > 0, forward * (2 + full) + sync, 0.0)
+    local = maximum(experts / maximum(ep, 1.0), 1.0)
+    rows = (where(flex, 0.0, tokens + sent)  # permute
+            + where((local > 1) | flex, 2 * computed, 0.0)  # sort by local expert
+            + where((local > 1) & not_flex, 2 * computed, 0.0)  # and back
+            + where(flex, computed, sent) + tokens)  # unpermute
+    kernels = (where(flex, 0.0, 1.0) + where((local > 1) | flex, 1.0, 0.0)
+               + where((local > 1) & not_flex, 1.0, 0.0) + 1.0)
+    forward = rows * h * 2.0 / hw.hbm_Bps + (kernels + ROUTER_KERNELS) * hw.launch_s
+    full = f[RECOMPUTE_CODE] == _FULL
+    sync = hw.host_s * (1 + full)
+    return where(experts > 0, forward * (2 + full) + sync, 0.0)
 
 
 ROUTER_KERNELS = 8.0  # simulator.graph.moe.router: 10 small forward kernels, 6 backward: per pass
@@ -159,6 +197,17 @@ DENSE_MLP_LAUNCHES = (3.0, 5.0)
 # launch key (stable codes) -> (launches per micro-batch, launches per weight quantization,
 # collectives)
 _LAUNCHES: dict[tuple[int, ...], tuple[float, float, float]] = {}
+
+
+def moe_host_table_s(columns: Mapping[str, Any], new: np.ndarray, recompute: np.ndarray,
+                     hw: Hardware) -> np.ndarray:
+    """`moe_host_s` of every row of a table (zero on the dense rows, which it skips)."""
+    rows = np.flatnonzero(new[NUM_EXPERTS] > 0)
+    out = np.zeros(new.shape[1])
+    if len(rows):
+        out[rows] = moe_host_s(columns, rows, new[:, rows], recompute[rows],
+                               {"host_s": hw.host_s[rows], "coll_s": hw.coll_s[rows]})
+    return out
 
 
 def moe_host_s(columns: Mapping[str, Any], rows: np.ndarray, new: np.ndarray,
@@ -257,62 +306,53 @@ def _launches_of(record: dict[str, Any]) -> tuple[float, float, float]:
     return launches, round(casts / per_cast, 9) if per_cast else 0.0, float(collectives)
 
 
-def _gemm_s(hw: Mapping[str, Any], m: Any, n: Any, k: Any) -> Any:
+@njit
+def _gemm_s(hw: Hardware, m: Vec, n: Vec, k: Vec) -> Vec:
     """Forward, data- and weight-gradient GEMMs of Y[m,n] = X[m,k] W[k,n] in 16 bits: the
     simulator's roofline with its tile / wave / depth efficiency, one launch gap each."""
-    eff = gemm_efficiency(1.0, m, n, k, hw["num_sms"], hw["gemm_max"], hw["k_half"])
+    eff = gemm_efficiency(1.0, m, n, k, hw.num_sms, hw.gemm_max, hw.k_half)
     flops, traffic = 2.0 * m * n * k, (m * k + k * n + m * n) * 2.0
-    return 3 * (np.maximum(flops / (hw["peak_bf16"] * eff), traffic / hw["hbm_Bps"]) + hw["launch_s"])
+    return 3 * (maximum(flops / (hw.peak_bf16 * eff), traffic / hw.hbm_Bps) + hw.launch_s)
 
 
-def _expert_gemm_s(f: Mapping[str, np.ndarray], new: np.ndarray, tokens: np.ndarray,
-                   hw: Mapping[str, Any]) -> np.ndarray:
+@njit(inline=True)
+def _expert_gemm_s(f: Any, new: Any, tokens: Vec, hw: Hardware) -> Vec:
     """Seconds per MoE layer and micro-batch that the experts' grouped GEMMs take beyond what
     the dense form charged for them (MoE rows only): it prices the routed experts as one dense
     MLP of top-k x moe_ffn on the rank's tokens, where the simulator runs each local expert's
     GEMMs on its share of the dispatched tokens (tokens x top-k x ep / experts rows, balanced
     routing; simulator.graph.moe: the grouped GEMM is one kernel per expert, its weights read
     whatever the rows), much less efficient when an expert gets few rows."""
-    experts, topk = _col(new, "num_experts"), _col(new, "moe_router_topk")
-    ep, etp, h = _col(new, "ep"), _col(new, "expert_tp"), f["hidden_size"]
-    ffn = _col(new, "moe_ffn_hidden_size") / np.maximum(etp, 1.0)
-    up = ffn * np.where(f["gated_mlp"] > 0, 2.0, 1.0)
-    rows = np.maximum(tokens * topk * ep / experts, 1.0)  # per local expert
+    experts, topk = new[NUM_EXPERTS], new[MOE_ROUTER_TOPK]
+    ep, etp, h = new[EP], new[EXPERT_TP], f[HIDDEN_SIZE]
+    ffn = new[MOE_FFN_HIDDEN_SIZE] / maximum(etp, 1.0)
+    up = ffn * where(f[GATED_MLP] > 0, 2.0, 1.0)
+    rows = maximum(tokens * topk * ep / experts, 1.0)  # per local expert
     local = experts / ep
     grouped = local * (_gemm_s(hw, rows, up, h) + _gemm_s(hw, rows, h, ffn))
     dense = _gemm_s(hw, tokens, topk * up, h) + _gemm_s(hw, tokens, h, topk * ffn)
-    return np.maximum(grouped - dense, 0.0)
+    return maximum(grouped - dense, 0.0)
 
 
-def moe_layer_terms(c: Mapping[str, Any], f: Mapping[str, np.ndarray], new: np.ndarray,
-                     comm: Mapping[str, np.ndarray], hw: Mapping[str, Any],
-                     layer_c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per MoE layer and micro-batch (zero on dense rows, computed on the MoE rows only): the
-    dispatcher's exposed collectives (with the combined-1F1B overlap, simulator.costs.blocks:
-    a forward's all-to-alls hide under the other micro-batch's backward compute, 2/3 of the
-    layer's, a backward's under its forward, 1/3), the experts' extra GPU time (grouped GEMMs,
-    token shuffles) and the host's extra launches (surrogate.moe_terms)."""
-    rows = np.flatnonzero(_col(new, "num_experts") > 0)
-    out = np.zeros((3, new.shape[1]))
-    if len(rows) == 0:
-        return out[0], out[1], out[2]
-    fs = {k: v[rows] for k, v in f.items()}
-    ns = new[:, rows]
-    hs = {k: (v[rows] if np.ndim(v) else v) for k, v in hw.items()}
-    tokens, lc = comm["tokens"][rows], layer_c[rows]
-    pair = dispatch_s(fs, ns, tokens, comm["a2a_s"][rows], hs)  # one direction's
-    hidden = np.maximum(0.0, pair.hideable - 2 / 3 * lc) + np.maximum(0.0, pair.hideable - lc / 3)
-    out[0, rows] = (np.where(_col(ns, "moe_overlap_ep_comm") > 0, hidden, 2 * pair.hideable)
-                    + 2 * pair.exposed)
-    out[1, rows] = (_expert_gemm_s(fs, ns, tokens, hs)
-                    + token_shuffle_s(fs, ns, tokens, comm["copies"][rows], hs))
-    out[2, rows] = moe_host_s(c, rows, ns, fs["recompute"], hs)
-    return out[0], out[1], out[2]
+@njit(inline=True)
+def moe_layer_terms(f: Any, new: Any, tokens: Vec, a2a_s: Vec, copies: Vec, hw: Hardware,
+                    layer_c: Vec) -> tuple[Vec, Vec]:
+    """Per MoE layer and micro-batch (zero on dense rows): the dispatcher's exposed collectives
+    (with the combined-1F1B overlap, simulator.costs.blocks: a forward's all-to-alls hide under
+    the other micro-batch's backward compute, 2/3 of the layer's, a backward's under its
+    forward, 1/3) and the experts' extra GPU time (grouped GEMMs, token shuffles). Its host
+    launches are a lookup per launch key (`moe_host_s`)."""
+    moe = new[NUM_EXPERTS] > 0
+    pair = dispatch_s(f, new, tokens, a2a_s, hw)  # one direction's
+    hidden = maximum(0.0, pair.hideable - 2 / 3 * layer_c) + maximum(0.0, pair.hideable - layer_c / 3)
+    comm = (where(new[MOE_OVERLAP_EP_COMM] > 0, hidden, 2 * pair.hideable) + 2 * pair.exposed)
+    gpu = _expert_gemm_s(f, new, tokens, hw) + token_shuffle_s(f, new, tokens, copies, hw)
+    return where(moe, comm, 0.0), where(moe, gpu, 0.0)
 
 
-def expert_tail_s(f: Mapping[str, np.ndarray], new: np.ndarray, experts_per_gpu: np.ndarray,
-                  expert_dp: np.ndarray, sharding_level: np.ndarray,
-                  dense: Mapping[str, np.ndarray], hw: Mapping[str, Any]) -> np.ndarray:
+@njit(inline=True)
+def expert_tail_s(f: Any, new: Any, experts_per_gpu: Vec, expert_dp: Vec, sharding_level: Vec,
+                  dense: Any, hw: Hardware) -> Vec:
     """Seconds per iteration that the routed experts' gradients and optimizer step add (the
     dense form reduces and steps the dense-equivalent MLP only): the experts' gradients reduced
     over expert_dp ranks (simulator.timeline.grad_sync: all-reduce, or with the distributed
@@ -321,46 +361,46 @@ def expert_tail_s(f: Mapping[str, np.ndarray], new: np.ndarray, experts_per_gpu:
     under the last backward as the dense form hides its own; then Adam on the GPU's shard
     (36 bytes of traffic per parameter)."""
     n = expert_dp
-    stride = _col(new, "expert_tp") * _col(new, "ep")
-    domain = np.maximum(_col(new, "nvlink_domain"), 1.0)
-    gpn = np.maximum(np.minimum(f["gpus_per_node"], f["num_gpus"]), 1.0)
+    stride = new[EXPERT_TP] * new[EP]
+    domain = maximum(new[NVLINK_DOMAIN], 1.0)
+    gpn = maximum(minimum(f[GPUS_PER_NODE], f[NUM_GPUS]), 1.0)
     inside = stride * n <= domain
     # NCCL's rings cross each domain boundary through the NICs of the group's g ranks there
-    g = np.clip(np.floor(domain / stride), 1.0, np.maximum(n, 1.0))
-    intra = f["intra_node_bandwidth_GBps"] * 1e9 * hw["intra_eff"]
-    nic = f["inter_node_bandwidth_Gbps"] * 1e9 / 8 / gpn * hw["inter_eff"]
-    link = np.where(inside, intra, np.minimum(intra, g * nic))
-    latency = np.where(inside, hw["intra_lat_s"], hw["inter_lat_s"])
-    sixteen = _col(new, "grad_reduce_in_fp32") == CHOICES["grad_reduce_in_fp32"].index("false")
-    grad = experts_per_gpu * np.where(sixteen | (f["precision"] == 0), 2.0, 4.0)
-    sharded = sharding_level >= DataParallelSharding.OPTIM.level
-    ring = (n - 1) / np.maximum(n, 1.0) / link
-    reduce = np.where(sharded, grad * ring + experts_per_gpu * 2.0 * ring, 2 * grad * ring)
-    reduce = np.where(n > 1, reduce + 2 * (n - 1) * latency, 0.0)
-    backward = dense["time_stage_mb_s"] / f["virtual_stages"] * (2 / 3)
-    hidden = np.where(f["overlap_grad_reduce"] > 0, np.minimum(0.9 * reduce, backward), 0.0)
-    exposed = np.maximum(hw["comm_slowdown"] * hidden, reduce - hidden)  # as the dense form's
-    shard = np.where(sharded, n, 1.0)
-    optimizer = experts_per_gpu / shard * 36.0 / hw["hbm_Bps"]
+    g = minimum(maximum(floor(domain / stride), 1.0), maximum(n, 1.0))
+    intra = f[INTRA_NODE_BANDWIDTH_GBPS] * 1e9 * hw.intra_eff
+    nic = f[INTER_NODE_BANDWIDTH_GBPS] * 1e9 / 8 / gpn * hw.inter_eff
+    link = where(inside, intra, minimum(intra, g * nic))
+    latency = where(inside, hw.intra_lat_s, hw.inter_lat_s)
+    sixteen = new[GRAD_REDUCE_IN_FP32] == _GRAD_16
+    grad = experts_per_gpu * where(sixteen | (f[PRECISION] == 0), 2.0, 4.0)
+    sharded = sharding_level >= _OPTIM_LEVEL
+    ring = (n - 1) / maximum(n, 1.0) / link
+    reduce = where(sharded, grad * ring + experts_per_gpu * 2.0 * ring, 2 * grad * ring)
+    reduce = where(n > 1, reduce + 2 * (n - 1) * latency, 0.0)
+    backward = dense[D_STAGE_MB] / f[VIRTUAL_STAGES] * (2 / 3)
+    hidden = where(f[OVERLAP_GRAD_REDUCE] > 0, minimum(0.9 * reduce, backward), 0.0)
+    exposed = maximum(hw.comm_slowdown * hidden, reduce - hidden)  # as the dense form's
+    shard = where(sharded, n, 1.0)
+    optimizer = experts_per_gpu / shard * 36.0 / hw.hbm_Bps
     # the DDP's zeroing and NaN-check passes over the experts' gradient buffer
     # (simulator.timeline.tail.grad_buffer_op; not under Megatron-FSDP's sharded buffers)
-    optimizer = optimizer + np.where(sharding_level <= DataParallelSharding.OPTIM.level,
-                                     GRAD_BUFFER_PASSES * grad / hw["hbm_Bps"], 0.0)
-    return np.where(_col(new, "num_experts") > 0, exposed + optimizer, 0.0)
+    optimizer = optimizer + where(sharding_level <= _OPTIM_LEVEL,
+                                  GRAD_BUFFER_PASSES * grad / hw.hbm_Bps, 0.0)
+    return where(new[NUM_EXPERTS] > 0, exposed + optimizer, 0.0)
 
 
-def saved_activations_bytes(f: Mapping[str, np.ndarray], new: np.ndarray, tokens: np.ndarray,
-                            copies: np.ndarray, dense: Mapping[str, np.ndarray]) -> np.ndarray:
+@njit(inline=True)
+def saved_activations_bytes(f: Any, new: Any, tokens: Vec, copies: Vec, dense: Any) -> Vec:
     """Bytes a MoE layer saves for its backward beyond the dense form's MLP of the same FFN
     (simulator.graph.moe: the experts' first GEMM keeps its input, one row per computed copy
     where the dense MLP keeps one per token; the weighted unpermute keeps its input copies for
     the probabilities' gradient), per MoE layer and micro-batch, times the layer-micro-batches
     the dense form holds at its peak (full recompute keeps only each layer's input: none)."""
-    h = f["hidden_size"]
-    topk, etp = _col(new, "moe_router_topk"), _col(new, "expert_tp")
-    flex = _col(new, "moe_token_dispatcher") == _DISPATCHERS.index("flex")
+    h = f[HIDDEN_SIZE]
+    topk, etp = new[MOE_ROUTER_TOPK], new[EXPERT_TP]
+    flex = new[MOE_TOKEN_DISPATCHER] == _FLEX
     computed = tokens * topk * etp
-    extra = 2.0 * h * (np.maximum(computed - tokens, 0.0) + np.where(flex, computed, tokens * copies))
-    held = dense["activation_bytes"] / np.maximum(dense["layer_saved_bytes"], 1.0)
-    full = f["recompute"] == RECOMPUTE.index("full")
-    return np.where((_col(new, "num_experts") > 0) & ~full, held * extra, 0.0)
+    extra = 2.0 * h * (maximum(computed - tokens, 0.0) + where(flex, computed, tokens * copies))
+    held = dense[D_ACTIVATIONS] / maximum(dense[D_LAYER_SAVED], 1.0)
+    not_full = f[RECOMPUTE_CODE] != _FULL
+    return where((new[NUM_EXPERTS] > 0) & not_full, held * extra, 0.0)

@@ -24,35 +24,28 @@ second beside)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from surrogate.physics import Hardware, rows_of_fields
+from simulator.jit import njit
+from surrogate.physics import Rows, Vec, maximum, minimum, where
 from surrogate.timing import _ring_s, dp_placement, grad_buckets
 
 
-def param_gather_shift_s(fields: np.ndarray, hw: Mapping[str, Any], opg: np.ndarray,
-                         dense: Mapping[str, np.ndarray]) -> np.ndarray:
+@njit(inline=True)
+def param_gather_shift_s(r: Rows, opg: Any, stage: Vec, stage_mb_s: Vec) -> Vec:
     """Seconds the parameter gather under the next forward would add to the dense estimate
-    (negative: save) on rows with `opg`; zero elsewhere (nothing computed for a table without
-    the flag). `fields`, `hw`: the table's `ROW_FIELDS` matrix and hardware numbers, read as
-    the dense form reads them."""
-    if not opg.any():
-        return np.zeros(opg.shape)
-    r = rows_of_fields(list(fields), Hardware(**hw))
+    (negative: save) on rows with `opg`; zero elsewhere. `r`: the rows as the dense form reads
+    them (their own fields, not `surrogate.extended.effective_fields`); `stage`, `stage_mb_s`:
+    the dense form's stage parameters and one micro-batch's stage time."""
     d, p, v = r.d, r.p, r.v
-    stage = dense["stage_params"]
-    # the tail's gather of the 16-bit weights: half the dense form's ring all-reduce, one call
     gather = 0.5 * _ring_s(r, 2.0 * stage, d, dp_placement(r), r.gpn, 1.0)
-    element = np.where(r.bf16 > 0, 4.0, 2.0)  # the gradients the buckets are sized by
-    overlapped = np.ones_like(stage)  # the flag requires overlapped reduction
-    n0 = np.maximum(grad_buckets(stage * element, d, v, element, overlapped) - (v - 1), 1.0)
-    forward = dense["time_stage_mb_s"] / v / 3  # one chunk's forward of one micro-batch
+    element = where(r.bf16 > 0, 4.0, 2.0)  # the gradients the buckets are sized by
+    overlapped = 1.0  # the flag requires overlapped reduction
+    n0 = maximum(grad_buckets(stage * element, d, v, element, overlapped) - (v - 1), 1.0)
+    forward = stage_mb_s / v / 3  # one chunk's forward of one micro-batch
     g0, f0 = gather / v / n0, forward / n0
-    first = g0 + (n0 - 1) * np.maximum(0.0, g0 - f0)
-    exposed = np.where(v > 1, gather / v, first + (p - 1) * gather)
-    beside = np.maximum(gather - np.minimum(exposed, gather), 0.0)
+    first = g0 + (n0 - 1) * maximum(0.0, g0 - f0)
+    exposed = where(v > 1, gather / v, first + (p - 1) * gather)
+    beside = maximum(gather - minimum(exposed, gather), 0.0)
     shift = exposed + r.hw.comm_slowdown * beside - gather
-    return np.where(opg & (d > 1), shift, 0.0)
+    return where(opg & (d > 1), shift, 0.0)

@@ -91,6 +91,14 @@ def log(a: Any) -> Any:
     return np.log(a)
 
 
+@njit
+def log2(a: Any) -> Any:
+    """`np.log2`; for one number `math.log2` (see `simulator.costs.analytic.maximum`)."""
+    if isinstance(a, (int, float)):
+        return math.log2(a)
+    return np.log2(a)
+
+
 class Hardware(NamedTuple):
     """The hardware numbers the physics reads (`hardware_vector`), per row or for one row."""
 

@@ -13,41 +13,55 @@ Both terms are zero, to the bit, for an even split.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import numpy as np
-
-from surrogate.records import new_column as _col
+from simulator.jit import njit
+from surrogate.physics import Vec, floor, maximum, where
+from surrogate.slots import (
+    DP,
+    FIRST_STAGE_LAYERS,
+    GATED_MLP,
+    GLOBAL_BATCH_SIZE,
+    HIDDEN_SIZE,
+    LAST_STAGE_LAYERS,
+    MICRO_BATCH_SIZE,
+    NUM_ATTENTION_HEADS,
+    NUM_LAYERS,
+    NUM_QUERY_GROUPS,
+    PP,
+    TP,
+)
 
 
 class StageSplit(NamedTuple):
     """Transformer layers per stage: the first, a middle one (0 without middle stages), the
     last; and the mean (`num_layers / pp`) the dense form charges every stage."""
 
-    first: np.ndarray
-    middle: np.ndarray
-    last: np.ndarray
-    mean: np.ndarray
-    uneven: np.ndarray  # bool: a first or last stage count is set
+    first: Vec
+    middle: Vec
+    last: Vec
+    mean: Vec
+    uneven: Any  # bool: a first or last stage count is set
 
 
-def stage_split(f: Mapping[str, np.ndarray], new: np.ndarray) -> StageSplit:
-    """`simulator.job.partition.stage_layers` over rows (a column of 0 is "not set")."""
-    L, p = f["num_layers"], f["pp"]
-    first, last = _col(new, "first_stage_layers"), _col(new, "last_stage_layers")
+@njit(inline=True)
+def stage_split(f: Any, new: Any) -> StageSplit:
+    """`simulator.job.partition.stage_layers` over rows (a column of 0 is "not set");
+    `f`, `new`: `surrogate.slots`."""
+    L, p = f[NUM_LAYERS], f[PP]
+    first, last = new[FIRST_STAGE_LAYERS], new[LAST_STAGE_LAYERS]
     has_first, has_last = first > 0, last > 0
     middle_stages = p - has_first - has_last
     rest = L - first - last
-    middle = np.where(middle_stages > 0, np.floor(rest / np.maximum(middle_stages, 1.0)), 0.0)
+    middle = where(middle_stages > 0, floor(rest / maximum(middle_stages, 1.0)), 0.0)
     mean = L / p
     uneven = (has_first | has_last) & (p > 1)
-    return StageSplit(np.where(has_first, first, middle), middle, np.where(has_last, last, middle),
+    return StageSplit(where(has_first, first, middle), middle, where(has_last, last, middle),
                       mean, uneven)
 
 
-def uneven_time_s(f: Mapping[str, np.ndarray], split: StageSplit, layer_s: np.ndarray,
-                  head_s: np.ndarray) -> np.ndarray:
+@njit(inline=True)
+def uneven_time_s(f: Any, split: StageSplit, layer_s: Vec, head_s: Vec) -> Vec:
     """Seconds an uneven split adds to the dense form's pipeline (negative where it evens out
     the stages). A pipeline of stages taking S_i per micro-batch runs sum_i S_i + (m - 1) max_i
     S_i (fill, then the busiest stage's steady state). The dense form charges every stage
@@ -55,38 +69,38 @@ def uneven_time_s(f: Mapping[str, np.ndarray], split: StageSplit, layer_s: np.nd
     split's stages take first, middle and last + head layer-times of `layer_s` (one layer, one
     micro-batch, forward and backward) and the same sum, so the difference is (m - 1) times
     that of the busiest stage."""
-    m = f["global_batch_size"] / (f["dp"] * f["micro_batch_size"])
-    busiest = np.maximum(np.maximum(split.first, split.middle) * layer_s,
-                         split.last * layer_s + head_s)
-    return np.where(split.uneven, (m - 1) * (busiest - (split.mean * layer_s + head_s)), 0.0)
+    m = f[GLOBAL_BATCH_SIZE] / (f[DP] * f[MICRO_BATCH_SIZE])
+    busiest = maximum(maximum(split.first, split.middle) * layer_s,
+                      split.last * layer_s + head_s)
+    return where(split.uneven, (m - 1) * (busiest - (split.mean * layer_s + head_s)), 0.0)
 
 
-def uneven_memory_bytes(f: Mapping[str, np.ndarray], split: StageSplit,
-                        layer_state_bytes: np.ndarray, activation_bytes: np.ndarray,
-                        edge_bytes: np.ndarray) -> np.ndarray:
+@njit(inline=True)
+def uneven_memory_bytes(f: Any, split: StageSplit, layer_state_bytes: Vec, activation_bytes: Vec,
+                        edge_bytes: Vec) -> Vec:
     """Bytes an uneven split adds to the dense form's peak, its first stage of `mean` layers
     (`layer_state_bytes` of weights, gradients and optimizer states each, `activation_bytes`
     of saved activations in all) and the embedding's states (`edge_bytes`; the last stage holds
     the output layer's, counted alike). Under 1F1B stage i holds (p - i)/p of the first stage's
     micro-batches in flight (simulator.memory.stages), so a middle stage counts (p - 1)/p and
     the last 1/p of the first stage's activations per layer; the largest stage is the peak."""
-    p = f["pp"]
-    per_layer_act = activation_bytes / np.maximum(split.mean, 1e-9)
+    p = f[PP]
+    per_layer_act = activation_bytes / maximum(split.mean, 1e-9)
     first = split.first * (layer_state_bytes + per_layer_act) + edge_bytes
     middle = split.middle * (layer_state_bytes + per_layer_act * (p - 1) / p)
     last = split.last * (layer_state_bytes + per_layer_act / p) + edge_bytes
     even = split.mean * (layer_state_bytes + per_layer_act) + edge_bytes
-    largest = np.maximum(np.maximum(first, middle), last)
-    return np.where(split.uneven, largest - even, 0.0)
+    largest = maximum(maximum(first, middle), last)
+    return where(split.uneven, largest - even, 0.0)
 
 
-def layer_params_per_gpu(f: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Parameters of one transformer layer on one GPU of its tp group, in the dense form's
-    terms (surrogate.physics.stage_params: the tp-sharded weights and biases plus the
-    replicated norms)."""
-    h, a, g, ffn, t = (f[k] for k in ("hidden_size", "num_attention_heads", "num_query_groups",
-                                     "ffn_hidden_size", "tp"))
-    gated = f["gated_mlp"]
+@njit(inline=True)
+def layer_params_per_gpu(f: Any, ffn: Vec) -> Vec:
+    """Parameters of one transformer layer (of FFN `ffn`) on one GPU of its tp group, in the
+    dense form's terms (surrogate.physics.stage_params: the tp-sharded weights and biases plus
+    the replicated norms)."""
+    h, a, g, t = f[HIDDEN_SIZE], f[NUM_ATTENTION_HEADS], f[NUM_QUERY_GROUPS], f[TP]
+    gated = f[GATED_MLP]
     bias = 1 - gated
     qkv_out, up_out = h + 2 * g * h / a, ffn * (1 + gated)
     sharded = h * qkv_out + h * h + h * up_out + ffn * h + bias * (qkv_out + up_out)

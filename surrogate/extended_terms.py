@@ -1,0 +1,307 @@
+"""The extended physics of a row (`surrogate.extended`'s formulas), written once over vectors.
+
+Every function here takes its rows as vectors indexed by `surrogate.slots` (`f[TP]`,
+`new[CP]`, `dense[D_LAYER]`, ...) and uses the scalar-or-array helpers of `surrogate.physics`
+(`where`, `maximum`, ...): numpy runs them on a table's matrices (`surrogate.extended
+.extended_values`, no numba or VTRAIN_NO_JIT=1), the compiled loop of
+`surrogate.extended_kernel` on one row's columns. IEEE operations in one order give both paths
+the same numbers (tests/surrogate_tests/test_extended_kernel.py). What a row takes from tables
+keyed by a few columns comes in as `aux` (`surrogate.extended.lookups`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from simulator.jit import njit
+from simulator.job.enums import DataParallelSharding
+from simulator.network.alltoall import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFFICIENCY
+from surrogate.attention_terms import Heads, attention_extra_s, heads, kv_bytes, qkv_out_bytes, ring_exposed_s
+from surrogate.memory_terms import quantized_activations_delta
+from surrogate.moe_terms import expert_tail_s, moe_layer_terms, saved_activations_bytes
+from surrogate.param_gather_terms import param_gather_shift_s
+from surrogate.physics import (
+    OPTIMIZER_BYTES_PER_PARAM,
+    PRECISIONS,
+    Hardware,
+    Rows,
+    Vec,
+    ceil,
+    floor,
+    log2,
+    maximum,
+    minimum,
+    where,
+)
+from surrogate.pipeline_terms import layer_params_per_gpu, stage_split, uneven_memory_bytes, uneven_time_s
+from surrogate.records import CHOICES
+from surrogate.slots import (
+    A_ELEMENT,
+    A_EST_MEMORY,
+    A_EST_TIME,
+    A_HELD,
+    A_LEVEL,
+    A_LP_COPIES,
+    A_LP_EFF,
+    A_MAIN,
+    A_MOE_HOST,
+    A_PEAK_LP,
+    A_TOKEN_COPIES,
+    CP,
+    CP_COMM_TYPE,
+    CUDA_GRAPHS,
+    D_ACTIVATIONS,
+    D_ATTENTION,
+    D_DP_COMM,
+    D_EST_LOG_MEMORY,
+    D_EST_LOG_TIME,
+    D_HOST_EXCESS,
+    D_LAYER,
+    D_LAYER_COMPUTE,
+    D_LAYER_HOST,
+    D_RECOMPUTE,
+    D_STAGE_MB,
+    D_STAGE_PARAMS,
+    D_TP_OVERLAP_SAVING,
+    D_WEIGHT_STATES,
+    DISTRIBUTED_OPTIMIZER,
+    DP,
+    EP,
+    EXPERT_TP,
+    FFN_HIDDEN_SIZE,
+    GLOBAL_BATCH_SIZE,
+    GPUS_PER_NODE,
+    HIDDEN_SIZE,
+    INTER_NODE_BANDWIDTH_GBPS,
+    INTRA_NODE_BANDWIDTH_GBPS,
+    M_ACTIVE_FFN,
+    M_ATTENTION,
+    M_FORWARD,
+    M_MOE_LAYERS,
+    M_PARAMS_ACTIVE,
+    M_PARAMS_ALL,
+    M_ROUTED,
+    MICRO_BATCH_SIZE,
+    MOE_TOKEN_DISPATCHER,
+    NUM_GPUS,
+    NUM_LAYERS,
+    NVLINK_DOMAIN,
+    OVERLAP_GRAD_REDUCE,
+    OVERLAP_PARAM_GATHER,
+    PP,
+    PRECISION,
+    SEQ_LENGTH,
+    SEQUENCE_PARALLEL,
+    TP,
+    TP_COMM_OVERLAP,
+    VIRTUAL_STAGES,
+)
+from surrogate.timing import grad_buckets
+
+_GEMM_SHARE = 0.75  # share of a layer's GPU time in GEMMs that a low-precision recipe speeds up
+# codes the compiled formulas compare with (numba reads module constants, not dict lookups)
+_FLEX = float(CHOICES["moe_token_dispatcher"].index("flex"))
+_P2P = float(CHOICES["cp_comm_type"].index("p2p"))
+_A2A = float(CHOICES["cp_comm_type"].index("a2a"))
+_OPTIM_LEVEL = float(DataParallelSharding.OPTIM.level)
+_FP16 = float(PRECISIONS.index("fp16"))
+
+@njit
+def _alltoall_s(nbytes: Vec, n: Vec, stride: Vec, domain: Vec, intra_Bps: Vec, inter_Bps: Vec,
+                gpn: Vec, hw: Hardware, deepep: Any) -> Vec:
+    """`simulator.network.alltoall.all_to_all_s` over rows: the group of `n` ranks `stride`
+    apart (simulator.network.topology.strided_group), its share to its own domain on NVLink,
+    the rest on the node's links shared by the node's GPUs (non-blocking fabric)."""
+    g = where(stride >= domain, 1.0, maximum(1.0, minimum(n, domain // maximum(stride, 1.0))))
+    intra_eff = where(deepep, DEEPEP_NVLINK_EFFICIENCY, hw.intra_eff)
+    inter_eff = where(deepep, DEEPEP_RDMA_EFFICIENCY, hw.inter_eff)
+    intra = (g - 1) / n * nbytes / (intra_Bps * intra_eff)
+    inter = (n - g) / n * nbytes / (inter_Bps / gpn * inter_eff)
+    crosses = n > g
+    t = where(crosses, maximum(intra, inter) + hw.intra_lat_s + hw.inter_lat_s,
+              intra + hw.intra_lat_s)
+    return where((n > 1) & (nbytes > 0), t, 0.0)
+
+
+class Comm(NamedTuple):
+    """Per layer and micro-batch (`_comm_terms`): a rank's MoE tokens, the expert data-parallel
+    size, the routed-expert parameters per GPU, the dispatch all-to-all (bytes a rank sends,
+    seconds), the cp exchange (one chunk's K/V seconds on its link; bytes, seconds) and whether
+    it is the ring (p2p, hidden under attention)."""
+
+    tokens: Vec
+    expert_dp: Vec
+    per_gpu_experts: Vec
+    a2a_bytes: Vec
+    a2a_s: Vec
+    kv_s: Vec
+    cp_bytes: Vec
+    cp_s: Vec
+    ring: Any
+
+
+@njit(inline=True)
+def _comm_terms(f: Any, new: Any, models: Any, copies: Vec, hw: Hardware, dims: Heads) -> Comm:
+    """`Comm` of the rows (`f`, `new`, `models`: `surrogate.slots`; `copies`: the copies of a
+    token the dispatch sends, `surrogate.moe_terms.token_copies`)."""
+    n_moe, routed = models[M_MOE_LAYERS], models[M_ROUTED]
+    t, p, d, b, s, h = f[TP], f[PP], f[DP], f[MICRO_BATCH_SIZE], f[SEQ_LENGTH], f[HIDDEN_SIZE]
+    cp, ep, etp = new[CP], new[EP], new[EXPERT_TP]
+    domain = maximum(new[NVLINK_DOMAIN], 1.0)
+    gpn = maximum(minimum(f[GPUS_PER_NODE], f[NUM_GPUS]), 1.0)
+    intra, inter = f[INTRA_NODE_BANDWIDTH_GBPS] * 1e9, f[INTER_NODE_BANDWIDTH_GBPS] * 1e9 / 8
+    tokens = b * s / cp / where(f[SEQUENCE_PARALLEL] > 0, t, 1.0)  # a rank's MoE tokens
+    expert_dp = maximum(1.0, t * cp * d / (etp * ep))
+    per_gpu_experts = routed / p / (ep * etp)
+    a2a_bytes = tokens * copies * h * 2.0 * (n_moe > 0)
+    flex = new[MOE_TOKEN_DISPATCHER] == _FLEX
+    a2a_s = _alltoall_s(a2a_bytes, ep, etp, domain, intra, inter, gpn, hw, flex)
+    kv = kv_bytes(dims, b * s / cp)  # K and V of a rank's chunk (`dims`: the true head sizes)
+    exchange = new[CP_COMM_TYPE]
+    ring = exchange == _P2P
+    a2a_cp = exchange == _A2A
+    cp_bytes = where(a2a_cp, qkv_out_bytes(dims, b * s / cp), kv * (cp - 1)) * (cp > 1)
+    link_Bps = where(t * cp <= domain, intra * hw.intra_eff, inter / gpn * hw.inter_eff)
+    cp_s = where(a2a_cp, _alltoall_s(cp_bytes, cp, t, domain, intra, inter, gpn, hw, False),
+                 cp_bytes / link_Bps)
+    return Comm(tokens, expert_dp, per_gpu_experts, a2a_bytes, a2a_s, kv / link_Bps, cp_bytes,
+                cp_s, ring)
+
+
+@njit
+def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardware,
+                 r: Rows) -> tuple[Vec, ...]:
+    """`EXTENDED_PHYSICS` of rows, then the corrected time (s) and memory (bytes) estimates.
+
+    One definition for numpy over a table (each argument a matrix whose rows are the fields,
+    `surrogate.slots`) and for the compiled loop (`surrogate.extended_kernel`: each a row's
+    vector). `aux`: the rows' `lookups`; `dense`: the dense physics features of the effective
+    rows (`DENSE_READ`); `hw`: the dense physics' hardware numbers per row; `r`: the rows'
+    own fields as the dense form reads them."""
+    n_moe, active_ffn = models[M_MOE_LAYERS], models[M_ACTIVE_FFN]
+    t, p, d, b, s, h = f[TP], f[PP], f[DP], f[MICRO_BATCH_SIZE], f[SEQ_LENGTH], f[HIDDEN_SIZE]
+    L = f[NUM_LAYERS]
+    dims = heads(f, new)  # the true head sizes (surrogate.attention_terms)
+    copies_sent = aux[A_TOKEN_COPIES]
+    comm = _comm_terms(f, new, models, copies_sent, hw, dims)
+    tokens, expert_dp, per_gpu_experts = comm.tokens, comm.expert_dp, comm.per_gpu_experts
+    peak_lp, lp_eff, element, copies = aux[A_PEAK_LP], aux[A_LP_EFF], aux[A_ELEMENT], aux[A_LP_COPIES]
+    speedup = peak_lp * lp_eff / maximum(hw.peak_bf16, 1.0)
+    low = f[PRECISION] >= 2
+    level = aux[A_LEVEL]
+    stage = dense[D_STAGE_PARAMS]
+    slots = f[GLOBAL_BATCH_SIZE] / (d * b) + (p - 1) / f[VIRTUAL_STAGES]
+    layers = L / p * slots  # layer-micro-batch steps on the critical path
+    gain = 1 - 1 / maximum(speedup, 1e-9)
+    # the recomputed forward (full recompute) runs its GEMMs in the recipe too
+    gemm_time = dense[D_LAYER_COMPUTE] + dense[D_RECOMPUTE]
+    lowp = where(low, gemm_time * _GEMM_SHARE * gain, 0.0)
+    graphs = where(new[CUDA_GRAPHS] > 0, dense[D_HOST_EXCESS], 0.0)
+    overlap = where(new[TP_COMM_OVERLAP] > 0, dense[D_TP_OVERLAP_SAVING], 0.0)
+    # a MoE layer's dispatch and combine (their combined-1F1B overlap), its experts' extra GPU
+    # time and its extra host launches (surrogate.moe_terms)
+    moe_layer_comm, moe_layer_gpu = moe_layer_terms(f, new, tokens, comm.a2a_s, copies_sent, hw,
+                                                    dense[D_LAYER_COMPUTE])
+    moe_layer_host = aux[A_MOE_HOST]
+    moe_comm = moe_layer_comm * n_moe / L
+    attention_s = attention_extra_s(f, new, dims, models[M_ATTENTION], dense, hw)
+    cp_comm = where(comm.ring, ring_exposed_s(new[CP], comm.kv_s, dense[D_ATTENTION]), 2 * comm.cp_s)
+    est = aux[A_EST_TIME]
+    tree = dp_tree_correction(f, dense, hw)
+    # a layer's windows take max(GPU + blocking comm, host dispatch) (surrogate.timing._window):
+    # what the recipe, the tp overlap and CUDA graphs save on the GPU stops at the host's floor
+    # (cp's exchange and a MoE layer's dispatch and experts are GPU time and blocking comm in
+    # the same windows; a MoE layer's host launches more: surrogate.moe_terms)
+    busy = (dense[D_LAYER] - dense[D_HOST_EXCESS] - lowp - overlap + cp_comm + attention_s)
+    host_floor = where(new[CUDA_GRAPHS] > 0, 0.0, dense[D_LAYER_HOST])
+    experts_s = moe_layer_gpu * n_moe / L
+    moe_layer = maximum(busy + moe_layer_comm + moe_layer_gpu, host_floor + moe_layer_host)
+    mean_layer = (n_moe * moe_layer + (L - n_moe) * maximum(busy, host_floor)) / L
+    per_layer = mean_layer - dense[D_LAYER]
+    split = stage_split(f, new)
+    head_s = maximum(dense[D_STAGE_MB] - L / p * dense[D_LAYER], 0.0)
+    uneven_s = uneven_time_s(f, split, dense[D_LAYER] + per_layer, head_s)
+    experts_tail = expert_tail_s(f, new, per_gpu_experts, expert_dp, level, dense, hw)
+    # a feature, not a term of the estimate: the trees' held-out MAPE was 5.74% with it as a term,
+    # 5.29% with it as this feature (bench/bench_surrogate.py, runs/samples/moe-cp-40k-s11)
+    gather_shift = param_gather_shift_s(r, new[OVERLAP_PARAM_GATHER] > 0, stage, dense[D_STAGE_MB])
+    time = maximum(est + tree + layers * per_layer + uneven_s + experts_tail, 0.2 * est)
+    # Megatron shards the optimizer over the data-parallel group with context parallelism (dp x
+    # cp, simulator.graph.params.optimizer_shards) and the routed experts' over expert_dp; the
+    # dense form's rows shard it over dp where `distributed_optimizer` is set and nothing else
+    ranks = d * new[CP]
+    sharded = level >= _OPTIM_LEVEL
+    dense_shard = where(f[DISTRIBUTED_OPTIMIZER] > 0, d, 1.0)
+    optimizer_shard = where(sharded, ranks, 1.0)
+    # a MoE row's MLP: the dense form's dense-equivalent one out, the dense layers' MLPs and the
+    # GPU's routed experts in, each at its group's bytes per parameter
+    kernel_mlp = 3 * h * active_ffn / t  # what the dense form counted per layer
+    dense_mlp = (L - n_moe) * 3 * h * f[FFN_HIDDEN_SIZE] / t / L
+    experts_layer = per_gpu_experts * p / L
+    moe_delta = where(n_moe > 0, L / p * (
+        dense_mlp * (6 + 12 / optimizer_shard) + experts_layer * (6 + 12 / where(sharded, expert_dp, 1.0))
+        - kernel_mlp * (6 + 12 / dense_shard)), 0.0)
+    moe_delta = moe_delta + saved_activations_bytes(f, new, tokens, copies_sent, dense) * n_moe / L
+    shard_delta = (stage - where(n_moe > 0, L / p * kernel_mlp, 0.0)) * (
+        OPTIMIZER_BYTES_PER_PARAM * (1 / optimizer_shard - 1 / dense_shard)
+        - where(level >= 3, 6.0, where(level >= 2, 4.0, 0.0)) * (1 - 1 / ranks))
+    # 16-bit gradients / Adam moments; the main-gradient copy only where the optimizer moment
+    # (the dense form's copy: fp16 only) outgrows the activations (physics.memory's moments)
+    held, main = aux[A_HELD], aux[A_MAIN]
+    dense_copy = where(f[PRECISION] == _FP16, 4.0, 0.0) * stage / dense_shard
+    act = dense[D_ACTIVATIONS]
+    states = held * stage + (maximum(act, dense_copy + main * stage) - maximum(act, dense_copy))
+    quantized = low & (element > 0)
+    weight_copies = where(quantized, element * copies, where(low, 1.0, 0.0)) * stage
+    memory_delta = (moe_delta + shard_delta + weight_copies + states
+                    + quantized_activations_delta(f, new, dense, element, quantized, active_ffn))
+    # the uneven split's largest stage: its layers' states (per parameter as the stage's) and
+    # their saved activations (surrogate.pipeline_terms)
+    per_param = (dense[D_WEIGHT_STATES] + shard_delta + weight_copies + held * stage) / stage
+    layer_params = layer_params_per_gpu(f, where(n_moe > 0, active_ffn, f[FFN_HIDDEN_SIZE]))
+    edge = per_param * maximum(stage - split.mean * layer_params, 0.0)  # the embedding's
+    memory_delta = memory_delta + uneven_memory_bytes(
+        f, split, layer_params * per_param + moe_delta / split.mean, act, edge)
+    mem = aux[A_EST_MEMORY]
+    memory = maximum(mem + memory_delta, 0.3 * mem)
+    forward = models[M_FORWARD]
+    # in `EXTENDED_PHYSICS` order (tests/surrogate_tests/test_extended_kernel.py checks the names)
+    return (n_moe, active_ffn, per_gpu_experts, models[M_PARAMS_ALL], models[M_PARAMS_ACTIVE],
+            forward, 3 * forward * f[GLOBAL_BATCH_SIZE] * s / f[NUM_GPUS], expert_dp,
+            comm.a2a_bytes, comm.a2a_s, comm.cp_bytes, comm.cp_s, speedup,
+            low * tokens * (2 * h + active_ffn / t) * 3.0,
+            where(level >= 3, 2 * 2.0 * stage, 0.0), level, moe_comm, cp_comm, lowp, graphs,
+            overlap, dense[D_EST_LOG_TIME], dense[D_EST_LOG_MEMORY], memory_delta, peak_lp,
+            lp_eff, tree, states, experts_s, gather_shift, time, memory)
+
+
+@njit(inline=True)
+def dp_tree_correction(f: Any, dense: Any, hw: Hardware) -> Vec:
+    """Seconds to add to the dense estimate because NCCL reduces a bucket over nodes with the
+    double binary tree where that is faster than the ring (simulator.network.algorithms.tree:
+    2 log2(k) network hops instead of the ring's 2 (k - 1), at 0.92 of the bus bandwidth), which
+    the dense form's ring (`surrogate.timing._ring_s`) does not choose: per bucket min(ring,
+    tree) - ring, on the data-parallel gradient reduction, less what overlapping still hides.
+    `f`, `dense`: `surrogate.slots`."""
+    t, d, v = f[TP], f[DP], f[VIRTUAL_STAGES]
+    gpn = maximum(minimum(f[GPUS_PER_NODE], f[NUM_GPUS]), 1.0)
+    per_node = where(t < gpn, maximum(1.0, minimum(d, floor(gpn / t))), 1.0)
+    k = ceil(d / per_node)
+    grad = dense[D_STAGE_PARAMS] * where(f[PRECISION] > 0, 4.0, 2.0)
+    overlap = f[OVERLAP_GRAD_REDUCE] > 0
+    buckets = grad_buckets(grad, d, v, where(f[PRECISION] > 0, 4.0, 2.0), overlap)
+    per_call = grad / buckets
+    inter = 2 * (k - 1) / k * per_call * (gpn / per_node) / (f[INTER_NODE_BANDWIDTH_GBPS] * 1e9 / 8
+                                                               * hw.inter_eff)
+    ring_hops = 2 * (k - 1) * hw.inter_lat_s
+    tree_hops = 2 * floor(log2(maximum(k, 1.0))) * hw.inter_lat_s
+    saving = maximum(0.0, (inter + ring_hops) - (inter / 0.92 + tree_hops))
+    saving = where(k > 1, saving * buckets * where(f[DISTRIBUTED_OPTIMIZER] > 0, 0.5, 1.0), 0.0)
+    old = dense[D_DP_COMM]
+    new = maximum(old - saving, 0.0)
+    backward = dense[D_STAGE_MB] / v * (2 / 3)
+    hidden_old = where(overlap, minimum(old * 0.9, backward), 0.0)
+    hidden_new = where(overlap, minimum(new * 0.9, backward), 0.0)
+    slow = hw.comm_slowdown  # the dense form's exposure (surrogate.timing.iteration)
+    return (maximum(slow * hidden_new, new - hidden_new)
+            - maximum(slow * hidden_old, old - hidden_old))
