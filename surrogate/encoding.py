@@ -28,8 +28,10 @@ from surrogate.extended import (
     is_plain,
     lookups,
     model_values,
+    model_values_of_record,
     new_field_matrix,
     plain_values,
+    record_lookups,
 )
 from surrogate.extended_kernel import extended_kernel
 from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS, with_new_defaults
@@ -155,6 +157,8 @@ def features_of_record(record: Mapping[str, Any], hw: np.ndarray,
     general = np.array([bool(record["num_experts"]) or bool(record["multi_latent_attention"])
                         or bool(record["mtp_num_layers"]) or bool(record["kv_channels"])])
     if not is_plain(new, fields, general):
+        if HAVE_NUMBA:
+            return _general_features_of_record(record, fields, new, general, hw, hardware)
         return feature_matrix({c: np.array([record[c]]) for c in JOB_COLUMNS}, hardware)[1]
     out = empty_features(1)
     features_of_values(values_in, hw, out)
@@ -165,6 +169,33 @@ def features_of_record(record: Mapping[str, Any], hw: np.ndarray,
     rows = Hardware(*(np.array([float(v)]) for v in hw))
     _write_extended(out, new, plain_values(fields, new, models, dense, rows))
     return out
+
+
+def _general_features_of_record(record: Mapping[str, Any], fields: np.ndarray, new: np.ndarray,
+                                general: np.ndarray, hw: np.ndarray,
+                                hardware: Mapping[str, HardwareSpec] | None) -> np.ndarray:
+    """`fill_feature_matrix`'s compiled path for one record (MoE, cp, a recipe, ...): the same
+    steps on its (rows, 1) matrices, its lookups made from its own values
+    (`surrogate.extended.record_lookups`) rather than by grouping a table's rows."""
+    from surrogate.kernel import features_of_values
+
+    models = np.zeros((len(MODEL_VALUES), 1))
+    models[M_ACTIVE_FFN] = fields[ROW_FIELDS.index("ffn_hidden_size")]
+    if general[0]:
+        models[:, 0] = model_values_of_record(record)
+    out = empty_features(1)
+    features_of_values(effective_fields(fields, new, models)[:, 0].tolist(), hw, out)
+    dense = _dense_read(out)
+    complete_model_values(models, general, fields, dense)
+    aux = record_lookups(record, fields, new, dense, Hardware(*(np.array([float(v)]) for v in hw)),
+                         hardware)
+    estimates = np.empty((2, 1))
+    extended_kernel(fields, new, models, aux, dense, hw.reshape(1, -1), _ONE_GPU, out, _WIDTH, estimates)
+    _write_baselines(out, baselines(estimates[0], estimates[1], aux, dense))
+    return out
+
+
+_ONE_GPU = np.zeros(1, dtype=np.intp)
 
 
 def space_bounds(columns: Mapping[str, Any]) -> dict[str, Any]:

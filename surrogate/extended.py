@@ -46,8 +46,10 @@ from surrogate.extended_terms import dp_tree_correction, extended_row
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
 from surrogate.memory_terms import state_bytes_delta
 from surrogate.moe_terms import (
+    moe_host_of_record,
     moe_host_table_s,
     token_copies,
+    token_copies_of_record,
 )
 from surrogate.physics import (
     ROW_FIELDS,
@@ -75,6 +77,7 @@ from surrogate.slots import (
     D_PEAK_BF16,
     DISTRIBUTED_OPTIMIZER,
     DP,
+    FP8_RECIPE,
     GLOBAL_BATCH_SIZE,
     LOOKUPS,
     M_ACTIVE_FFN,
@@ -170,6 +173,12 @@ def model_values(c: Mapping[str, Any], new: np.ndarray) -> tuple[np.ndarray, np.
     return out, general
 
 
+def model_values_of_record(record: Mapping[str, Any]) -> tuple[float, ...]:
+    """`_model_values` of one record's model (a row of `model_values` of a MoE, MLA, MTP or
+    own-head-size model)."""
+    return _model_values(tuple(record[k] for k in _MODEL_KEY))
+
+
 def _distinct_models(c: Mapping[str, Any], rows: np.ndarray) -> tuple[np.ndarray, list[int]]:
     """(index of each of `rows`' model among the distinct ones, a row of each distinct model),
     by `surrogate.columns.row_groups` over the model columns' codes."""
@@ -214,38 +223,43 @@ def effective_fields(fields: np.ndarray, new: np.ndarray, models: np.ndarray) ->
 
 def _hardware_lp(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None,
                  new: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(GEMM peak FLOP/s of each row's precision, the recipe's measured GEMM efficiency over
-    the 16-bit one, the format's bytes per element with its scales, its quantized copies of an
-    operand used both ways) per row (simulator.job.precision: the recipe's format, its gemm
-    kernel's `low_precision_gemm_efficiency`); 16-bit rows: the bf16 peak, 1, 0 and 0."""
-    from simulator.job.precision import FORMATS
-    from surrogate.hardware import catalog_hardware
-
+    """`_lp_numbers` of each row, asked once per distinct (GPU, precision, fp8 recipe)."""
     gpu = factorize(c["gpu"])
     precision = factorize(c["precision"])
     recipe8 = new[NEW_COLUMNS.index("fp8_recipe")].astype(np.intp)
     key = (gpu.codes * len(precision.uniques) + precision.codes) * 8 + recipe8
     keys, inverse = np.unique(key, return_inverse=True)
-    peak, eff = np.empty(len(keys)), np.empty(len(keys))
-    element, copies = np.zeros(len(keys)), np.zeros(len(keys))
+    table = np.empty((4, len(keys)))
     for i, k in enumerate(keys.tolist()):
         g, rest = divmod(k, len(precision.uniques) * 8)
         prec, r8 = divmod(rest, 8)
-        name = str(gpu.uniques[g])
-        spec = hardware[name] if hardware and name in hardware else catalog_hardware(name)
-        bf16 = spec.peak_tflops.get("bf16", spec.peak_tflops.get("fp16", 0.0))  # type: ignore[call-overload]
-        p = str(precision.uniques[prec])
-        recipe = CHOICES["fp8_recipe"][r8] if p == "fp8" else "nvfp4"
-        arch = spec.architecture
-        fmt = FORMATS.get((recipe, arch)) if p in ("fp8", "fp4") and arch is not None else None
-        table = spec.efficiency.low_precision_gemm_efficiency
-        if fmt is None or p not in spec.peak_tflops:
-            peak[i], eff[i] = bf16 * 1e12, 1.0
-        else:
-            peak[i] = spec.peak_tflops[p] * 1e12  # type: ignore[index]
-            eff[i] = table.get(fmt.gemm_kernel, 1.0)
-            element[i], copies[i] = fmt.bytes_per_element, fmt.copies
-    return peak[inverse], eff[inverse], element[inverse], copies[inverse]
+        table[:, i] = _lp_numbers(_spec(str(gpu.uniques[g]), hardware), str(precision.uniques[prec]), r8)
+    peak, eff, element, copies = table[:, inverse]
+    return peak, eff, element, copies
+
+
+def _spec(name: str, hardware: Mapping[str, HardwareSpec] | None) -> HardwareSpec:
+    from surrogate.hardware import catalog_hardware
+
+    return hardware[name] if hardware and name in hardware else catalog_hardware(name)
+
+
+def _lp_numbers(spec: HardwareSpec, p: str, r8: int) -> tuple[float, float, float, float]:
+    """(GEMM peak FLOP/s of precision `p`, the recipe's measured GEMM efficiency over the 16-bit
+    one, the format's bytes per element with its scales, its quantized copies of an operand used
+    both ways) on `spec` (simulator.job.precision: the recipe's format, its gemm kernel's
+    `low_precision_gemm_efficiency`; `r8`: the fp8 recipe's code); 16-bit: the bf16 peak, 1, 0, 0."""
+    from simulator.job.precision import FORMATS
+
+    bf16 = spec.peak_tflops.get("bf16", spec.peak_tflops.get("fp16", 0.0))  # type: ignore[call-overload]
+    recipe = CHOICES["fp8_recipe"][r8] if p == "fp8" else "nvfp4"
+    arch = spec.architecture
+    fmt = FORMATS.get((recipe, arch)) if p in ("fp8", "fp4") and arch is not None else None
+    if fmt is None or p not in spec.peak_tflops:
+        return bf16 * 1e12, 1.0, 0.0, 0.0
+    return (spec.peak_tflops[p] * 1e12,  # type: ignore[index]
+            spec.efficiency.low_precision_gemm_efficiency.get(fmt.gemm_kernel, 1.0),
+            fmt.bytes_per_element, fmt.copies)
 
 
 def lookups(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, dense: np.ndarray,
@@ -258,6 +272,24 @@ def lookups(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, dense: np
     out[A_PEAK_LP], out[A_LP_EFF], out[A_ELEMENT], out[A_LP_COPIES] = _hardware_lp(c, hardware, new)
     out[A_TOKEN_COPIES] = token_copies(new)
     out[A_MOE_HOST] = moe_host_table_s(c, new, fields[RECOMPUTE_CODE], hw)
+    level = _sharding_level(new, fields)
+    out[A_HELD], out[A_MAIN] = state_bytes_delta(fields, new, level)
+    out[A_LEVEL] = level
+    out[A_EST_TIME] = np.exp(dense[D_EST_LOG_TIME])
+    out[A_EST_MEMORY] = np.exp(dense[D_EST_LOG_MEMORY])
+    return out
+
+
+def record_lookups(record: Mapping[str, Any], fields: np.ndarray, new: np.ndarray,
+                   dense: np.ndarray, hw: Hardware,
+                   hardware: Mapping[str, HardwareSpec] | None) -> np.ndarray:
+    """`lookups` of one record (its (rows, 1) matrices and one-element hardware numbers) from
+    its own values: the same tables, without a table's grouping (`Surrogate.predict_one`)."""
+    out = np.empty((len(LOOKUPS), 1))
+    out[[A_PEAK_LP, A_LP_EFF, A_ELEMENT, A_LP_COPIES], 0] = _lp_numbers(
+        _spec(str(record["gpu"]), hardware), str(record["precision"]), int(new[FP8_RECIPE, 0]))
+    out[A_TOKEN_COPIES] = token_copies_of_record(new)
+    out[A_MOE_HOST] = moe_host_of_record(record, new, fields[RECOMPUTE_CODE], hw)
     level = _sharding_level(new, fields)
     out[A_HELD], out[A_MAIN] = state_bytes_delta(fields, new, level)
     out[A_LEVEL] = level

@@ -19,8 +19,8 @@ sat at +0.44 log against it, alltoall rows at +0.11 (2026-11-27, MoE+CP space).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from functools import lru_cache
+from collections.abc import Callable, Mapping
+from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -31,10 +31,11 @@ from simulator.jit import njit
 from simulator.job.enums import DataParallelSharding
 from surrogate.columns import python_scalar, row_groups, value_at
 from surrogate.features import JOB_COLUMNS
-from surrogate.physics import RECOMPUTE, Hardware, Vec, floor, gemm_efficiency, maximum, minimum, where
+from surrogate.physics import RECOMPUTE, Hardware, Vec, floor, gemm_efficiency, maximum, minimum, skips, where
 from surrogate.records import CHOICES
 from surrogate.records import new_column as _col
 from surrogate.slots import (
+    CUDA_GRAPHS,
     D_ACTIVATIONS,
     D_LAYER_SAVED,
     D_STAGE_MB,
@@ -49,6 +50,7 @@ from surrogate.slots import (
     MOE_FFN_HIDDEN_SIZE,
     MOE_OVERLAP_EP_COMM,
     MOE_ROUTER_TOPK,
+    MOE_SHARED_EXPERT_INTERMEDIATE_SIZE,
     MOE_TOKEN_DISPATCHER,
     NUM_EXPERTS,
     NUM_GPUS,
@@ -83,6 +85,14 @@ def token_copies(new: np.ndarray) -> np.ndarray:
     out = topk.copy()
     out[flex] = values[inverse.ravel()]
     return out
+
+
+def token_copies_of_record(new: np.ndarray) -> np.ndarray:
+    """`token_copies` of one record's (`NEW_COLUMNS`, 1) values."""
+    topk = new[MOE_ROUTER_TOPK]
+    if new[MOE_TOKEN_DISPATCHER, 0] != _FLEX:
+        return topk
+    return np.array([_distinct(int(new[NUM_EXPERTS, 0]), int(topk[0]), int(new[EP, 0]))])
 
 
 @lru_cache(maxsize=1024)
@@ -227,18 +237,46 @@ def moe_host_s(columns: Mapping[str, Any], rows: np.ndarray, new: np.ndarray,
     codes, firsts = row_groups(parts, "MoE launch keys")
     # each group's key as Python ints in one conversion (not one numpy scalar per part and group)
     keys = np.stack([p[firsts] for p in parts], axis=1).tolist()
-    counts = np.array([_launches(columns, tuple(key), row)
+    counts = np.array([_launches(tuple(key), partial(_record_at, columns, row))
                        for key, row in zip(keys, rows[firsts].tolist(), strict=True)])
-    # TE quantizes a weight once per iteration (1/m per micro-batch; FSDP, refused with experts,
-    # would re-quantize every micro-batch): those launches follow the row's own micro-batches
     m = (np.asarray(columns["global_batch_size"])[rows]
          / (np.asarray(columns["dp"])[rows] * np.asarray(columns["micro_batch_size"])[rows]))
-    launches = counts[codes, 0] + counts[codes, 1] / np.maximum(m, 1.0)
-    collectives = counts[codes, 2]
+    return _host_seconds(counts[codes].T, m, recompute, _col(new, "cuda_graphs"), hw["host_s"], hw["coll_s"])
+
+
+def _record_at(columns: Mapping[str, Any], i: int) -> dict[str, Any]:
+    return {k: value_at(v, i) for k, v in columns.items() if k in _JOB_KEYS}
+
+
+def moe_host_of_record(record: Mapping[str, Any], new: np.ndarray, recompute: np.ndarray,
+                       hw: Hardware) -> np.ndarray:
+    """`moe_host_table_s` of one record (`new`, `recompute`, `hw`: its one-element arrays), its
+    launch key made of its own values (the single-prediction path: no table to group)."""
+    if not new[NUM_EXPERTS, 0] > 0:
+        return np.zeros(1)
+    experts, ep = new[NUM_EXPERTS, 0], new[EP, 0]
+    bits = (ep > 1, experts > ep, new[EXPERT_TP, 0] > 1, record["tp"] > 1,
+            new[MOE_SHARED_EXPERT_INTERMEDIATE_SIZE, 0] > 0)
+    key = (sum(int(bit) << j for j, bit in enumerate(bits)),
+           *(_STABLE.setdefault((name, python_scalar(record[name])), len(_STABLE))
+             for name in _LAUNCH_COLUMNS))
+    counts = np.array(_launches(key, lambda: {k: record[k] for k in _JOB_KEYS})).reshape(3, 1)
+    m = np.array([record["global_batch_size"] / (record["dp"] * record["micro_batch_size"])])
+    return _host_seconds(counts, m, recompute, new[CUDA_GRAPHS], hw.host_s, hw.coll_s)
+
+
+def _host_seconds(counts: np.ndarray, m: np.ndarray, recompute: np.ndarray, cuda_graphs: np.ndarray,
+                  host_s: np.ndarray, coll_s: np.ndarray) -> np.ndarray:
+    """`moe_host_s` of rows from their launch counts ((3, rows): `_launches_of`) and their
+    micro-batches per iteration `m`."""
+    # TE quantizes a weight once per iteration (1/m per micro-batch; FSDP, refused with experts,
+    # would re-quantize every micro-batch): those launches follow the row's own micro-batches
+    launches = counts[0] + counts[1] / np.maximum(m, 1.0)
+    collectives = counts[2]
     full = recompute == RECOMPUTE.index("full")
     dense = DENSE_MLP_LAUNCHES[0] * (1 + full) + DENSE_MLP_LAUNCHES[1]
-    out = np.maximum(launches - dense, 0.0) * hw["host_s"] + collectives * hw["coll_s"]
-    return np.where(_col(new, "cuda_graphs") > 0, 0.0, out)
+    out = np.maximum(launches - dense, 0.0) * host_s + collectives * coll_s
+    return np.where(cuda_graphs > 0, 0.0, out)
 
 
 _STABLE: dict[tuple[str, Any], int] = {}  # (column, value) -> a code that lasts the process
@@ -260,14 +298,13 @@ def _values(column: Any, rows: np.ndarray) -> np.ndarray:
     return np.asarray(column)[rows]
 
 
-def _launches(columns: Mapping[str, Any], key: tuple[int, ...], i: int
-              ) -> tuple[float, float, float]:
-    """`_launches_of` the record of row `i`, kept per launch key (its stable codes)."""
+def _launches(key: tuple[int, ...], record: Callable[[], dict[str, Any]]) -> tuple[float, float, float]:
+    """`_launches_of` the record `record()` makes (called only on a miss), kept per launch key
+    (its stable codes)."""
     if key not in _LAUNCHES:
         if len(_LAUNCHES) > 8192:
             _LAUNCHES.clear()
-        _LAUNCHES[key] = _launches_of({k: value_at(v, i) for k, v in columns.items()
-                                       if k in _JOB_KEYS})
+        _LAUNCHES[key] = _launches_of(record())
     return _LAUNCHES[key]
 
 
@@ -343,6 +380,8 @@ def moe_layer_terms(f: Any, new: Any, tokens: Vec, a2a_s: Vec, copies: Vec, hw: 
     forward, 1/3) and the experts' extra GPU time (grouped GEMMs, token shuffles). Its host
     launches are a lookup per launch key (`moe_host_s`)."""
     moe = new[NUM_EXPERTS] > 0
+    if skips(moe):
+        return 0.0, 0.0
     pair = dispatch_s(f, new, tokens, a2a_s, hw)  # one direction's
     hidden = maximum(0.0, pair.hideable - 2 / 3 * layer_c) + maximum(0.0, pair.hideable - layer_c / 3)
     comm = (where(new[MOE_OVERLAP_EP_COMM] > 0, hidden, 2 * pair.hideable) + 2 * pair.exposed)
@@ -360,6 +399,8 @@ def expert_tail_s(f: Any, new: Any, experts_per_gpu: Vec, expert_dp: Vec, shardi
     (the expert grid expert_tp x ep x expert_dp: the group strided by expert_tp x ep), hidden
     under the last backward as the dense form hides its own; then Adam on the GPU's shard
     (36 bytes of traffic per parameter)."""
+    if skips(new[NUM_EXPERTS] > 0):
+        return 0.0
     n = expert_dp
     stride = new[EXPERT_TP] * new[EP]
     domain = maximum(new[NVLINK_DOMAIN], 1.0)

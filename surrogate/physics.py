@@ -58,6 +58,14 @@ def where(condition: Any, a: Vec, b: Vec) -> Vec:
     return np.where(condition, a, b)
 
 
+@njit
+def skips(condition: Any) -> bool:
+    """Whether `condition` is one row's bool and false: a compiled row can skip terms that a
+    `where(condition, ...)` would zero (their value is 0.0 either way); a table computes them
+    for all rows and lets `where` pick."""
+    return isinstance(condition, (bool, np.bool_)) and not condition
+
+
 def compiled(fn: F, **helpers: Any) -> F:
     """`simulator.jit.njit` of `fn`'s code with the globals `helpers` (compiled functions)
     replacing those of its module: the simulator's own plain-Python functions (`simulator.costs.analytic`,

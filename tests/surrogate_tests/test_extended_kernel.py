@@ -99,3 +99,25 @@ def test_the_lookup_and_model_slots_cover_their_rows_once() -> None:
     assert lookups == list(range(len(slots.LOOKUPS)))
     assert models == list(range(len(slots.MODEL_VALUES)))
     assert len(EXTENDED_PHYSICS) == len(set(EXTENDED_PHYSICS))
+
+
+def test_one_record_has_the_features_of_its_row_in_a_table() -> None:
+    """`Surrogate.predict_one`'s path (`features_of_record`: compiled, its lookups made from the
+    record's own values) gives every MoE, cp and recipe plan its table row's features."""
+    from surrogate.encoding import feature_matrix, features_of_record
+    from surrogate.features import JOB_COLUMNS
+    from surrogate.hardware import catalog_hardware
+    from surrogate.physics import HW_FIELDS, hardware_vector
+    from surrogate.sampling import draw
+    from surrogate.space import load_space
+
+    space = load_space(ROOT / "data" / "spaces" / "moe_cp.yaml")
+    hardware = {name: catalog_hardware(name) for name in space.hardware}
+    records = draw(space, hardware, 150, seed=11).records
+    assert any(r["num_experts"] for r in records) and any(r["cp"] > 1 for r in records)
+    assert any(r["precision"] in ("fp8", "fp4") for r in records)
+    _, table = feature_matrix({c: np.array([r[c] for r in records]) for c in JOB_COLUMNS}, hardware)
+    vectors = {n: np.array([hardware_vector(s)[k] for k in HW_FIELDS]) for n, s in hardware.items()}
+    for i, record in enumerate(records):
+        one = features_of_record(record, vectors[record["gpu"]], hardware)
+        np.testing.assert_array_equal(one[0], table[i], err_msg=str(record))
