@@ -44,7 +44,7 @@ from simulator.job.specs import HardwareSpec
 from surrogate.columns import factorize, row_groups, value_at
 from surrogate.extended_terms import dp_tree_correction, extended_row
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
-from surrogate.memory_terms import state_bytes_delta
+from surrogate.memory_terms import state_bytes_delta, state_bytes_of_record
 from surrogate.moe_terms import (
     moe_host_of_record,
     moe_host_table_s,
@@ -291,7 +291,7 @@ def record_lookups(record: Mapping[str, Any], fields: np.ndarray, new: np.ndarra
     out[A_TOKEN_COPIES] = token_copies_of_record(new)
     out[A_MOE_HOST] = moe_host_of_record(record, new, fields[RECOMPUTE_CODE], hw)
     level = _sharding_level(new, fields)
-    out[A_HELD], out[A_MAIN] = state_bytes_delta(fields, new, level)
+    out[A_HELD], out[A_MAIN] = state_bytes_of_record(fields, new, level)
     out[A_LEVEL] = level
     out[A_EST_TIME] = np.exp(dense[D_EST_LOG_TIME])
     out[A_EST_MEMORY] = np.exp(dense[D_EST_LOG_MEMORY])
@@ -364,12 +364,14 @@ def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray, dense:
     return values
 
 
+_LEVELS = np.array([-1.0, *(s.level for s in DataParallelSharding)])
+
+
 def _sharding_level(new: np.ndarray, f: np.ndarray) -> np.ndarray:
     """`DataParallelSharding.level` of each row (`Job.sharding`: the column, else the
     distributed optimizer's ZeRO-1 or none)."""
     code = _col(new, "data_parallel_sharding")  # 0: none, then the enum's order
-    levels = np.array([-1.0, *(s.level for s in DataParallelSharding)])
-    chosen = levels[code.astype(np.intp)]
+    chosen = _LEVELS[code.astype(np.intp)]
     fallback = np.where(f[DISTRIBUTED_OPTIMIZER] > 0, float(DataParallelSharding.OPTIM.level),
                         float(DataParallelSharding.NO_SHARD.level))
     return np.where(chosen >= 0, chosen, fallback)

@@ -15,7 +15,7 @@ from simulator.job.enums import DataParallelSharding, StateDtype
 from simulator.job.param_bytes import training_param_bytes
 from simulator.job.specs import TrainingSpec
 from surrogate.physics import PRECISIONS, RECOMPUTE, Vec, maximum, where
-from surrogate.records import CHOICES, NONE
+from surrogate.records import CHOICES, NEW_COLUMNS, NONE
 from surrogate.records import new_column as _col
 from surrogate.slots import (
     CP,
@@ -73,6 +73,28 @@ def _role_deltas(precision: str, recipe: str | None, grad: str, m1: str,
     return float(a.replicated - b.replicated), float(a.sharded - b.sharded) - main, main
 
 
+def _deltas_of_codes(p: int, g: int, m1: int, m2: int, r8: int, r4: int) -> tuple[float, float, float]:
+    """`_role_deltas` of the memory settings' codes (precision, then `_MEMORY_COLUMNS`)."""
+    recipe = CHOICES["fp8_recipe"][r8] if PRECISIONS[p] == "fp8" else (
+        CHOICES["fp4_recipe"][r4] if PRECISIONS[p] == "fp4" else NONE)
+    return _role_deltas(PRECISIONS[p], None if recipe == NONE else recipe,
+                        CHOICES["grad_reduce_in_fp32"][g], CHOICES["exp_avg_dtype"][m1],
+                        CHOICES["exp_avg_sq_dtype"][m2])
+
+
+def state_bytes_of_record(f: np.ndarray, new: np.ndarray,
+                          level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`state_bytes_delta` of one record's (rows, 1) matrices, without a table's grouping."""
+    codes = (int(f[PRECISION, 0]), *(int(new[NEW_COLUMNS.index(c), 0]) for c in _MEMORY_COLUMNS))
+    if (codes[1] == CHOICES["grad_reduce_in_fp32"].index(NONE)
+            and codes[2] == CHOICES["exp_avg_dtype"].index("fp32")
+            and codes[3] == CHOICES["exp_avg_sq_dtype"].index("fp32")):
+        return np.zeros(1), np.zeros(1)
+    repl, sharded, copy = _deltas_of_codes(*codes)
+    shards = np.where(level >= DataParallelSharding.OPTIM.level, f[DP] * _col(new, "cp"), 1.0)
+    return repl + sharded / shards, copy / shards
+
+
 def state_bytes_delta(f: np.ndarray, new: np.ndarray,
                        level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Bytes per parameter of a stage that a row's gradient-buffer and Adam-moment dtypes add
@@ -89,12 +111,8 @@ def state_bytes_delta(f: np.ndarray, new: np.ndarray,
     dims = (len(PRECISIONS), *(len(CHOICES[c]) for c in _MEMORY_COLUMNS))
     flat, inverse = np.unique(np.ravel_multi_index(tuple(codes[:, set_]), dims), return_inverse=True)
     deltas = np.zeros((3, len(flat)))
-    for j, (p, g, m1, m2, r8, r4) in enumerate(zip(*np.unravel_index(flat, dims), strict=True)):
-        recipe = CHOICES["fp8_recipe"][r8] if PRECISIONS[p] == "fp8" else (
-            CHOICES["fp4_recipe"][r4] if PRECISIONS[p] == "fp4" else NONE)
-        deltas[:, j] = _role_deltas(PRECISIONS[p], None if recipe == NONE else recipe,
-                                    CHOICES["grad_reduce_in_fp32"][g], CHOICES["exp_avg_dtype"][m1],
-                                    CHOICES["exp_avg_sq_dtype"][m2])
+    for j, combination in enumerate(zip(*np.unravel_index(flat, dims), strict=True)):
+        deltas[:, j] = _deltas_of_codes(*(int(c) for c in combination))
     shards = np.where(level >= DataParallelSharding.OPTIM.level, f[DP] * _col(new, "cp"), 1.0)[set_]
     repl, sharded, copy = deltas[:, inverse.ravel()]
     held[set_] = repl + sharded / shards
