@@ -15,7 +15,6 @@ trees fitting the remaining 1e-4 noise cost a fifth of a batch prediction's tree
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
@@ -53,6 +52,9 @@ log = logging.getLogger(__name__)
 
 SMALL_BATCH = 1024  # rows below which prediction runs single-threaded
 PARALLEL_ROWS = 20_000  # rows from which a batch is predicted in row chunks on threads
+# rows up to which the trees are walked by `surrogate.forest` (the same margins to the bit) rather
+# than by XGBoost, whose call costs ~150 us per booster whatever the rows (bench_surrogate.py)
+FOREST_ROWS = 8
 OUTPUTS = ("iteration_time_s", "peak_memory_bytes", "fits_in_memory")
 DEFAULT_PARAMS: dict[str, Any] = {
     "max_depth": 8, "learning_rate": 0.4, "subsample": 1.0, "colsample_bytree": 1.0,
@@ -253,8 +255,8 @@ class Surrogate:
             margins = {key: float(booster.inplace_predict(x, validate_features=False)[0])
                        for key, booster in serving["single"].items()}
         time, memory = margins.get("time", 0.0), margins.get("memory", 0.0)
-        seconds = math.exp(float(x[0, serving["i_time"]]) + time)
-        peak = math.exp(float(x[0, serving["i_memory"]]) + memory)
+        seconds = float(np.exp(float(x[0, serving["i_time"]]) + time))  # numpy's, as a batch
+        peak = float(np.exp(float(x[0, serving["i_memory"]]) + memory))
         context = self.hardware_[str(record["gpu"])].reserved_memory_GiB * GiB
         fits = required_bytes(peak - context, context) <= float(x[0, serving["i_capacity"]])
         return {"iteration_time_s": seconds, "peak_memory_bytes": peak, "fits_in_memory": fits}
@@ -337,10 +339,14 @@ class Surrogate:
     def _predict_columns(self, columns: Mapping[str, Any], boosters: Mapping[str, Any]
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         names, x = feature_matrix(columns, self.hardware_)
+        forest = self._serving()["forest"] if len(x) <= FOREST_ROWS else None
+        walked = [forest.margins(np.ascontiguousarray(row)) for row in x] if forest is not None else []
         log_values = []
         for key, column in (("time", "est_log_time_s"), ("memory", "est_log_memory_bytes")):
             estimate = x[:, names.index(column)].astype(float)
-            if key in boosters:  # else the closed form alone
+            if key in boosters and walked:  # XGBoost's own margins, without its per-call cost
+                estimate += np.array([m[key] for m in walked])
+            elif key in boosters:  # else the closed form alone
                 estimate += boosters[key].inplace_predict(x, validate_features=False)
             log_values.append(estimate)
         capacity = x[:, names.index("memory_capacity_bytes")].astype(float)

@@ -121,3 +121,37 @@ def test_one_record_has_the_features_of_its_row_in_a_table() -> None:
     for i, record in enumerate(records):
         one = features_of_record(record, vectors[record["gpu"]], hardware)
         np.testing.assert_array_equal(one[0], table[i], err_msg=str(record))
+
+
+def test_one_plan_is_predicted_as_its_row_of_a_batch_whichever_way_it_is_asked(tiny_model) -> None:
+    """`predict_one`, `predict([job])` and a one-row DataFrame (a search scores its trials one plan
+    at a time: the record path and the walked trees) give a batch's numbers to the bit."""
+    import warnings
+
+    import pandas as pd
+
+    from surrogate.encoding import OutOfSpaceWarning
+    from surrogate.features import JOB_COLUMNS, record_to_job
+    from surrogate.hardware import catalog_hardware
+    from surrogate.sampling import draw
+    from surrogate.space import load_space
+
+    model = tiny_model.model
+    space = load_space(ROOT / "data" / "spaces" / "moe_cp.yaml").model_copy(
+        update={"hardware": ("a100-80gb",)})
+    records = draw(space, {"a100-80gb": catalog_hardware("a100-80gb")}, 40, seed=5).records
+    assert any(r["num_experts"] for r in records) and any(r["cp"] > 1 for r in records)
+    table = pd.DataFrame(records)[list(JOB_COLUMNS)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OutOfSpaceWarning)
+        batch = model.predict(table)
+        for i, record in enumerate(records):
+            job = record_to_job(record, model.hardware_)
+            expected = batch.iloc[i]
+            one = model.predict_one(job)
+            listed = model.predict([job]).iloc[0]
+            row = model.predict(table.iloc[[i]]).iloc[0]
+            for got in (one, listed, row):
+                assert got["iteration_time_s"] == expected["iteration_time_s"], record
+                assert got["peak_memory_bytes"] == expected["peak_memory_bytes"], record
+                assert bool(got["fits_in_memory"]) == bool(expected["fits_in_memory"])

@@ -79,8 +79,8 @@ def test_single_job_agrees_with_batch_on_every_sample(tiny_model, samples) -> No
         batch = model.predict(samples)
         for i, record in enumerate(samples.head(60).to_dict("records")):
             one = model.predict_one(record_to_job(record))
-            assert one["iteration_time_s"] == pytest.approx(batch["iteration_time_s"].iloc[i], rel=1e-6)
-            assert one["peak_memory_bytes"] == pytest.approx(batch["peak_memory_bytes"].iloc[i], rel=1e-6)
+            assert one["iteration_time_s"] == batch["iteration_time_s"].iloc[i]  # to the bit
+            assert one["peak_memory_bytes"] == batch["peak_memory_bytes"].iloc[i]
             assert one["fits_in_memory"] == batch["fits_in_memory"].iloc[i]
 
 
@@ -148,3 +148,31 @@ def test_xgboost_predicts_the_same_from_either_memory_order(tiny_model, samples)
         column_major = booster.inplace_predict(np.asfortranarray(x), validate_features=False)
         row_major = booster.inplace_predict(np.ascontiguousarray(x), validate_features=False)
         np.testing.assert_array_equal(column_major, row_major)
+
+
+def test_a_few_rows_are_checked_against_the_trained_space_as_a_table_is(tiny_model, samples) -> None:
+    """A table of a few rows (a search's one-plan calls) is checked value by value; it finds what
+    the array check finds on the same rows (here: the rows three times over, past the few)."""
+    import pandas as pd
+
+    from surrogate.columns import frame_columns
+    from surrogate.encoding import _FEW_ROWS, out_of_space_parts
+    from surrogate.features import CATEGORICAL_COLUMNS
+
+    bounds = tiny_model.model.bounds_
+    rows = samples.head(3).copy()
+    rows.loc[rows.index[0], "num_gpus"] = 10**6
+    rows.loc[rows.index[2], "seq_length"] = 2**20
+    rows.loc[rows.index[1], "moe_token_dispatcher"] = "flex"  # a dense sample never dispatches
+    many = pd.concat([rows] * 3, ignore_index=True)
+    assert len(rows) <= _FEW_ROWS < len(many)
+    few = out_of_space_parts(frame_columns(rows, JOB_COLUMNS, CATEGORICAL_COLUMNS), bounds)
+    table = out_of_space_parts(frame_columns(many, JOB_COLUMNS, CATEGORICAL_COLUMNS), bounds)
+    assert few["num_gpus"] == (1, 1e6) and few["seq_length"] == (1, 2.0**20)
+    assert few["moe_token_dispatcher"] == frozenset({"flex"})
+    assert set(few) == set(table)
+    for column, part in few.items():
+        if isinstance(part, tuple):
+            assert table[column] == (3 * part[0], part[1])
+        else:
+            assert table[column] == part
