@@ -33,8 +33,9 @@ from dataclasses import dataclass
 
 from vtrain_ml.planner.config import SearchConfig, Strategy
 
-SURROGATE_STARTUP_S = 3.0  # import xgboost (and the scikit-learn it imports), load the compiled
-# features, first fit: 2.4 s of CPU to import, ~0.3 s to fit, on this project's machine
+SURROGATE_STARTUP_S = 1.0  # import xgboost (and the scikit-learn it imports), load the compiled
+# features, first fit: 0.81-1.02 s in three fresh processes on this project's machine (2026-11-27,
+# a 200-plan fit included; 2.4 s of CPU to import when this was first measured)
 FIT_S = 0.3  # one focused-surrogate fit on a few hundred rows
 SCORE_RATE = 300_000.0  # plans scored per second by a focused surrogate (features and trees)
 SCORE_PASSES = 2  # whole-space scoring passes of a typical screening (first and confirming)
