@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 # the GPU's attention ceiling and depth (Hopper's measured 0.625 and 713 keys, B200's 0.42), not
 # the GEMMs'; 10: the parameter gather under the next forward (`overlap_param_gather` column);
 # 11: the DDP's zeroing and NaN-check passes over the gradient buffer in the optimizer term;
-# 12: Transformer Engine's cached dummy weight gradients in the memory baseline
-SCHEMA_VERSION = 12
+# 12: Transformer Engine's cached dummy weight gradients in the memory baseline; 13: a
+# low-precision recipe's saving as the layer's projection GEMMs at its rate (extended_terms)
+SCHEMA_VERSION = 13
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

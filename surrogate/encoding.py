@@ -121,10 +121,11 @@ def _fill_table(columns: Mapping[str, Any], hardware: Mapping[str, HardwareSpec]
         aux = lookups(columns, fields, new, dense, hw, hardware)
         table, codes = hardware_table(columns["gpu"], hardware)
         estimates = np.empty((2, fields.shape[1]))
-        extended_kernel(fields, new, models, aux, dense, table, codes, out, _WIDTH, estimates)
+        extended_kernel(fields, effective, new, models, aux, dense, table, codes, out, _WIDTH, estimates)
         _write_baselines(out, baselines(estimates[0], estimates[1], aux, dense))
     else:
-        _write_extended(out, new, extended_values(columns, fields, new, models, dense, hw, hardware))
+        _write_extended(out, new, extended_values(columns, fields, effective, new, models, dense, hw,
+                                                  hardware))
 
 
 _WIDTH = len(RAW_FEATURES) + len(PHYSICS_FEATURES)
@@ -203,13 +204,15 @@ def _general_features_of_record(record: Mapping[str, Any], fields: np.ndarray, n
     if general[0]:
         models[:, 0] = model_values_of_record(record)
     out = empty_features(1)
-    features_of_values(effective_fields(fields, new, models)[:, 0].tolist(), hw, out)
+    effective = effective_fields(fields, new, models)
+    features_of_values(effective[:, 0].tolist(), hw, out)
     dense = _dense_read(out)
     complete_model_values(models, general, fields, dense)
     aux = record_lookups(record, fields, new, dense, Hardware(*(np.array([float(v)]) for v in hw)),
                          hardware)
     estimates = np.empty((2, 1))
-    extended_kernel(fields, new, models, aux, dense, hw.reshape(1, -1), _ONE_GPU, out, _WIDTH, estimates)
+    extended_kernel(fields, effective, new, models, aux, dense, hw.reshape(1, -1), _ONE_GPU, out, _WIDTH,
+                    estimates)
     _write_baselines(out, baselines(estimates[0], estimates[1], aux, dense))
     return out
 

@@ -298,8 +298,8 @@ def record_lookups(record: Mapping[str, Any], fields: np.ndarray, new: np.ndarra
     return out
 
 
-def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, models: np.ndarray,
-                    dense: np.ndarray, hw: Hardware,
+def extended_values(c: Mapping[str, Any], fields: np.ndarray, effective: np.ndarray, new: np.ndarray,
+                    models: np.ndarray, dense: np.ndarray, hw: Hardware,
                     hardware: Mapping[str, HardwareSpec] | None) -> dict[str, np.ndarray]:
     """`EXTENDED_PHYSICS` of each row plus the corrected ``est_log_time_s`` and
     ``est_log_memory_bytes``, with numpy over the table (`extended_row` on matrices; the
@@ -307,7 +307,8 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, m
     physics features of the effective rows, `hw`: the dense physics' hardware numbers per row."""
     aux = lookups(c, fields, new, dense, hw, hardware)
     with np.errstate(all="ignore"):  # dense rows' MoE terms divide by 0 experts; `where` drops them
-        values = extended_row(fields, new, models, aux, dense, hw, rows_of_fields(list(fields), hw))
+        values = extended_row(fields, new, models, aux, dense, hw, rows_of_fields(list(fields), hw),
+                              rows_of_fields(list(effective), hw))
     out = {name: np.broadcast_to(np.asarray(v, dtype=np.float64), (new.shape[1],))
            for name, v in zip(EXTENDED_PHYSICS, values, strict=False)}
     out.update(baselines(values[-2], values[-1], aux, dense))

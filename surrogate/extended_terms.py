@@ -31,6 +31,7 @@ from surrogate.physics import (
     log2,
     maximum,
     minimum,
+    skips,
     where,
 )
 from surrogate.pipeline_terms import layer_params_per_gpu, stage_split, uneven_memory_bytes, uneven_time_s
@@ -59,7 +60,6 @@ from surrogate.slots import (
     D_LAYER,
     D_LAYER_COMPUTE,
     D_LAYER_HOST,
-    D_RECOMPUTE,
     D_STAGE_MB,
     D_STAGE_PARAMS,
     D_TP_OVERLAP_SAVING,
@@ -96,9 +96,8 @@ from surrogate.slots import (
     TP_COMM_OVERLAP,
     VIRTUAL_STAGES,
 )
-from surrogate.timing import grad_buckets
+from surrogate.timing import grad_buckets, projection_gemms
 
-_GEMM_SHARE = 0.75  # share of a layer's GPU time in GEMMs that a low-precision recipe speeds up
 # codes the compiled formulas compare with (numba reads module constants, not dict lookups)
 _FLEX = float(CHOICES["moe_token_dispatcher"].index("flex"))
 _P2P = float(CHOICES["cp_comm_type"].index("p2p"))
@@ -168,16 +167,35 @@ def _comm_terms(f: Any, new: Any, models: Any, copies: Vec, hw: Hardware, dims: 
                 cp_s, ring)
 
 
+@njit(inline=True)
+def lowp_saving_s(re: Rows, low: Any, rate: Vec) -> Vec:
+    """Seconds per layer and micro-batch a low-precision recipe saves on the GPU: the layer's four
+    projections (forward, data and weight gradients, and the forward again under full recompute)
+    at the recipe's GEMM rate `rate` (its peak times its measured GEMM efficiency) instead of the
+    16-bit one, each GEMM at its own shape's tile / wave / depth efficiency and memory bound
+    (surrogate.timing.projection_gemms). Attention's core and the elementwise kernels stay 16-bit
+    (simulator.graph.quantize). A share of the layer's time (0.75 of it at the recipe's speed-up,
+    until 2026-11-27) left small GEMMs, which gain less, 12% too fast in log terms on average."""
+    if skips(low):
+        return 0.0
+    bf16, lp = projection_gemms(re, re.peak), projection_gemms(re, rate)
+    forward_16 = bf16.qkv_f + bf16.proj_f + bf16.up_f + bf16.down_f
+    forward_lp = lp.qkv_f + lp.proj_f + lp.up_f + lp.down_f
+    saving = (forward_16 + bf16.backward) - (forward_lp + lp.backward)
+    return where(low, saving + where(re.recompute == 2, forward_16 - forward_lp, 0.0), 0.0)
+
+
 @njit
 def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardware,
-                 r: Rows) -> tuple[Vec, ...]:
+                 r: Rows, re: Rows) -> tuple[Vec, ...]:
     """`EXTENDED_PHYSICS` of rows, then the corrected time (s) and memory (bytes) estimates.
 
     One definition for numpy over a table (each argument a matrix whose rows are the fields,
     `surrogate.slots`) and for the compiled loop (`surrogate.extended_kernel`: each a row's
     vector). `aux`: the rows' `lookups`; `dense`: the dense physics features of the effective
     rows (`DENSE_READ`); `hw`: the dense physics' hardware numbers per row; `r`: the rows'
-    own fields as the dense form reads them."""
+    own fields as the dense form reads them; `re`: the effective rows the dense physics ran
+    on (`surrogate.extended.effective_fields`)."""
     n_moe, active_ffn = models[M_MOE_LAYERS], models[M_ACTIVE_FFN]
     t, p, d, b, s, h = f[TP], f[PP], f[DP], f[MICRO_BATCH_SIZE], f[SEQ_LENGTH], f[HIDDEN_SIZE]
     L = f[NUM_LAYERS]
@@ -192,10 +210,7 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     stage = dense[D_STAGE_PARAMS]
     slots = f[GLOBAL_BATCH_SIZE] / (d * b) + (p - 1) / f[VIRTUAL_STAGES]
     layers = L / p * slots  # layer-micro-batch steps on the critical path
-    gain = 1 - 1 / maximum(speedup, 1e-9)
-    # the recomputed forward (full recompute) runs its GEMMs in the recipe too
-    gemm_time = dense[D_LAYER_COMPUTE] + dense[D_RECOMPUTE]
-    lowp = where(low, gemm_time * _GEMM_SHARE * gain, 0.0)
+    lowp = lowp_saving_s(re, low, peak_lp * lp_eff)
     graphs = where(new[CUDA_GRAPHS] > 0, dense[D_HOST_EXCESS], 0.0)
     overlap = where(new[TP_COMM_OVERLAP] > 0, dense[D_TP_OVERLAP_SAVING], 0.0)
     # a MoE layer's dispatch and combine (their combined-1F1B overlap), its experts' extra GPU

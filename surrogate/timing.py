@@ -51,7 +51,13 @@ def kernel_s(r: Rows, flops: Vec, nbytes: Vec, eff: Vec = 1.0 / 16) -> Vec:
     """GPU time of one kernel: roofline plus launch gap (eff 1/16: CUDA cores, not tensor cores).
 
     Host dispatch is charged per window of kernels (`_window`), as in simulator.timeline.lowering."""
-    compute, memory = flops / (r.peak * eff), nbytes / r.hw.hbm_Bps
+    return kernel_at_s(r, r.peak, flops, nbytes, eff)
+
+
+@njit(inline=True)
+def kernel_at_s(r: Rows, peak: Vec, flops: Vec, nbytes: Vec, eff: Vec) -> Vec:
+    """`kernel_s` at the FLOP rate `peak` (a low-precision recipe's GEMMs)."""
+    compute, memory = flops / (peak * eff), nbytes / r.hw.hbm_Bps
     return maximum(compute, memory) + r.hw.launch_s
 
 
@@ -62,19 +68,50 @@ def gemm_s(r: Rows, batch: Any, m: Vec, n: Vec, k: Vec, eff_f: Vec, eff_w: Vec) 
 
     The three GEMMs move the same bytes; the data gradient (m x k, depth n) is given the forward's
     efficiency (same row count and tile grid up to a swap) to halve the cost of this feature."""
+    return gemm_at_s(r, r.peak, batch, m, n, k, eff_f, eff_w)
+
+
+@njit(inline=True)
+def gemm_at_s(r: Rows, peak: Vec, batch: Any, m: Vec, n: Vec, k: Vec, eff_f: Vec,
+              eff_w: Vec) -> tuple[Vec, Vec]:
+    """`gemm_s` at the FLOP rate `peak`."""
     flops = 2.0 * batch * m * n * k
     traffic = batch * (m * k + k * n + m * n) * DT
-    forward = kernel_s(r, flops, traffic, eff_f)
-    wgrad = kernel_s(r, flops, traffic, eff_w)
+    forward = kernel_at_s(r, peak, flops, traffic, eff_f)
+    wgrad = kernel_at_s(r, peak, flops, traffic, eff_w)
     return forward, forward + wgrad
 
 
 @njit(inline=True)
-def gemm_s_of_shape(r: Rows, batch: Any, m: Vec, n: Vec, k: Vec) -> tuple[Vec, Vec]:
-    """`gemm_s` with the efficiencies of the shape (forward m x n, depth k; weight gradient
+def gemm_s_of_shape(r: Rows, batch: Any, m: Vec, n: Vec, k: Vec, peak: Vec) -> tuple[Vec, Vec]:
+    """`gemm_at_s` with the efficiencies of the shape (forward m x n, depth k; weight gradient
     n x k, depth m)."""
-    return gemm_s(r, batch, m, n, k, gemm_efficiency(r, batch, m, n, k),
-                  gemm_efficiency(r, batch, n, k, m))
+    return gemm_at_s(r, peak, batch, m, n, k, gemm_efficiency(r, batch, m, n, k),
+                     gemm_efficiency(r, batch, n, k, m))
+
+
+class ProjectionGemms(NamedTuple):
+    """A layer's four projections (QKV, attention output, MLP up, MLP down) for one micro-batch:
+    each one's forward seconds, and the four's data and weight gradients together."""
+
+    qkv_f: Vec
+    proj_f: Vec
+    up_f: Vec
+    down_f: Vec
+    backward: Vec
+
+
+@njit(inline=True)
+def projection_gemms(r: Rows, peak: Vec) -> ProjectionGemms:
+    """`ProjectionGemms` of a layer at the FLOP rate `peak` (`r.peak`: the layer's 16-bit one)."""
+    T, hd = r.b * r.s, r.h / r.a
+    heads, groups = r.a / r.t, r.g / r.t
+    up = r.f / r.t * (1 + r.gated)
+    qkv_f, qkv_b = gemm_s_of_shape(r, 1.0, T, (heads + 2 * groups) * hd, r.h, peak)
+    proj_f, proj_b = gemm_s_of_shape(r, 1.0, T, r.h, heads * hd, peak)
+    up_f, up_b = gemm_s_of_shape(r, 1.0, T, up, r.h, peak)
+    down_f, down_b = gemm_s_of_shape(r, 1.0, T, r.h, r.f / r.t, peak)
+    return ProjectionGemms(qkv_f, proj_f, up_f, down_f, qkv_b + proj_b + up_b + down_b)
 
 
 @njit(inline=True)
@@ -140,10 +177,8 @@ def layer_times(r: Rows) -> Layer:
     T, hd = r.b * r.s, r.h / r.a
     heads, groups = r.a / r.t, r.g / r.t
     up = r.f / r.t * (1 + r.gated)
-    qkv_f, qkv_b = gemm_s_of_shape(r, 1.0, T, (heads + 2 * groups) * hd, r.h)
-    proj_f, proj_b = gemm_s_of_shape(r, 1.0, T, r.h, heads * hd)
-    up_f, up_b = gemm_s_of_shape(r, 1.0, T, up, r.h)
-    down_f, down_b = gemm_s_of_shape(r, 1.0, T, r.h, r.f / r.t)
+    gemms = projection_gemms(r, r.peak)
+    qkv_f, proj_f, up_f, down_f = gemms.qkv_f, gemms.proj_f, gemms.up_f, gemms.down_f
     core = _core(r, T, heads, hd)
     sp_numel = where(r.sp > 0, T / r.t, T) * r.h
     bias = 1 - r.gated
@@ -160,7 +195,7 @@ def layer_times(r: Rows) -> Layer:
     param_b = kernel_s(r, weights, 3 * weights * grad) + n_tensors * r.hw.launch_s \
         + bias * 4 * kernel_s(r, T * r.h, T * r.h * DT) + 2 * kernel_s(r, 2 * sp_numel, 2 * sp_numel * DT)
     gpu_f = qkv_f + proj_f + up_f + down_f + core.fwd + point_f
-    gpu_b = qkv_b + proj_b + up_b + down_b + core.bwd + point_b + param_b
+    gpu_b = gemms.backward + core.bwd + point_b + param_b
     n_f = 10 + core.n_fwd + r.gated
     n_b = 8 + core.n_bwd + 5 + r.gated + bias * 4 + 2 + n_tensors
     full, selective = r.recompute == 2, (r.recompute == 1) & (r.flash == 0)
@@ -269,7 +304,7 @@ def iteration(r: Rows, stage_params: Vec, vocab_p: Vec) -> Iteration:
     layer = layer_times(r)
     T = r.b * r.s
     m, p, v = r.m, r.p, r.v
-    logits_f, logits_b = gemm_s_of_shape(r, 1.0, T, vocab_p / r.t, r.h)
+    logits_f, logits_b = gemm_s_of_shape(r, 1.0, T, vocab_p / r.t, r.h, r.peak)
     logits = logits_f + logits_b
     # cross-entropy on fp32 logits: 38 bytes per logit forward, 14 backward (simulator.graph.blocks)
     n = T * vocab_p / r.t
