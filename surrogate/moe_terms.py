@@ -35,6 +35,7 @@ from surrogate.physics import RECOMPUTE, Hardware, Vec, floor, gemm_efficiency, 
 from surrogate.records import CHOICES
 from surrogate.records import new_column as _col
 from surrogate.slots import (
+    CP,
     CUDA_GRAPHS,
     D_ACTIVATIONS,
     D_LAYER_SAVED,
@@ -47,6 +48,7 @@ from surrogate.slots import (
     HIDDEN_SIZE,
     INTER_NODE_BANDWIDTH_GBPS,
     INTRA_NODE_BANDWIDTH_GBPS,
+    MICRO_BATCH_SIZE,
     MOE_FFN_HIDDEN_SIZE,
     MOE_OVERLAP_EP_COMM,
     MOE_ROUTER_TOPK,
@@ -58,6 +60,8 @@ from surrogate.slots import (
     OVERLAP_GRAD_REDUCE,
     PRECISION,
     RECOMPUTE_CODE,
+    SEQ_LENGTH,
+    TP,
     VIRTUAL_STAGES,
 )
 from surrogate.timing import GRAD_BUFFER_PASSES
@@ -355,20 +359,26 @@ def _gemm_s(hw: Hardware, m: Vec, n: Vec, k: Vec) -> Vec:
 @njit(inline=True)
 def _expert_gemm_s(f: Any, new: Any, tokens: Vec, hw: Hardware) -> Vec:
     """Seconds per MoE layer and micro-batch that the experts' grouped GEMMs take beyond what
-    the dense form charged for them (MoE rows only): it prices the routed experts as one dense
-    MLP of top-k x moe_ffn on the rank's tokens, where the simulator runs each local expert's
-    GEMMs on its share of the dispatched tokens (tokens x top-k x ep / experts rows, balanced
-    routing; simulator.graph.moe: the grouped GEMM is one kernel per expert, its weights read
-    whatever the rows), much less efficient when an expert gets few rows."""
+    the dense form charged for them (MoE rows only). The dense form prices the routed experts as
+    one dense MLP of top-k x moe_ffn split over tp, on the rank's b s / cp tokens; the simulator
+    runs each local expert's GEMMs on its share of the dispatched tokens (balanced routing:
+    tokens x top-k x expert_tp x ep / experts rows, the expert-tp group's tokens gathered, each
+    expert's FFN split over expert_tp; simulator.graph.moe: one kernel per expert, its weights
+    read whatever the rows), much less efficient when an expert gets few rows, and without
+    sequence parallelism on every tp rank's whole copy of the tokens: tp times the dense form's
+    FLOPs where expert_tp is 1 (until 2026-11-27 this term compared the grouped GEMMs with a
+    dense MLP of their own rows, which left that factor and expert_tp's gathered rows out)."""
     experts, topk = new[NUM_EXPERTS], new[MOE_ROUTER_TOPK]
-    ep, etp, h = new[EP], new[EXPERT_TP], f[HIDDEN_SIZE]
+    ep, etp, h, t = new[EP], new[EXPERT_TP], f[HIDDEN_SIZE], f[TP]
+    gated = where(f[GATED_MLP] > 0, 2.0, 1.0)
     ffn = new[MOE_FFN_HIDDEN_SIZE] / maximum(etp, 1.0)
-    up = ffn * where(f[GATED_MLP] > 0, 2.0, 1.0)
-    rows = maximum(tokens * topk * ep / experts, 1.0)  # per local expert
+    rows = maximum(tokens * topk * etp * ep / experts, 1.0)  # per local expert
     local = experts / ep
-    grouped = local * (_gemm_s(hw, rows, up, h) + _gemm_s(hw, rows, h, ffn))
-    dense = _gemm_s(hw, tokens, topk * up, h) + _gemm_s(hw, tokens, h, topk * ffn)
-    return maximum(grouped - dense, 0.0)
+    grouped = local * (_gemm_s(hw, rows, ffn * gated, h) + _gemm_s(hw, rows, h, ffn))
+    charged_ffn = topk * new[MOE_FFN_HIDDEN_SIZE] / t
+    charged_rows = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH] / new[CP]
+    charged = _gemm_s(hw, charged_rows, charged_ffn * gated, h) + _gemm_s(hw, charged_rows, h, charged_ffn)
+    return maximum(grouped - charged, 0.0)
 
 
 @njit(inline=True)

@@ -116,3 +116,23 @@ def test_a_rows_features_do_not_depend_on_the_rows_the_process_met_before() -> N
     features(few)
     after = features(many)
     assert after == alone
+
+
+@pytest.mark.parametrize(("tp", "expert_tp", "sequence_parallel"),
+                         [(4, 1, False), (4, 1, True), (4, 4, True)])
+def test_the_experts_gemms_follow_the_tokens_each_gpu_computes(tp: int, expert_tp: int,
+                                                               sequence_parallel: bool) -> None:
+    """The dense form splits the routed experts' MLP over tp. Without sequence parallelism every
+    tp rank routes the whole micro-batch, so with expert_tp 1 each GPU computes tp times those
+    FLOPs; with expert tp the group's tokens are gathered and each expert's FFN split over it.
+    The closed form's estimate follows the simulator's iteration in each case (it was 2.1x fast
+    for the first before the experts' term counted the tokens each GPU computes)."""
+    job = job_from_dict({
+        "model": {"preset": "mixtral-8x7b", "seq_length": 8192, "num_layers": 8},
+        "training": {"global_batch_size": 8, "micro_batch_size": 1, "precision": "bf16",
+                     "flash_attention": True},
+        "parallel": {"tp": tp, "pp": 1, "ep": 1, "expert_tp": expert_tp,
+                     "sequence_parallel": sequence_parallel, "distributed_optimizer": True},
+        "cluster": {"gpu": GPU, "num_gpus": tp}})
+    estimate = np.exp(_features(job)["est_log_time_s"])
+    assert estimate == pytest.approx(simulate(job).iteration_time_s, rel=0.25)
