@@ -18,7 +18,7 @@ from simulator.job.enums import DataParallelSharding
 from simulator.network.alltoall import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFFICIENCY
 from surrogate.attention_terms import Heads, attention_extra_s, heads, kv_bytes, qkv_out_bytes, ring_exposed_s
 from surrogate.memory_terms import quantized_activations_delta
-from surrogate.moe_terms import expert_tail_s, moe_layer_terms, saved_activations_bytes
+from surrogate.moe_terms import expert_tail_s, moe_layer_terms, ring_gather_s, saved_activations_bytes
 from surrogate.param_gather_terms import param_gather_shift_s
 from surrogate.physics import (
     OPTIMIZER_BYTES_PER_PARAM,
@@ -102,6 +102,7 @@ from surrogate.timing import grad_buckets, projection_gemms
 _FLEX = float(CHOICES["moe_token_dispatcher"].index("flex"))
 _P2P = float(CHOICES["cp_comm_type"].index("p2p"))
 _A2A = float(CHOICES["cp_comm_type"].index("a2a"))
+_ALL_GATHER = float(CHOICES["cp_comm_type"].index("all_gather"))
 _OPTIM_LEVEL = float(DataParallelSharding.OPTIM.level)
 _FP16 = float(PRECISIONS.index("fp16"))
 
@@ -161,8 +162,13 @@ def _comm_terms(f: Any, new: Any, models: Any, copies: Vec, hw: Hardware, dims: 
     a2a_cp = exchange == _A2A
     cp_bytes = where(a2a_cp, qkv_out_bytes(dims, b * s / cp), kv * (cp - 1)) * (cp > 1)
     link_Bps = where(t * cp <= domain, intra * hw.intra_eff, inter / gpn * hw.inter_eff)
+    # all_gather: one ring all-gather of the cp group's K/V (its ranks t apart: g of them in a
+    # domain, whose share of the node's NICs carries what crosses; surrogate.moe_terms.ring_gather_s)
+    in_domain = minimum(cp, maximum(1.0, floor(domain / t)))
+    gather_s = ring_gather_s(cp * kv, cp, in_domain, intra * hw.intra_eff,
+                             inter * hw.inter_eff * minimum(in_domain, gpn) / gpn, hw)
     cp_s = where(a2a_cp, _alltoall_s(cp_bytes, cp, t, domain, intra, inter, gpn, hw, False),
-                 cp_bytes / link_Bps)
+                 where(exchange == _ALL_GATHER, gather_s, cp_bytes / link_Bps))
     return Comm(tokens, expert_dp, per_gpu_experts, a2a_bytes, a2a_s, kv / link_Bps, cp_bytes,
                 cp_s, ring)
 
@@ -220,7 +226,11 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     moe_layer_host = aux[A_MOE_HOST]
     moe_comm = moe_layer_comm * n_moe / L
     attention_s = attention_extra_s(f, new, dims, models[M_ATTENTION], dense, hw)
-    cp_comm = where(comm.ring, ring_exposed_s(new[CP], comm.kv_s, dense[D_ATTENTION]), 2 * comm.cp_s)
+    # the exchanges of a layer and micro-batch: ring attention's what its steps do not hide;
+    # all_gather's K/V gathered forward and backward and their gradients reduce-scattered
+    # (simulator.graph.context_parallel.all_gather_core); Ulysses' all-to-alls each way
+    cp_comm = where(comm.ring, ring_exposed_s(new[CP], comm.kv_s, dense[D_ATTENTION]),
+                    where(new[CP_COMM_TYPE] == _ALL_GATHER, 3 * comm.cp_s, 2 * comm.cp_s))
     est = aux[A_EST_TIME]
     tree = dp_tree_correction(f, dense, hw)
     # a layer's windows take max(GPU + blocking comm, host dispatch) (surrogate.timing._window):
