@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from simulator.jit import njit
-from surrogate.physics import RECOMPUTE, Hardware, Vec, maximum, where
+from surrogate.physics import RECOMPUTE, Hardware, Rows, Vec, gemm_efficiency, maximum, skips, where
 from surrogate.slots import (
     CP,
     D_ATTENTION,
@@ -30,6 +30,7 @@ from surrogate.slots import (
     TP,
     V_HEAD_DIM,
 )
+from surrogate.timing import DT, kernel_s
 
 _FULL = float(RECOMPUTE.index("full"))
 
@@ -98,3 +99,54 @@ def ring_exposed_s(cp: Vec, kv_s: Vec, attention_s: Vec) -> Vec:
     step_b = attention_s * 2.5 / 3.5 / cp
     exposed = (cp - 1) * (maximum(0.0, kv_s - step_f) + maximum(0.0, 2 * kv_s - step_b)) + kv_s
     return where(cp > 1, exposed, 0.0)
+
+
+@njit(inline=True)
+def _flash_s(re: Rows, bh: Vec, sq: Vec, skv: Vec, pairs: Vec, tokens: Vec, hd: Vec,
+             heads: Vec) -> tuple[Vec, Vec]:
+    """(forward, backward) seconds of one fused-attention kernel of `bh` problems of `sq` queries
+    over `skv` keys computing `pairs` pairs each, at the fused kernel's efficiency of that shape
+    (as surrogate.timing._core prices the whole core)."""
+    flops = 4.0 * bh * pairs * hd
+    io = 2.0 * tokens * heads * hd * DT * (1 + skv / sq)  # Q and O, and K and V of skv keys
+    eff = gemm_efficiency(bh, sq, hd, skv, re.hw.num_sms, re.hw.attention_max, re.hw.attention_k_half)
+    return kernel_s(re, flops, io, eff), kernel_s(re, 2.5 * flops, 2 * io, eff)
+
+
+class RingSteps(NamedTuple):
+    """Ring attention's steps beyond the dense form's one fused kernel, per layer and micro-batch:
+    GPU seconds and host dispatch seconds."""
+
+    gpu: Vec
+    host: Vec
+
+
+@njit(inline=True)
+def ring_steps_extra(re: Rows, cp: Vec, ring: Any, attention_s: Vec) -> RingSteps:
+    """What ring attention's cp steps cost beyond the dense form's core (`attention_s`, forward
+    and backward; `re`: the effective row, b / cp sequences of all s tokens). The simulator
+    (simulator.graph.context_parallel._ring_ops) runs step 0 as the local chunk's causal
+    attention and each later step as the local queries against half a chunk's keys (load
+    balanced), each its own kernel at its own, smaller shape's efficiency, and merges each
+    later step's output into the running one (an fp32 correction kernel); full recompute runs
+    the forward again. Each later step launches its kernel, its correction and its backward,
+    and its K/V (and dK/dV) exchange is a collective of its own."""
+    if skips(ring):
+        return RingSteps(0.0, 0.0)
+    heads, hd = re.a / re.t, re.h / re.a
+    local = re.s / cp
+    sequences = re.b * cp
+    bh = sequences * heads
+    tokens = sequences * local
+    first_f, first_b = _flash_s(re, bh, local, local, local * local / 2, tokens, hd, heads)
+    step_f, step_b = _flash_s(re, bh, local, local / 2, local * local / 2, tokens, hd, heads)
+    n = tokens * heads * hd
+    correction = kernel_s(re, 4 * n, 3 * n * DT)
+    forward = first_f + (cp - 1) * (step_f + correction)
+    full = re.recompute == 2
+    gpu = forward + first_b + (cp - 1) * step_b - attention_s + where(full, forward - attention_s / 3.5, 0.0)
+    launches = 3 * (cp - 1) + where(full, 2 * (cp - 1), 0.0)
+    exchanges = 2 * (cp - 1) + 1 + where(full, cp - 1, 0.0)
+    host = launches * re.hw.host_s + exchanges * re.hw.coll_s
+    return RingSteps(where(ring & (cp > 1) & (re.flash > 0), gpu, 0.0),
+                     where(ring & (cp > 1) & (re.flash > 0), host, 0.0))

@@ -16,7 +16,15 @@ from typing import Any, NamedTuple
 from simulator.jit import njit
 from simulator.job.enums import DataParallelSharding
 from simulator.network.alltoall import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFFICIENCY
-from surrogate.attention_terms import Heads, attention_extra_s, heads, kv_bytes, qkv_out_bytes, ring_exposed_s
+from surrogate.attention_terms import (
+    Heads,
+    attention_extra_s,
+    heads,
+    kv_bytes,
+    qkv_out_bytes,
+    ring_exposed_s,
+    ring_steps_extra,
+)
 from surrogate.memory_terms import quantized_activations_delta
 from surrogate.moe_terms import expert_tail_s, moe_layer_terms, ring_gather_s, saved_activations_bytes
 from surrogate.param_gather_terms import param_gather_shift_s
@@ -237,8 +245,9 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     # what the recipe, the tp overlap and CUDA graphs save on the GPU stops at the host's floor
     # (cp's exchange and a MoE layer's dispatch and experts are GPU time and blocking comm in
     # the same windows; a MoE layer's host launches more: surrogate.moe_terms)
-    busy = (dense[D_LAYER] - dense[D_HOST_EXCESS] - lowp - overlap + cp_comm + attention_s)
-    host_floor = where(new[CUDA_GRAPHS] > 0, 0.0, dense[D_LAYER_HOST])
+    steps = ring_steps_extra(re, new[CP], comm.ring, dense[D_ATTENTION])
+    busy = (dense[D_LAYER] - dense[D_HOST_EXCESS] - lowp - overlap + cp_comm + attention_s + steps.gpu)
+    host_floor = where(new[CUDA_GRAPHS] > 0, 0.0, dense[D_LAYER_HOST] + steps.host)
     experts_s = moe_layer_gpu * n_moe / L
     moe_layer = maximum(busy + moe_layer_comm + moe_layer_gpu, host_floor + moe_layer_host)
     mean_layer = (n_moe * moe_layer + (L - n_moe) * maximum(busy, host_floor)) / L
