@@ -128,9 +128,9 @@ def ring_steps_extra(re: Rows, cp: Vec, ring: Any, attention_s: Vec) -> RingStep
     (simulator.graph.context_parallel._ring_ops) runs step 0 as the local chunk's causal
     attention and each later step as the local queries against half a chunk's keys (load
     balanced), each its own kernel at its own, smaller shape's efficiency, and merges each
-    later step's output into the running one (an fp32 correction kernel); full recompute runs
-    the forward again. Each later step launches its kernel, its correction and its backward,
-    and its K/V (and dK/dV) exchange is a collective of its own."""
+    later step's output into the running one (an fp32 correction kernel); full recompute and
+    selective's core_attn run the forward again. Each later step launches its kernel, its
+    correction and its backward, and its K/V (and dK/dV) exchange is a collective of its own."""
     if skips(ring):
         return RingSteps(0.0, 0.0)
     heads, hd = re.a / re.t, re.h / re.a
@@ -143,10 +143,11 @@ def ring_steps_extra(re: Rows, cp: Vec, ring: Any, attention_s: Vec) -> RingStep
     n = tokens * heads * hd
     correction = kernel_s(re, 4 * n, 3 * n * DT)
     forward = first_f + (cp - 1) * (step_f + correction)
-    full = re.recompute == 2
-    gpu = forward + first_b + (cp - 1) * step_b - attention_s + where(full, forward - attention_s / 3.5, 0.0)
-    launches = 3 * (cp - 1) + where(full, 2 * (cp - 1), 0.0)
-    exchanges = 2 * (cp - 1) + 1 + where(full, cp - 1, 0.0)
+    again = re.recompute > 0  # full, or selective's core_attn: the forward runs again
+    gpu = (forward + first_b + (cp - 1) * step_b - attention_s
+           + where(again, forward - attention_s / 3.5, 0.0))
+    launches = 3 * (cp - 1) + where(again, 2 * (cp - 1), 0.0)
+    exchanges = 2 * (cp - 1) + 1 + where(again, cp - 1, 0.0)
     host = launches * re.hw.host_s + exchanges * re.hw.coll_s
     return RingSteps(where(ring & (cp > 1) & (re.flash > 0), gpu, 0.0),
                      where(ring & (cp > 1) & (re.flash > 0), host, 0.0))

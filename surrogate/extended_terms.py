@@ -98,6 +98,7 @@ from surrogate.slots import (
     OVERLAP_PARAM_GATHER,
     PP,
     PRECISION,
+    RECOMPUTE_CODE,
     SEQ_LENGTH,
     SEQUENCE_PARALLEL,
     TP,
@@ -237,8 +238,11 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     # the exchanges of a layer and micro-batch: ring attention's what its steps do not hide;
     # all_gather's K/V gathered forward and backward and their gradients reduce-scattered
     # (simulator.graph.context_parallel.all_gather_core); Ulysses' all-to-alls each way
+    # (and the forward's again where recompute re-runs the core attention: full, or selective's
+    # core_attn)
+    again = where(f[RECOMPUTE_CODE] > 0, 1.0, 0.0)
     cp_comm = where(comm.ring, ring_exposed_s(new[CP], comm.kv_s, dense[D_ATTENTION]),
-                    where(new[CP_COMM_TYPE] == _ALL_GATHER, 3 * comm.cp_s, 2 * comm.cp_s))
+                    where(new[CP_COMM_TYPE] == _ALL_GATHER, 3 + again, 2 + again) * comm.cp_s)
     est = aux[A_EST_TIME]
     tree = dp_tree_correction(f, dense, hw)
     # a layer's windows take max(GPU + blocking comm, host dispatch) (surrogate.timing._window):

@@ -198,9 +198,11 @@ def layer_times(r: Rows) -> Layer:
     gpu_b = gemms.backward + core.bwd + point_b + param_b
     n_f = 10 + core.n_fwd + r.gated
     n_b = 8 + core.n_bwd + 5 + r.gated + bias * 4 + 2 + n_tensors
-    full, selective = r.recompute == 2, (r.recompute == 1) & (r.flash == 0)
-    gpu_r = where(full, gpu_f, where(selective, core.unfused_fwd, 0.0))
-    n_r = where(full, n_f, where(selective, 4.0, 0.0))
+    # selective recompute re-runs the core attention (Megatron-Core's default module core_attn,
+    # flash attention included: simulator.graph.dense._with_recompute)
+    full, selective, fa = r.recompute == 2, r.recompute == 1, r.flash > 0
+    gpu_r = where(full, gpu_f, where(selective, where(fa, core.fwd, core.unfused_fwd), 0.0))
+    n_r = where(full, n_f, where(selective, where(fa, 1.0, 4.0), 0.0))
     calls = where(r.t > 1, where(r.sp > 0, 4.0, 2.0), 0.0)
     one = tp_comm_s(r, T * r.h * DT)  # per region: all-reduce, or all-gather + reduce-scatter
     tp_comm = _tp_comm(r, one, qkv_f, proj_f, up_f, down_f)

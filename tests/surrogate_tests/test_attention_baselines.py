@@ -130,3 +130,26 @@ def test_ring_attention_costs_its_steps(cp: int, seq: int) -> None:
         "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": cp}})
     estimate = np.exp(_features(job, "h100-sxm-80gb")["est_log_time_s"])
     assert estimate == pytest.approx(simulate(job).iteration_time_s, rel=0.1)
+
+
+@pytest.mark.parametrize("cp", [1, 4])
+def test_selective_recompute_runs_the_flash_core_again(cp: int) -> None:
+    """Megatron-Core's selective recompute (module core_attn) checkpoints the core attention,
+    flash attention included, and with context parallelism its exchanges
+    (simulator.graph.dense._with_recompute): what it adds to the iteration in the closed form is
+    what it adds in the simulator (the closed form charged nothing with flash attention)."""
+    def job(recompute: str) -> Any:
+        return job_from_dict({
+            "model": {"preset": "llama-3-8b", "seq_length": 16384},
+            "training": {"global_batch_size": 16, "micro_batch_size": 1, "precision": "bf16",
+                         "flash_attention": True, "recompute": recompute},
+            "parallel": {"tp": 2, "pp": 1, "cp": cp, "sequence_parallel": True,
+                         "distributed_optimizer": True},
+            "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 2 * cp}})
+
+    def closed(recompute: str) -> float:
+        return float(np.exp(_features(job(recompute), "h100-sxm-80gb")["est_log_time_s"]))
+
+    simulated = simulate(job("selective")).iteration_time_s - simulate(job("none")).iteration_time_s
+    assert simulated > 0
+    assert closed("selective") - closed("none") == pytest.approx(simulated, rel=0.3)
