@@ -1,6 +1,6 @@
 """The compiled loop that fills a table's extended features (`surrogate.extended`) row by row.
 
-`surrogate.extended.extended_row` is written once over vectors indexed by `surrogate.slots`;
+`surrogate.extended_terms.extended_row` is written once over vectors indexed by `surrogate.slots`;
 numpy runs it on a table's matrices (one array operation per term, each allocating a
 temporary per row), this loop (numba, `simulator.jit`) on one row's columns at a time with
 every intermediate in registers. What a row takes from tables keyed by a few of its columns
