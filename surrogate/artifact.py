@@ -43,8 +43,10 @@ log = logging.getLogger(__name__)
 # the GEMMs'; 10: the parameter gather under the next forward (`overlap_param_gather` column);
 # 11: the DDP's zeroing and NaN-check passes over the gradient buffer in the optimizer term;
 # 12: Transformer Engine's cached dummy weight gradients in the memory baseline; 13: a
-# low-precision recipe's saving as the layer's projection GEMMs at its rate (extended_terms)
-SCHEMA_VERSION = 13
+# low-precision recipe's saving as the layer's projection GEMMs at its rate (extended_terms),
+# cp's steps and gathers, recompute's core attention and MoE forward; 14: the recipe's quantize
+# kernels (three more lookups)
+SCHEMA_VERSION = 14
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

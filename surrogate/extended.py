@@ -59,13 +59,10 @@ from surrogate.physics import (
 from surrogate.records import CHOICES, NEW_COLUMNS
 from surrogate.records import new_column as _col
 from surrogate.slots import (
-    A_ELEMENT,
     A_EST_MEMORY,
     A_EST_TIME,
     A_HELD,
     A_LEVEL,
-    A_LP_COPIES,
-    A_LP_EFF,
     A_MAIN,
     A_MOE_HOST,
     A_PEAK_LP,
@@ -222,20 +219,20 @@ def effective_fields(fields: np.ndarray, new: np.ndarray, models: np.ndarray) ->
 
 
 def _hardware_lp(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None,
-                 new: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`_lp_numbers` of each row, asked once per distinct (GPU, precision, fp8 recipe)."""
+                 new: np.ndarray) -> np.ndarray:
+    """(`LP_NUMBERS`, rows) `_lp_numbers` of each row, asked once per distinct (GPU, precision,
+    fp8 recipe)."""
     gpu = factorize(c["gpu"])
     precision = factorize(c["precision"])
     recipe8 = new[NEW_COLUMNS.index("fp8_recipe")].astype(np.intp)
     key = (gpu.codes * len(precision.uniques) + precision.codes) * 8 + recipe8
     keys, inverse = np.unique(key, return_inverse=True)
-    table = np.empty((4, len(keys)))
+    table = np.empty((LP_NUMBERS, len(keys)))
     for i, k in enumerate(keys.tolist()):
         g, rest = divmod(k, len(precision.uniques) * 8)
         prec, r8 = divmod(rest, 8)
         table[:, i] = _lp_numbers(_spec(str(gpu.uniques[g]), hardware), str(precision.uniques[prec]), r8)
-    peak, eff, element, copies = table[:, inverse]
-    return peak, eff, element, copies
+    return table[:, inverse]
 
 
 def _spec(name: str, hardware: Mapping[str, HardwareSpec] | None) -> HardwareSpec:
@@ -244,11 +241,16 @@ def _spec(name: str, hardware: Mapping[str, HardwareSpec] | None) -> HardwareSpe
     return hardware[name] if hardware and name in hardware else catalog_hardware(name)
 
 
-def _lp_numbers(spec: HardwareSpec, p: str, r8: int) -> tuple[float, float, float, float]:
+LP_NUMBERS = 7  # what `_lp_numbers` gives: the LOOKUPS from A_PEAK_LP to A_TRANSPOSES
+
+
+def _lp_numbers(spec: HardwareSpec, p: str, r8: int) -> tuple[float, ...]:
     """(GEMM peak FLOP/s of precision `p`, the recipe's measured GEMM efficiency over the 16-bit
     one, the format's bytes per element with its scales, its quantized copies of an operand used
-    both ways) on `spec` (simulator.job.precision: the recipe's format, its gemm kernel's
-    `low_precision_gemm_efficiency`; `r8`: the fp8 recipe's code); 16-bit: the bf16 peak, 1, 0, 0."""
+    both ways, whether its scale needs an amax pass, a Hadamard transform, a transposed copy)
+    on `spec` (simulator.job.precision: the recipe's format, its gemm kernel's
+    `low_precision_gemm_efficiency`; `r8`: the fp8 recipe's code); 16-bit: the bf16 peak, 1, then
+    zeros."""
     from simulator.job.precision import FORMATS
 
     bf16 = spec.peak_tflops.get("bf16", spec.peak_tflops.get("fp16", 0.0))  # type: ignore[call-overload]
@@ -256,10 +258,11 @@ def _lp_numbers(spec: HardwareSpec, p: str, r8: int) -> tuple[float, float, floa
     arch = spec.architecture
     fmt = FORMATS.get((recipe, arch)) if p in ("fp8", "fp4") and arch is not None else None
     if fmt is None or p not in spec.peak_tflops:
-        return bf16 * 1e12, 1.0, 0.0, 0.0
+        return bf16 * 1e12, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0
     return (spec.peak_tflops[p] * 1e12,  # type: ignore[index]
             spec.efficiency.low_precision_gemm_efficiency.get(fmt.gemm_kernel, 1.0),
-            fmt.bytes_per_element, fmt.copies)
+            fmt.bytes_per_element, fmt.copies, float(fmt.amax_pass), float(fmt.hadamard_wgrad),
+            float(fmt.transposes))
 
 
 def lookups(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, dense: np.ndarray,
@@ -269,7 +272,7 @@ def lookups(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, dense: np
     the memory settings' bytes per parameter, the flex dispatcher's distinct ranks), and the
     dense baselines' exponentials (numpy's, the same in both paths)."""
     out = np.empty((len(LOOKUPS), new.shape[1]))
-    out[A_PEAK_LP], out[A_LP_EFF], out[A_ELEMENT], out[A_LP_COPIES] = _hardware_lp(c, hardware, new)
+    out[A_PEAK_LP:A_PEAK_LP + LP_NUMBERS] = _hardware_lp(c, hardware, new)
     out[A_TOKEN_COPIES] = token_copies(new)
     out[A_MOE_HOST] = moe_host_table_s(c, new, fields[RECOMPUTE_CODE], hw)
     level = _sharding_level(new, fields)
@@ -286,7 +289,7 @@ def record_lookups(record: Mapping[str, Any], fields: np.ndarray, new: np.ndarra
     """`lookups` of one record (its (rows, 1) matrices and one-element hardware numbers) from
     its own values: the same tables, without a table's grouping (`Surrogate.predict_one`)."""
     out = np.empty((len(LOOKUPS), 1))
-    out[[A_PEAK_LP, A_LP_EFF, A_ELEMENT, A_LP_COPIES], 0] = _lp_numbers(
+    out[A_PEAK_LP:A_PEAK_LP + LP_NUMBERS, 0] = _lp_numbers(
         _spec(str(record["gpu"]), hardware), str(record["precision"]), int(new[FP8_RECIPE, 0]))
     out[A_TOKEN_COPIES] = token_copies_of_record(new)
     out[A_MOE_HOST] = moe_host_of_record(record, new, fields[RECOMPUTE_CODE], hw)

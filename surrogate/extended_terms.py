@@ -18,6 +18,7 @@ from simulator.job.enums import DataParallelSharding
 from simulator.network.alltoall import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFFICIENCY
 from surrogate.attention_terms import (
     Heads,
+    RingSteps,
     attention_extra_s,
     heads,
     kv_bytes,
@@ -45,9 +46,11 @@ from surrogate.physics import (
 from surrogate.pipeline_terms import layer_params_per_gpu, stage_split, uneven_memory_bytes, uneven_time_s
 from surrogate.records import CHOICES
 from surrogate.slots import (
+    A_AMAX,
     A_ELEMENT,
     A_EST_MEMORY,
     A_EST_TIME,
+    A_HADAMARD,
     A_HELD,
     A_LEVEL,
     A_LP_COPIES,
@@ -56,6 +59,7 @@ from surrogate.slots import (
     A_MOE_HOST,
     A_PEAK_LP,
     A_TOKEN_COPIES,
+    A_TRANSPOSES,
     CP,
     CP_COMM_TYPE,
     CUDA_GRAPHS,
@@ -105,7 +109,7 @@ from surrogate.slots import (
     TP_COMM_OVERLAP,
     VIRTUAL_STAGES,
 )
-from surrogate.timing import grad_buckets, projection_gemms
+from surrogate.timing import grad_buckets, kernel_s, projection_gemms
 
 # codes the compiled formulas compare with (numba reads module constants, not dict lookups)
 _FLEX = float(CHOICES["moe_token_dispatcher"].index("flex"))
@@ -200,6 +204,47 @@ def lowp_saving_s(re: Rows, low: Any, rate: Vec) -> Vec:
     return where(low, saving + where(re.recompute == 2, forward_16 - forward_lp, 0.0), 0.0)
 
 
+@njit(inline=True)
+def _quantize_one_s(re: Rows, numel: Vec, copies: Vec, aux: Any) -> Vec:
+    """One quantize kernel (simulator.graph.quantize.quantize_op): read the 16-bit source (once
+    more for an amax), write `copies` quantized copies, a Hadamard transform's FLOPs."""
+    reads = 2.0 * (1 + aux[A_AMAX])
+    flops = numel * where(aux[A_HADAMARD] > 0, 32.0, 1.0)
+    return kernel_s(re, flops, (reads + aux[A_ELEMENT] * copies) * numel)
+
+
+@njit(inline=True)
+def quantize_s(re: Rows, low: Any, aux: Any) -> RingSteps:
+    """GPU and host seconds per layer and micro-batch of a recipe's quantize kernels on the
+    layer's four projections (simulator.graph.quantize.linear): each input in the forward
+    (unless the fused norm before QKV / the MLP's up projection writes it, possible without an
+    amax pass), each output gradient in the backward, on the local shard under sequence
+    parallelism, one copy where Hopper's per-tensor FP8 transposes after the gather (then a
+    transpose kernel); the weights' casts, once per iteration, are left out."""
+    if skips(low):
+        return RingSteps(0.0, 0.0)
+    T, hd = re.b * re.s, re.h / re.a
+    heads, groups = re.a / re.t, re.g / re.t
+    up = re.f / re.t * (1 + re.gated)
+    sp = re.sp > 0
+    shard = where(sp, 1.0 / re.t, 1.0)
+    copies, transposes = aux[A_LP_COPIES], aux[A_TRANSPOSES] > 0
+    gathered = where(sp & transposes, 1.0, copies)
+    fused = aux[A_AMAX] == 0  # the norm writes QKV's and the up projection's quantized input
+    inputs = (where(fused, 0.0, 2 * _quantize_one_s(re, T * shard * re.h, gathered, aux))
+              + _quantize_one_s(re, T * heads * hd, copies, aux)
+              + _quantize_one_s(re, T * re.f / re.t, copies, aux))
+    grads = (_quantize_one_s(re, T * (heads + 2 * groups) * hd, copies, aux)
+             + _quantize_one_s(re, T * up, copies, aux)
+             + 2 * _quantize_one_s(re, T * shard * re.h, gathered, aux))
+    flips = where(sp & transposes, 4.0, 0.0)  # the gathered inputs' and gradients' transposes
+    transpose = flips * kernel_s(re, 0.0, 2 * aux[A_ELEMENT] * T * re.h)
+    again = where(re.recompute == 2, 1.0, 0.0)  # full recompute quantizes the inputs again
+    kernels = where(fused, 2.0, 4.0) * (1 + again) + 4.0 + flips
+    gpu = inputs * (1 + again) + grads + transpose
+    return RingSteps(where(low, gpu, 0.0), where(low, kernels * re.hw.host_s, 0.0))
+
+
 @njit
 def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardware,
                  r: Rows, re: Rows) -> tuple[Vec, ...]:
@@ -250,8 +295,10 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     # (cp's exchange and a MoE layer's dispatch and experts are GPU time and blocking comm in
     # the same windows; a MoE layer's host launches more: surrogate.moe_terms)
     steps = ring_steps_extra(re, new[CP], comm.ring, dense[D_ATTENTION])
-    busy = (dense[D_LAYER] - dense[D_HOST_EXCESS] - lowp - overlap + cp_comm + attention_s + steps.gpu)
-    host_floor = where(new[CUDA_GRAPHS] > 0, 0.0, dense[D_LAYER_HOST] + steps.host)
+    quantize = quantize_s(re, low, aux)
+    busy = (dense[D_LAYER] - dense[D_HOST_EXCESS] - lowp - overlap + cp_comm + attention_s + steps.gpu
+            + quantize.gpu)
+    host_floor = where(new[CUDA_GRAPHS] > 0, 0.0, dense[D_LAYER_HOST] + steps.host + quantize.host)
     experts_s = moe_layer_gpu * n_moe / L
     moe_layer = maximum(busy + moe_layer_comm + moe_layer_gpu, host_floor + moe_layer_host)
     mean_layer = (n_moe * moe_layer + (L - n_moe) * maximum(busy, host_floor)) / L

@@ -121,3 +121,25 @@ def test_an_uneven_pipeline_split_costs_its_busiest_stage(first: int, last: int 
     memory = np.exp(f["est_log_memory_bytes"])
     exact_memory = exact[1].peak_memory_bytes / exact[0].peak_memory_bytes
     assert memory[1] / memory[0] == pytest.approx(exact_memory, rel=0.06)
+
+
+@pytest.mark.parametrize(("gpu", "precision", "recipe"), [
+    ("h100-sxm-80gb", "fp8", "tensorwise"), ("b200", "fp8", "mxfp8"), ("b200", "fp4", None)])
+def test_a_recipes_quantize_kernels_are_in_the_closed_form(gpu: str, precision: str,
+                                                           recipe: str | None) -> None:
+    """A low-precision recipe quantizes each projection's input and output gradient in kernels of
+    their own (simulator.graph.quantize: an amax pass with current scaling, Hopper's transposes,
+    NVFP4's Hadamard transform), each launched by the host: the closed form's iteration follows the
+    simulator's within 5% (it was 8% fast for H100 FP8, 12.5% for B200 NVFP4 without them)."""
+    from simulator import job_from_dict
+
+    training = {"fp8_recipe": recipe} if recipe else {}
+    job = job_from_dict({
+        "model": {"preset": "llama-3-8b", "seq_length": 4096, "num_layers": 8},
+        "training": {"global_batch_size": 32, "micro_batch_size": 1, "precision": precision,
+                     "flash_attention": True, **training},
+        "parallel": {"tp": 2, "pp": 1, "sequence_parallel": True, "distributed_optimizer": True},
+        "cluster": {"gpu": gpu, "num_gpus": 8}})
+    names, x = feature_matrix(pd.DataFrame([job_to_record(job)]), {gpu: catalog_hardware(gpu)})
+    estimate = float(np.exp(x[0, names.index("est_log_time_s")]))
+    assert estimate == pytest.approx(simulate(job).iteration_time_s, rel=0.05)

@@ -131,7 +131,8 @@ def test_a_model_saved_with_older_features_is_refused_with_the_fix(tiny_model, t
     version 4 the dispatch overlap (moe_overlap_ep_comm), version 5 the host floor and the
     memory baseline's cp sharding and quantized copies, version 7 the contention of the hidden
     data-parallel reduction, version 8 fused attention's own ceiling, version 9 the parameter
-    gather under the next forward, version 12 a recipe's saving on the projection GEMMs."""
+    gather under the next forward, version 12 a recipe's saving on the projection GEMMs, version
+    13 its quantize kernels."""
     import shutil
 
     from simulator.errors import DataError
@@ -139,8 +140,8 @@ def test_a_model_saved_with_older_features_is_refused_with_the_fix(tiny_model, t
     old = tmp_path / "old"
     shutil.copytree(tiny_model.path, old)
     meta = json.loads((old / "metadata.json").read_text())
-    (old / "metadata.json").write_text(json.dumps({**meta, "schema_version": 12}))
-    with pytest.raises(DataError, match=r"schema_version 12, this vtrain-ml reads 13 .*retrain"):
+    (old / "metadata.json").write_text(json.dumps({**meta, "schema_version": 13}))
+    with pytest.raises(DataError, match=r"schema_version 13, this vtrain-ml reads 14 .*retrain"):
         Surrogate.load(old)
 
 
