@@ -113,16 +113,16 @@ def _flash_s(re: Rows, bh: Vec, sq: Vec, skv: Vec, pairs: Vec, tokens: Vec, hd: 
     return kernel_s(re, flops, io, eff), kernel_s(re, 2.5 * flops, 2 * io, eff)
 
 
-class RingSteps(NamedTuple):
-    """Ring attention's steps beyond the dense form's one fused kernel, per layer and micro-batch:
-    GPU seconds and host dispatch seconds."""
+class GpuHost(NamedTuple):
+    """What a term adds to a layer per micro-batch: GPU seconds, and host dispatch seconds (the
+    floor a layer's windows cannot go under, surrogate.timing._window)."""
 
     gpu: Vec
     host: Vec
 
 
 @njit(inline=True)
-def ring_steps_extra(re: Rows, cp: Vec, ring: Any, attention_s: Vec) -> RingSteps:
+def ring_steps_extra(re: Rows, cp: Vec, ring: Any, attention_s: Vec) -> GpuHost:
     """What ring attention's cp steps cost beyond the dense form's core (`attention_s`, forward
     and backward; `re`: the effective row, b / cp sequences of all s tokens). The simulator
     (simulator.graph.context_parallel._ring_ops) runs step 0 as the local chunk's causal
@@ -132,7 +132,7 @@ def ring_steps_extra(re: Rows, cp: Vec, ring: Any, attention_s: Vec) -> RingStep
     selective's core_attn run the forward again. Each later step launches its kernel, its
     correction and its backward, and its K/V (and dK/dV) exchange is a collective of its own."""
     if skips(ring):
-        return RingSteps(0.0, 0.0)
+        return GpuHost(0.0, 0.0)
     heads, hd = re.a / re.t, re.h / re.a
     local = re.s / cp
     sequences = re.b * cp
@@ -149,5 +149,5 @@ def ring_steps_extra(re: Rows, cp: Vec, ring: Any, attention_s: Vec) -> RingStep
     launches = 3 * (cp - 1) + where(again, 2 * (cp - 1), 0.0)
     exchanges = 2 * (cp - 1) + 1 + where(again, cp - 1, 0.0)
     host = launches * re.hw.host_s + exchanges * re.hw.coll_s
-    return RingSteps(where(ring & (cp > 1) & (re.flash > 0), gpu, 0.0),
+    return GpuHost(where(ring & (cp > 1) & (re.flash > 0), gpu, 0.0),
                      where(ring & (cp > 1) & (re.flash > 0), host, 0.0))

@@ -17,8 +17,8 @@ from simulator.jit import njit
 from simulator.job.enums import DataParallelSharding
 from simulator.network.alltoall import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFFICIENCY
 from surrogate.attention_terms import (
+    GpuHost,
     Heads,
-    RingSteps,
     attention_extra_s,
     heads,
     kv_bytes,
@@ -214,7 +214,7 @@ def _quantize_one_s(re: Rows, numel: Vec, copies: Vec, aux: Any) -> Vec:
 
 
 @njit(inline=True)
-def quantize_s(re: Rows, low: Any, aux: Any) -> RingSteps:
+def quantize_s(re: Rows, low: Any, aux: Any) -> GpuHost:
     """GPU and host seconds per layer and micro-batch of a recipe's quantize kernels on the
     layer's four projections (simulator.graph.quantize.linear): each input in the forward
     (unless the fused norm before QKV / the MLP's up projection writes it, possible without an
@@ -222,7 +222,7 @@ def quantize_s(re: Rows, low: Any, aux: Any) -> RingSteps:
     parallelism, one copy where Hopper's per-tensor FP8 transposes after the gather (then a
     transpose kernel); the weights' casts, once per iteration, are left out."""
     if skips(low):
-        return RingSteps(0.0, 0.0)
+        return GpuHost(0.0, 0.0)
     T, hd = re.b * re.s, re.h / re.a
     heads, groups = re.a / re.t, re.g / re.t
     up = re.f / re.t * (1 + re.gated)
@@ -242,7 +242,7 @@ def quantize_s(re: Rows, low: Any, aux: Any) -> RingSteps:
     again = where(re.recompute == 2, 1.0, 0.0)  # full recompute quantizes the inputs again
     kernels = where(fused, 2.0, 4.0) * (1 + again) + 4.0 + flips
     gpu = inputs * (1 + again) + grads + transpose
-    return RingSteps(where(low, gpu, 0.0), where(low, kernels * re.hw.host_s, 0.0))
+    return GpuHost(where(low, gpu, 0.0), where(low, kernels * re.hw.host_s, 0.0))
 
 
 @njit
