@@ -36,7 +36,7 @@ from surrogate.extended import (
 from surrogate.extended_kernel import extended_kernel
 from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS, with_new_defaults
 from surrogate.kernel import PHYSICS_FEATURES, fill_features
-from surrogate.physics import CODES, ROW_FIELDS, Hardware, hardware_arrays, hardware_table, row_field_matrix
+from surrogate.physics import CODES, ROW_FIELDS, Hardware, hardware_of_table, hardware_table, row_field_matrix
 from surrogate.records import NEW_COLUMNS
 from surrogate.slots import DENSE_READ, M_ACTIVE_FFN, MODEL_VALUES
 
@@ -111,15 +111,15 @@ def _fill_table(columns: Mapping[str, Any], hardware: Mapping[str, HardwareSpec]
     new = new_field_matrix(columns)
     models, general = model_values(columns, new)
     effective = effective_fields(fields, new, models)
-    fill_features(effective, columns["gpu"], hardware, out)
+    table, codes = hardware_table(columns["gpu"], hardware)  # once, for every step below
+    fill_features(effective, columns["gpu"], hardware, out, table=(table, codes))
     dense = _dense_read(out)
     complete_model_values(models, general, fields, dense)
-    hw = hardware_arrays(columns["gpu"], hardware)
+    hw = hardware_of_table(table, codes)
     if is_plain(new, fields, general):
         _write_extended(out, new, plain_values(fields, new, models, dense, hw))
     elif HAVE_NUMBA:
         aux = lookups(columns, fields, new, dense, hw, hardware)
-        table, codes = hardware_table(columns["gpu"], hardware)
         estimates = np.empty((2, fields.shape[1]))
         extended_kernel(fields, effective, new, models, aux, dense, table, codes, out, _WIDTH, estimates)
         _write_baselines(out, baselines(estimates[0], estimates[1], aux, dense))

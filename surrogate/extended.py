@@ -29,7 +29,7 @@ unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -275,8 +275,17 @@ def lookups(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, dense: np
     out[A_PEAK_LP:A_PEAK_LP + LP_NUMBERS] = _hardware_lp(c, hardware, new)
     out[A_TOKEN_COPIES] = token_copies(new)
     out[A_MOE_HOST] = moe_host_table_s(c, new, fields[RECOMPUTE_CODE], hw)
+    return _with_states(out, fields, new, dense, state_bytes_delta)
+
+
+def _with_states(out: np.ndarray, fields: np.ndarray, new: np.ndarray, dense: np.ndarray,
+                 state_bytes: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+                 ) -> np.ndarray:
+    """`out` with the lookups a table and a record share: the sharding level, the memory
+    settings' bytes per parameter (`state_bytes`: a table's grouping or one record's) and the
+    dense baselines' exponentials."""
     level = _sharding_level(new, fields)
-    out[A_HELD], out[A_MAIN] = state_bytes_delta(fields, new, level)
+    out[A_HELD], out[A_MAIN] = state_bytes(fields, new, level)
     out[A_LEVEL] = level
     out[A_EST_TIME] = np.exp(dense[D_EST_LOG_TIME])
     out[A_EST_MEMORY] = np.exp(dense[D_EST_LOG_MEMORY])
@@ -293,12 +302,7 @@ def record_lookups(record: Mapping[str, Any], fields: np.ndarray, new: np.ndarra
         _spec(str(record["gpu"]), hardware), str(record["precision"]), int(new[FP8_RECIPE, 0]))
     out[A_TOKEN_COPIES] = token_copies_of_record(new)
     out[A_MOE_HOST] = moe_host_of_record(record, new, fields[RECOMPUTE_CODE], hw)
-    level = _sharding_level(new, fields)
-    out[A_HELD], out[A_MAIN] = state_bytes_of_record(fields, new, level)
-    out[A_LEVEL] = level
-    out[A_EST_TIME] = np.exp(dense[D_EST_LOG_TIME])
-    out[A_EST_MEMORY] = np.exp(dense[D_EST_LOG_MEMORY])
-    return out
+    return _with_states(out, fields, new, dense, state_bytes_of_record)
 
 
 def extended_values(c: Mapping[str, Any], fields: np.ndarray, effective: np.ndarray, new: np.ndarray,

@@ -23,7 +23,7 @@ from surrogate.physics import (
     Rows,
     Vec,
     flops,
-    hardware_arrays,
+    hardware_of_table,
     hardware_table,
     log,
     make_rows,
@@ -125,20 +125,22 @@ def _feature_kernel(fields: np.ndarray, hw_table: np.ndarray, gpu: np.ndarray,
 
 def fill_features(fields: np.ndarray | list[np.ndarray], gpu: Any,
                   hardware: Mapping[str, HardwareSpec] | None, out: np.ndarray,
-                  compiled: bool = HAVE_NUMBA) -> None:
+                  compiled: bool = HAVE_NUMBA,
+                  table: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """Fill `out` (rows x (`ROW_FIELDS` + `PHYSICS_FEATURES`), any memory order) with the row
     fields (`surrogate.physics.row_field_matrix`, or its rows) followed by the physics features:
-    compiled row by row where numba is installed, else vectorized with numpy."""
+    compiled row by row where numba is installed, else vectorized with numpy. `table`: the
+    rows' `hardware_table`, where the caller has it already."""
     width = len(fields)
+    numbers, codes = table if table is not None else hardware_table(gpu, hardware)
     if compiled:
-        table, codes = hardware_table(gpu, hardware)
         matrix = fields if isinstance(fields, np.ndarray) else np.stack(fields)
-        _feature_kernel(matrix, table, codes, out)
+        _feature_kernel(matrix, numbers, codes, out)
         return
     for j, values in enumerate(fields):
         out[:, j] = values
-    for j, values in enumerate(physics_values(rows_of_fields(list(fields), hardware_arrays(gpu, hardware))),
-                               start=width):
+    rows = rows_of_fields(list(fields), hardware_of_table(numbers, codes))
+    for j, values in enumerate(physics_values(rows), start=width):
         out[:, j] = values
 
 

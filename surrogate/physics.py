@@ -234,7 +234,11 @@ def hardware_table(gpu: Any, hardware: Mapping[str, HardwareSpec] | None) -> tup
 
 
 def hardware_arrays(gpu: Any, hardware: Mapping[str, HardwareSpec] | None) -> Hardware:
-    table, codes = hardware_table(gpu, hardware)
+    return hardware_of_table(*hardware_table(gpu, hardware))
+
+
+def hardware_of_table(table: np.ndarray, codes: np.ndarray) -> Hardware:
+    """`Hardware` per row of a `hardware_table` (the GPUs' numbers, each row's index)."""
     if len(table) == 1:
         return Hardware(*(np.full(len(codes), value) for value in table[0]))
     return Hardware(*(column[codes] for column in table.T))
