@@ -33,9 +33,13 @@ from dataclasses import dataclass
 
 from vtrain_ml.planner.config import SearchConfig, Strategy
 
-SURROGATE_STARTUP_S = 1.0  # import xgboost (and the scikit-learn it imports), load the compiled
-# features, first fit: 0.81-1.02 s in three fresh processes on this project's machine (2026-11-27,
-# a 200-plan fit included; 2.4 s of CPU to import when this was first measured)
+SURROGATE_STARTUP_S = 2.0  # import xgboost (and the scikit-learn it imports), load the compiled
+# features, first fit, on this project's machine (2026-11-27, a 200-plan fit included): 0.79-1.02 s
+# in fresh processes with numba's disk cache warm, 12.5 s with it cold (the first run after an
+# install or a source change compiles the kernels); 2.4 s of CPU to import when first measured.
+# 1.0 s put case study 1's enumerate-or-screen edge at ~47 ms per exact plan, which a loaded
+# test run crossed; 2.0 s puts it at ~68 ms and NVIDIA's Llama 3 70B space (~2.3 ms per plan)
+# still screens
 FIT_S = 0.3  # one focused-surrogate fit on a few hundred rows
 SCORE_RATE = 300_000.0  # plans scored per second by a focused surrogate (features and trees)
 SCORE_PASSES = 2  # whole-space scoring passes of a typical screening (first and confirming)
