@@ -37,7 +37,7 @@ from surrogate.extended_kernel import extended_kernel
 from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS, with_new_defaults
 from surrogate.kernel import PHYSICS_FEATURES, fill_features
 from surrogate.physics import CODES, ROW_FIELDS, Hardware, hardware_of_table, hardware_table, row_field_matrix
-from surrogate.records import NEW_COLUMNS
+from surrogate.records import CHOICES, NEW_COLUMNS
 from surrogate.slots import DENSE_READ, M_ACTIVE_FFN, MODEL_VALUES
 
 RAW_FEATURES = ROW_FIELDS  # the job columns but gpu, which enters through its hardware numbers
@@ -160,16 +160,15 @@ def features_of_record(record: Mapping[str, Any], hw: np.ndarray,
     through `feature_matrix`. `hw`: the `HW_FIELDS` numbers of its GPU."""
     from surrogate.kernel import features_of_values
     from surrogate.physics import row_field_values
-    from surrogate.records import CHOICES
 
     try:
-        new = np.array([[float(CHOICES[c].index(str(record[c]))) if c in CHOICES else float(record[c])]
-                        for c in NEW_COLUMNS])
+        new = np.array([[codes[str(record[c])] if codes is not None else float(record[c])]
+                        for c, codes in _NEW_CODES])
         values_in = row_field_values(record)
-    except ValueError:  # an unknown choice: the table path names it
+    except (KeyError, ValueError):  # an unknown choice: the table path names it
         return _table_features(record, hardware)
     fields = np.array(values_in).reshape(-1, 1)
-    etp, domain = NEW_COLUMNS.index("expert_tp"), NEW_COLUMNS.index("nvlink_domain")
+    etp, domain = _EXPERT_TP, _NVLINK_DOMAIN
     if not new[etp, 0]:  # as `new_field_matrix` resolves a table saved before these columns
         new[etp] = float(record["tp"])
     if not new[domain, 0]:
@@ -184,9 +183,9 @@ def features_of_record(record: Mapping[str, Any], hw: np.ndarray,
     features_of_values(values_in, hw, out)
     dense = _dense_read(out)
     models = np.zeros((len(MODEL_VALUES), 1))
-    models[M_ACTIVE_FFN] = fields[ROW_FIELDS.index("ffn_hidden_size")]
+    models[M_ACTIVE_FFN] = fields[_FFN]
     complete_model_values(models, general, fields, dense)
-    rows = Hardware(*(np.array([float(v)]) for v in hw))
+    rows = _one_row_hardware(hw)
     _write_extended(out, new, plain_values(fields, new, models, dense, rows))
     return out
 
@@ -200,15 +199,16 @@ def _general_features_of_record(record: Mapping[str, Any], fields: np.ndarray, n
     from surrogate.kernel import features_of_values
 
     models = np.zeros((len(MODEL_VALUES), 1))
-    models[M_ACTIVE_FFN] = fields[ROW_FIELDS.index("ffn_hidden_size")]
+    models[M_ACTIVE_FFN] = fields[_FFN]
     if general[0]:
         models[:, 0] = model_values_of_record(record)
     out = empty_features(1)
     effective = effective_fields(fields, new, models)
     features_of_values(effective[:, 0].tolist(), hw, out)
     dense = _dense_read(out)
-    complete_model_values(models, general, fields, dense)
-    aux = record_lookups(record, fields, new, dense, Hardware(*(np.array([float(v)]) for v in hw)),
+    if not general[0]:  # a MoE / MLA / MTP record's values are complete (`complete_model_values`)
+        complete_model_values(models, general, fields, dense)
+    aux = record_lookups(record, fields, new, dense, _one_row_hardware(hw),
                          hardware)
     estimates = np.empty((2, 1))
     extended_kernel(fields, effective, new, models, aux, dense, hw.reshape(1, -1), _ONE_GPU, out, _WIDTH,
@@ -218,6 +218,24 @@ def _general_features_of_record(record: Mapping[str, Any], fields: np.ndarray, n
 
 
 _ONE_GPU = np.zeros(1, dtype=np.intp)
+_EXPERT_TP, _NVLINK_DOMAIN = NEW_COLUMNS.index("expert_tp"), NEW_COLUMNS.index("nvlink_domain")
+_FFN = ROW_FIELDS.index("ffn_hidden_size")
+# per new column: its choices' codes (a categorical's string -> its index in CHOICES) or None
+_NEW_CODES = tuple((c, {v: float(i) for i, v in enumerate(CHOICES[c])} if c in CHOICES else None)
+                   for c in NEW_COLUMNS)
+_ONE_ROW_HARDWARE: dict[bytes, Hardware] = {}
+
+
+def _one_row_hardware(hw: np.ndarray) -> Hardware:
+    """`Hardware` of one-element arrays of a GPU's `HW_FIELDS` numbers, made once per GPU (the
+    single-prediction path reads them, never writes them)."""
+    key = hw.tobytes()
+    rows = _ONE_ROW_HARDWARE.get(key)
+    if rows is None:
+        if len(_ONE_ROW_HARDWARE) >= 256:
+            _ONE_ROW_HARDWARE.clear()
+        rows = _ONE_ROW_HARDWARE[key] = Hardware(*(np.array([float(v)]) for v in hw))
+    return rows
 
 
 def space_bounds(columns: Mapping[str, Any]) -> dict[str, Any]:
@@ -317,17 +335,30 @@ def warn_out_of_space_parts(parts: OutOfSpaceParts, bounds: Mapping[str, Any], s
                       OutOfSpaceWarning, stacklevel=stacklevel)
 
 
-def warn_out_of_space_record(record: Mapping[str, Any], bounds: Mapping[str, Any]) -> None:
-    """`out_of_space_parts` and its warning for one record, on Python scalars (`predict_one`)."""
+BoundChecks = tuple[tuple[tuple[str, float, float], ...], tuple[tuple[str, frozenset[Any]], ...]]
+
+
+def bound_checks(bounds: Mapping[str, Any]) -> BoundChecks:
+    """`bounds` split once into (numeric column, low, high) and (categorical column, the set of
+    values seen): what `warn_out_of_space_record` tests for every single prediction."""
+    numeric = tuple((c, float(b[0]), float(b[1])) for c, b in bounds.items() if c in NUMERIC_COLUMNS)
+    seen = tuple((c, frozenset(b)) for c, b in bounds.items() if c not in NUMERIC_COLUMNS)
+    return numeric, seen
+
+
+def warn_out_of_space_record(record: Mapping[str, Any], bounds: Mapping[str, Any],
+                             checks: BoundChecks | None = None) -> None:
+    """`out_of_space_parts` and its warning for one record, on Python scalars (`predict_one`;
+    `checks`: `bound_checks(bounds)`, made once per model)."""
+    numeric, seen = bound_checks(bounds) if checks is None else checks
     problems = []
-    for c, bound in bounds.items():
-        value = record[c]
-        if c in NUMERIC_COLUMNS:
-            if not bound[0] <= float(value) <= bound[1]:
-                problems.append(f"{c}: {value} outside the trained range [{bound[0]:g}, {bound[1]:g}]")
-        elif value not in bound:
-            problems.append(f"{c}: value {value} never seen in training (trained on "
-                            f"{', '.join(map(str, bound))})")
+    for c, lo, hi in numeric:
+        if not lo <= float(record[c]) <= hi:
+            problems.append(f"{c}: {record[c]} outside the trained range [{lo:g}, {hi:g}]")
+    for c, values in seen:
+        if record[c] not in values:
+            problems.append(f"{c}: value {record[c]} never seen in training (trained on "
+                            f"{', '.join(map(str, bounds[c]))})")
     if problems:
         detail = "; ".join(problems)
         warnings.warn(f"outside the surrogate's trained space, predictions extrapolate -- {detail}",

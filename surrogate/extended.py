@@ -54,7 +54,9 @@ from surrogate.moe_terms import (
 from surrogate.physics import (
     ROW_FIELDS,
     Hardware,
+    maximum,
     rows_of_fields,
+    where,
 )
 from surrogate.records import CHOICES, NEW_COLUMNS
 from surrogate.records import new_column as _col
@@ -67,11 +69,13 @@ from surrogate.slots import (
     A_MOE_HOST,
     A_PEAK_LP,
     A_TOKEN_COPIES,
+    CP,
     D_EST_LOG_MEMORY,
     D_EST_LOG_TIME,
     D_MODEL_FLOPS,
     D_PARAMS,
     D_PEAK_BF16,
+    DATA_PARALLEL_SHARDING,
     DISTRIBUTED_OPTIMIZER,
     DP,
     FP8_RECIPE,
@@ -81,7 +85,9 @@ from surrogate.slots import (
     M_FORWARD,
     M_PARAMS_ACTIVE,
     M_PARAMS_ALL,
+    NUM_EXPERTS,
     NUM_GPUS,
+    NVLINK_DOMAIN,
     RECOMPUTE_CODE,
     SEQ_LENGTH,
     TP,
@@ -191,30 +197,44 @@ def _distinct_models(c: Mapping[str, Any], rows: np.ndarray) -> tuple[np.ndarray
 def complete_model_values(models: np.ndarray, general: np.ndarray, fields: np.ndarray,
                           dense: np.ndarray) -> None:
     """Dense models' parameters and forward FLOPs per token from the dense physics, in place."""
+    if general.all():
+        return
     tokens = fields[_F["global_batch_size"]] * fields[_F["seq_length"]]
-    plain = ~general
-    models[M_PARAMS_ALL] = np.where(plain, dense[D_PARAMS], models[M_PARAMS_ALL])
-    models[M_PARAMS_ACTIVE] = np.where(plain, dense[D_PARAMS], models[M_PARAMS_ACTIVE])
-    models[M_FORWARD] = np.where(plain, dense[D_MODEL_FLOPS] / (3 * tokens), models[M_FORWARD])
+    plain: Any = True if not general.any() else ~general  # `where` of True: no numpy call
+    models[M_PARAMS_ALL] = where(plain, dense[D_PARAMS], models[M_PARAMS_ALL])
+    models[M_PARAMS_ACTIVE] = where(plain, dense[D_PARAMS], models[M_PARAMS_ACTIVE])
+    models[M_FORWARD] = where(plain, dense[D_MODEL_FLOPS] / (3 * tokens), models[M_FORWARD])
 
 
 def effective_fields(fields: np.ndarray, new: np.ndarray, models: np.ndarray) -> np.ndarray:
     """The dense `ROW_FIELDS` matrix each row maps onto (see the module docstring); `fields`
     itself when no row uses MoE, cp or a domain beyond the node."""
-    cp = new[NEW_COLUMNS.index("cp")]
-    moe = new[NEW_COLUMNS.index("num_experts")] > 0
-    domain = new[NEW_COLUMNS.index("nvlink_domain")]
+    cp = new[CP]
+    moe = new[NUM_EXPERTS] > 0
+    domain = new[NVLINK_DOMAIN]
     gpn = fields[_F["gpus_per_node"]]
+    if fields.shape[1] == 1:  # one record (`Surrogate.predict_one`): its numbers, not arrays
+        one = fields[:, 0].tolist()
+        args = (bool(moe[0]), float(cp[0]), float(domain[0]), float(gpn[0]), float(models[1, 0]))
+        if not (args[0] or args[1] > 1 or args[2] > args[3]):
+            return fields
+        return np.array(_effective(list(one), one, *args)).reshape(-1, 1)
     if not (moe.any() or (cp > 1).any() or (domain > gpn).any()):
         return fields
-    eff = fields.copy()
-    eff[_F["ffn_hidden_size"]] = np.where(moe, models[1], fields[_F["ffn_hidden_size"]])
+    return _effective(fields.copy(), fields, moe, cp, domain, gpn, models[1])
+
+
+def _effective(eff: Any, fields: Any, moe: Any, cp: Any, domain: Any, gpn: Any, active_ffn: Any) -> Any:
+    """`eff` (a copy of `fields`: rows of a matrix, or one record's list) made effective: the
+    experts' FFN of a MoE row, cp's share of the batch and GPUs, the domain as the node."""
+    eff[_F["ffn_hidden_size"]] = where(moe, active_ffn, fields[_F["ffn_hidden_size"]])
     for name in ("micro_batch_size", "global_batch_size", "num_gpus"):
         eff[_F[name]] = fields[_F[name]] / cp
-    eff[_F["gpus_per_node"]] = np.maximum(gpn, domain)
+    node = maximum(gpn, domain)
+    eff[_F["gpus_per_node"]] = node
     # the domain's "node" has the NICs of all its GPUs (each GB200 has its own)
     inter = _F["inter_node_bandwidth_Gbps"]
-    eff[inter] = fields[inter] * np.maximum(gpn, domain) / gpn
+    eff[inter] = fields[inter] * node / gpn
     return eff
 
 
@@ -275,16 +295,15 @@ def lookups(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, dense: np
     out[A_PEAK_LP:A_PEAK_LP + LP_NUMBERS] = _hardware_lp(c, hardware, new)
     out[A_TOKEN_COPIES] = token_copies(new)
     out[A_MOE_HOST] = moe_host_table_s(c, new, fields[RECOMPUTE_CODE], hw)
-    return _with_states(out, fields, new, dense, state_bytes_delta)
+    return _with_states(out, fields, new, dense, state_bytes_delta, _sharding_level(new, fields))
 
 
 def _with_states(out: np.ndarray, fields: np.ndarray, new: np.ndarray, dense: np.ndarray,
-                 state_bytes: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
-                 ) -> np.ndarray:
-    """`out` with the lookups a table and a record share: the sharding level, the memory
+                 state_bytes: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+                 level: np.ndarray) -> np.ndarray:
+    """`out` with the lookups a table and a record share: the sharding `level`, the memory
     settings' bytes per parameter (`state_bytes`: a table's grouping or one record's) and the
     dense baselines' exponentials."""
-    level = _sharding_level(new, fields)
     out[A_HELD], out[A_MAIN] = state_bytes(fields, new, level)
     out[A_LEVEL] = level
     out[A_EST_TIME] = np.exp(dense[D_EST_LOG_TIME])
@@ -302,7 +321,8 @@ def record_lookups(record: Mapping[str, Any], fields: np.ndarray, new: np.ndarra
         _spec(str(record["gpu"]), hardware), str(record["precision"]), int(new[FP8_RECIPE, 0]))
     out[A_TOKEN_COPIES] = token_copies_of_record(new)
     out[A_MOE_HOST] = moe_host_of_record(record, new, fields[RECOMPUTE_CODE], hw)
-    return _with_states(out, fields, new, dense, state_bytes_of_record)
+    level = _level(float(new[DATA_PARALLEL_SHARDING, 0]), float(fields[DISTRIBUTED_OPTIMIZER, 0]))
+    return _with_states(out, fields, new, dense, state_bytes_of_record, np.array([level]))
 
 
 def extended_values(c: Mapping[str, Any], fields: np.ndarray, effective: np.ndarray, new: np.ndarray,
@@ -331,15 +351,20 @@ def baselines(time: np.ndarray, memory: np.ndarray, aux: np.ndarray,
                                              np.log(memory))}
 
 
+# The new columns' values of a plain row (`is_plain`): their rows of `NEW_COLUMNS`, the values.
+_PLAIN = {"cp": 1.0, "ep": 1.0, "cuda_graphs": 0.0, "tp_comm_overlap": 0.0, "moe_overlap_ep_comm": 0.0,
+          "data_parallel_sharding": 0.0, "fp8_recipe": 0.0, "fp4_recipe": 0.0,
+          "grad_reduce_in_fp32": 0.0, "exp_avg_dtype": 0.0, "exp_avg_sq_dtype": 0.0,
+          "first_stage_layers": 0.0, "last_stage_layers": 0.0, "overlap_param_gather": 0.0}
+_PLAIN_ROWS = np.array([NEW_COLUMNS.index(k) for k in _PLAIN], dtype=np.intp)
+_PLAIN_VALUES = np.array(list(_PLAIN.values()))[:, None]
+
+
 def is_plain(new: np.ndarray, fields: np.ndarray, general: np.ndarray) -> bool:
     """Whether no row of a table uses a dimension past the dense surrogate (a dense 16-bit
     table: `plain_values` gives its `extended_values`, without their cost)."""
-    defaults = {"cp": 1.0, "ep": 1.0, "cuda_graphs": 0.0, "tp_comm_overlap": 0.0, "moe_overlap_ep_comm": 0.0,
-                "data_parallel_sharding": 0.0, "fp8_recipe": 0.0, "fp4_recipe": 0.0,
-                "grad_reduce_in_fp32": 0.0, "exp_avg_dtype": 0.0, "exp_avg_sq_dtype": 0.0,
-                "first_stage_layers": 0.0, "last_stage_layers": 0.0, "overlap_param_gather": 0.0}
     return (not general.any() and bool((fields[_F["precision"]] < 2).all())
-            and all(bool((_col(new, k) == v).all()) for k, v in defaults.items())
+            and bool((new[_PLAIN_ROWS] == _PLAIN_VALUES).all())
             and bool((_col(new, "expert_tp") == fields[_F["tp"]]).all())
             # an NVLink domain beyond the node (NVL72) maps onto `effective_fields`' "node"
             and bool((_col(new, "nvlink_domain") <= fields[_F["gpus_per_node"]]).all()))
@@ -373,13 +398,18 @@ def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray, dense:
 
 
 _LEVELS = np.array([-1.0, *(s.level for s in DataParallelSharding)])
+_OPTIM_LEVEL = float(DataParallelSharding.OPTIM.level)
+_NO_SHARD_LEVEL = float(DataParallelSharding.NO_SHARD.level)
 
 
 def _sharding_level(new: np.ndarray, f: np.ndarray) -> np.ndarray:
     """`DataParallelSharding.level` of each row (`Job.sharding`: the column, else the
     distributed optimizer's ZeRO-1 or none)."""
-    code = _col(new, "data_parallel_sharding")  # 0: none, then the enum's order
-    chosen = _LEVELS[code.astype(np.intp)]
-    fallback = np.where(f[DISTRIBUTED_OPTIMIZER] > 0, float(DataParallelSharding.OPTIM.level),
-                        float(DataParallelSharding.NO_SHARD.level))
-    return np.where(chosen >= 0, chosen, fallback)
+    return _level(_col(new, "data_parallel_sharding"), f[DISTRIBUTED_OPTIMIZER])
+
+
+def _level(code: Any, distributed_optimizer: Any) -> Any:
+    """`_sharding_level` of rows' codes (0: none, then the enum's order), or of one row's."""
+    chosen = _LEVELS[code.astype(np.intp)] if isinstance(code, np.ndarray) else float(_LEVELS[int(code)])
+    fallback = where(distributed_optimizer > 0, _OPTIM_LEVEL, _NO_SHARD_LEVEL)
+    return where(chosen >= 0, chosen, fallback)

@@ -54,6 +54,11 @@ def quantized_activations_delta(f: Any, new: Any, dense: Any, element: Vec, quan
 
 
 _MEMORY_COLUMNS = ("grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype", "fp8_recipe", "fp4_recipe")
+_MEMORY_ROWS = tuple(NEW_COLUMNS.index(c) for c in _MEMORY_COLUMNS)
+_CP_ROW = NEW_COLUMNS.index("cp")
+# the gradient buffer's and the moments' codes that change nothing (the framework's defaults)
+_DEFAULT_MEMORY_CODES = (CHOICES["grad_reduce_in_fp32"].index(NONE), CHOICES["exp_avg_dtype"].index("fp32"),
+                         CHOICES["exp_avg_sq_dtype"].index("fp32"))
 
 
 @lru_cache(maxsize=256)
@@ -73,6 +78,7 @@ def _role_deltas(precision: str, recipe: str | None, grad: str, m1: str,
     return float(a.replicated - b.replicated), float(a.sharded - b.sharded) - main, main
 
 
+@lru_cache(maxsize=512)
 def _deltas_of_codes(p: int, g: int, m1: int, m2: int, r8: int, r4: int) -> tuple[float, float, float]:
     """`_role_deltas` of the memory settings' codes (precision, then `_MEMORY_COLUMNS`)."""
     recipe = CHOICES["fp8_recipe"][r8] if PRECISIONS[p] == "fp8" else (
@@ -85,13 +91,19 @@ def _deltas_of_codes(p: int, g: int, m1: int, m2: int, r8: int, r4: int) -> tupl
 def state_bytes_of_record(f: np.ndarray, new: np.ndarray,
                           level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`state_bytes_delta` of one record's (rows, 1) matrices, without a table's grouping."""
-    codes = (int(f[PRECISION, 0]), *(int(new[NEW_COLUMNS.index(c), 0]) for c in _MEMORY_COLUMNS))
-    if (codes[1] == CHOICES["grad_reduce_in_fp32"].index(NONE)
-            and codes[2] == CHOICES["exp_avg_dtype"].index("fp32")
-            and codes[3] == CHOICES["exp_avg_sq_dtype"].index("fp32")):
+    codes = (int(f[PRECISION, 0]), *(int(new[i, 0]) for i in _MEMORY_ROWS))
+    if codes[1:4] == _DEFAULT_MEMORY_CODES:
         return np.zeros(1), np.zeros(1)
-    repl, sharded, copy = _deltas_of_codes(*codes)
-    shards = np.where(level >= DataParallelSharding.OPTIM.level, f[DP] * _col(new, "cp"), 1.0)
+    held, main = _per_rank(*_deltas_of_codes(*codes), float(level[0]), float(f[DP, 0]),
+                           float(new[_CP_ROW, 0]))
+    return np.array([held]), np.array([main])
+
+
+def _per_rank(repl: Vec, sharded: Vec, copy: Vec, level: Vec, dp: Vec, cp: Vec) -> tuple[Vec, Vec]:
+    """(held throughout, main-gradient copy) bytes per parameter of a rank from the settings'
+    deltas: the sharded roles over dp x cp where the optimizer is sharded (rows, or one row's
+    numbers: the same operations)."""
+    shards = where(level >= DataParallelSharding.OPTIM.level, dp * cp, 1.0)
     return repl + sharded / shards, copy / shards
 
 
@@ -113,8 +125,6 @@ def state_bytes_delta(f: np.ndarray, new: np.ndarray,
     deltas = np.zeros((3, len(flat)))
     for j, combination in enumerate(zip(*np.unravel_index(flat, dims), strict=True)):
         deltas[:, j] = _deltas_of_codes(*(int(c) for c in combination))
-    shards = np.where(level >= DataParallelSharding.OPTIM.level, f[DP] * _col(new, "cp"), 1.0)[set_]
     repl, sharded, copy = deltas[:, inverse.ravel()]
-    held[set_] = repl + sharded / shards
-    main[set_] = copy / shards
+    held[set_], main[set_] = _per_rank(repl, sharded, copy, level[set_], f[DP][set_], _col(new, "cp")[set_])
     return held, main

@@ -245,8 +245,8 @@ class Surrogate:
         self._check_fitted()
         self._check_job_hardware([job])
         record = job_to_record(job)
-        warn_out_of_space_record(record, self.bounds_)
         serving = self._serving()
+        warn_out_of_space_record(record, self.bounds_, serving["bound_checks"])
         x = features_of_record(record, serving["hw"][str(record["gpu"])], self.hardware_)
         forest = serving["forest"]
         if forest is not None:
@@ -269,18 +269,20 @@ class Surrogate:
         arrays for one row (None where `surrogate.forest` cannot read them); ``hw``: each GPU's
         hardware numbers; ``i_time`` / ``i_memory``: columns of the physics baselines.
         """
+        from surrogate.encoding import bound_checks
         from surrogate.forest import UnsupportedTreesError, forest_of
         from surrogate.physics import HW_FIELDS, hardware_vector
 
         cache: dict[str, Any] | None = self.__dict__.get("_serving_cache")
-        if cache is not None and cache["boosters"] is self.boosters_:
+        if cache is not None and cache["boosters"] is self.boosters_ and cache["bounds"] is self.bounds_:
             return cache
-        cache = {"boosters": self.boosters_, "single": {},
+        cache = {"boosters": self.boosters_, "bounds": self.bounds_, "single": {},
                  "hw": {n: np.array([hardware_vector(spec)[k] for k in HW_FIELDS])
                         for n, spec in self.hardware_.items()},
                  "i_time": self._index("est_log_time_s"),
                  "i_capacity": self._index("memory_capacity_bytes"),
-                 "i_memory": self._index("est_log_memory_bytes")}
+                 "i_memory": self._index("est_log_memory_bytes"),
+                 "bound_checks": bound_checks(self.bounds_)}
         for key, booster in self.boosters_.items():
             cache["single"][key] = booster.copy()
             cache["single"][key].set_param({"nthread": 1})

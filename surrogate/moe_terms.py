@@ -264,23 +264,24 @@ def moe_host_of_record(record: Mapping[str, Any], new: np.ndarray, recompute: np
     key = (sum(int(bit) << j for j, bit in enumerate(bits)),
            *(_STABLE.setdefault((name, python_scalar(record[name])), len(_STABLE))
              for name in _LAUNCH_COLUMNS))
-    counts = np.array(_launches(key, lambda: {k: record[k] for k in _JOB_KEYS})).reshape(3, 1)
-    m = np.array([record["global_batch_size"] / (record["dp"] * record["micro_batch_size"])])
-    return _host_seconds(counts, m, recompute, new[CUDA_GRAPHS], hw.host_s, hw.coll_s)
+    counts = _launches(key, lambda: {k: record[k] for k in _JOB_KEYS})
+    m = record["global_batch_size"] / (record["dp"] * record["micro_batch_size"])
+    # Python numbers through the same formula as a table's arrays: the same IEEE operations
+    return np.array([_host_seconds(counts, float(m), float(recompute[0]), float(new[CUDA_GRAPHS, 0]),
+                                   float(hw.host_s[0]), float(hw.coll_s[0]))])
 
 
-def _host_seconds(counts: np.ndarray, m: np.ndarray, recompute: np.ndarray, cuda_graphs: np.ndarray,
-                  host_s: np.ndarray, coll_s: np.ndarray) -> np.ndarray:
-    """`moe_host_s` of rows from their launch counts ((3, rows): `_launches_of`) and their
-    micro-batches per iteration `m`."""
+def _host_seconds(counts: Any, m: Vec, recompute: Vec, cuda_graphs: Vec, host_s: Vec, coll_s: Vec) -> Vec:
+    """`moe_host_s` of rows from their launch counts ((3, rows): `_launches_of`; or one row's 3
+    numbers) and their micro-batches per iteration `m`."""
     # TE quantizes a weight once per iteration (1/m per micro-batch; FSDP, refused with experts,
     # would re-quantize every micro-batch): those launches follow the row's own micro-batches
-    launches = counts[0] + counts[1] / np.maximum(m, 1.0)
+    launches = counts[0] + counts[1] / maximum(m, 1.0)
     collectives = counts[2]
     full = recompute == RECOMPUTE.index("full")
     dense = DENSE_MLP_LAUNCHES[0] * (1 + full) + DENSE_MLP_LAUNCHES[1]
-    out = np.maximum(launches - dense, 0.0) * host_s + collectives * coll_s
-    return np.where(cuda_graphs > 0, 0.0, out)
+    out = maximum(launches - dense, 0.0) * host_s + collectives * coll_s
+    return where(cuda_graphs > 0, 0.0, out)
 
 
 _STABLE: dict[tuple[str, Any], int] = {}  # (column, value) -> a code that lasts the process

@@ -107,17 +107,21 @@ _UNHELD: dict[tuple[str, str], Any] = {
     **{("cluster", k): ClusterSpec.model_fields[k].default for k in ("topology", "jitter")},
 }
 assert _UNHELD[("model", "softmax_type")] is SoftmaxType.VANILLA
+# the same, per section (a single prediction checks every job: `Surrogate.predict_one`)
+_UNHELD_OF: dict[str, tuple[tuple[str, Any], ...]] = {
+    section: tuple((name, default) for (where, name), default in _UNHELD.items() if where == section)
+    for section in ("model", "training", "parallel", "cluster")}
 
 
 def _refuse_unheld(job: Job) -> None:
-    for section in ("model", "training", "parallel", "cluster"):
+    """The job's training, parallel and cluster fields a record does not hold (its model's:
+    `model_columns`)."""
+    for section in ("training", "parallel", "cluster"):
         _refuse_unheld_of(section, getattr(job, section))
 
 
 def _refuse_unheld_of(section: str, spec: object) -> None:
-    for (where, name), default in _UNHELD.items():
-        if where != section:
-            continue
+    for name, default in _UNHELD_OF[section]:
         value = getattr(spec, name)
         if value != default:
             shown = getattr(value, "value", value)
@@ -128,11 +132,13 @@ def _refuse_unheld_of(section: str, spec: object) -> None:
                               f"job with the exact simulator")
 
 
+_MODULE_BIT = {m: 1 << i for i, m in enumerate(RecomputeModule)}
+
+
 def modules_mask(modules: tuple[RecomputeModule, ...] | None) -> int:
     """`training.recompute_modules` as one integer column: bit i for the i-th
     `RecomputeModule`; 0 for None (Megatron's default, core_attn alone)."""
-    order = list(RecomputeModule)
-    return sum(1 << order.index(m) for m in set(modules or ()))
+    return sum(_MODULE_BIT[m] for m in set(modules or ()))
 
 
 def mask_modules(mask: Any) -> tuple[RecomputeModule, ...] | None:
@@ -152,7 +158,7 @@ def _layer_pattern(m: ModelSpec) -> tuple[int, int]:
     if isinstance(freq, int):
         return 0, freq
     first = next((i for i, x in enumerate(freq) if x), len(freq))
-    if first == len(freq) or any(not x for x in freq[first:]):
+    if first == len(freq) or not all(freq[first:]):
         raise ConfigError(f"model.moe_layer_freq={list(freq)} cannot be held in a surrogate "
                           f"record (it holds k dense layers, then every layer MoE); evaluate "
                           f"this job with the exact simulator")

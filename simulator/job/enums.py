@@ -57,7 +57,11 @@ class DataParallelSharding(StrEnum):
 
     @property
     def level(self) -> int:
-        return list(DataParallelSharding).index(self)
+        """0 (none sharded) to 3 (everything): the enum's order."""
+        return _SHARDING_LEVEL[self]
+
+
+_SHARDING_LEVEL = {s: i for i, s in enumerate(DataParallelSharding)}
 
 
 class CudaGraphs(StrEnum):
