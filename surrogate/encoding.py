@@ -139,12 +139,22 @@ def _dense_read(out: np.ndarray) -> np.ndarray:
 
 
 def _write_extended(out: np.ndarray, new: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
-    """The new columns and `EXTENDED_PHYSICS` after the dense features; the corrected baselines."""
-    for j in range(len(NEW_COLUMNS)):
-        out[:, _WIDTH + j] = new[j]
-    for j, name in enumerate(EXTENDED_PHYSICS, start=_WIDTH + len(NEW_COLUMNS)):
-        out[:, j] = values[name]
+    """The new columns and `EXTENDED_PHYSICS` after the dense features; the corrected baselines.
+    A few rows (one job) are written as two blocks: a column at a time costs a numpy call per
+    feature, which is most of a single prediction's writing."""
+    start = _WIDTH + len(NEW_COLUMNS)
+    if out.shape[0] <= _FEW_ROWS:  # every value is a (rows,) array here (plain and numpy paths)
+        out[:, _WIDTH:start] = new.T
+        out[:, start:start + len(EXTENDED_PHYSICS)] = np.array([values[name] for name in EXTENDED_PHYSICS]).T
+    else:
+        for j in range(len(NEW_COLUMNS)):
+            out[:, _WIDTH + j] = new[j]
+        for j, name in enumerate(EXTENDED_PHYSICS, start=start):
+            out[:, j] = values[name]
     _write_baselines(out, values)
+
+
+_FEW_ROWS = 8
 
 
 def _write_baselines(out: np.ndarray, values: Mapping[str, np.ndarray]) -> None:

@@ -358,11 +358,17 @@ _PLAIN = {"cp": 1.0, "ep": 1.0, "cuda_graphs": 0.0, "tp_comm_overlap": 0.0, "moe
           "first_stage_layers": 0.0, "last_stage_layers": 0.0, "overlap_param_gather": 0.0}
 _PLAIN_ROWS = np.array([NEW_COLUMNS.index(k) for k in _PLAIN], dtype=np.intp)
 _PLAIN_VALUES = np.array(list(_PLAIN.values()))[:, None]
+_EXPERT_TP_ROW = NEW_COLUMNS.index("expert_tp")
 
 
 def is_plain(new: np.ndarray, fields: np.ndarray, general: np.ndarray) -> bool:
     """Whether no row of a table uses a dimension past the dense surrogate (a dense 16-bit
     table: `plain_values` gives its `extended_values`, without their cost)."""
+    if fields.shape[1] == 1:  # one record: its numbers (a numpy reduction per test costs more)
+        return (not general[0] and fields[_F["precision"], 0] < 2
+                and bool((new[_PLAIN_ROWS, 0] == _PLAIN_VALUES[:, 0]).all())
+                and new[_EXPERT_TP_ROW, 0] == fields[_F["tp"], 0]
+                and new[NVLINK_DOMAIN, 0] <= fields[_F["gpus_per_node"], 0])
     return (not general.any() and bool((fields[_F["precision"]] < 2).all())
             and bool((new[_PLAIN_ROWS] == _PLAIN_VALUES).all())
             and bool((_col(new, "expert_tp") == fields[_F["tp"]]).all())
@@ -384,7 +390,8 @@ def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray, dense:
         "model_params_active": models[M_PARAMS_ACTIVE], "forward_flops_per_token": forward,
         "flops_per_gpu_all": 3 * forward * f[GLOBAL_BATCH_SIZE] * s / f[NUM_GPUS],
         "expert_dp": np.maximum(1.0, t * 1.0 * d / (t * 1.0)), "lp_speedup": zero + 1.0,
-        "sharding_level": _sharding_level(new, f),
+        "sharding_level": _sharding_level(new, f) if f.shape[1] > 1 else np.array(
+            [_level(float(new[DATA_PARALLEL_SHARDING, 0]), float(f[DISTRIBUTED_OPTIMIZER, 0]))]),
         "dense_est_log_time_s": dense[D_EST_LOG_TIME],
         "dense_est_log_memory_bytes": dense[D_EST_LOG_MEMORY],
         "hw_peak_lp": dense[D_PEAK_BF16], "hw_lp_efficiency": zero + 1.0,
