@@ -179,7 +179,7 @@ def _comm_terms(f: Any, new: Any, models: Any, copies: Vec, hw: Hardware, dims: 
     # domain, whose share of the node's NICs carries what crosses; surrogate.moe_terms.ring_gather_s)
     in_domain = minimum(cp, maximum(1.0, floor(domain / t)))
     gather_s = ring_gather_s(cp * kv, cp, in_domain, intra * hw.intra_eff,
-                             inter * hw.inter_eff * minimum(in_domain, gpn) / gpn, hw)
+                             inter * hw.inter_eff * in_domain / gpn, hw)
     cp_s = where(a2a_cp, _alltoall_s(cp_bytes, cp, t, domain, intra, inter, gpn, hw, False),
                  where(exchange == _ALL_GATHER, gather_s, cp_bytes / link_Bps))
     return Comm(tokens, expert_dp, per_gpu_experts, a2a_bytes, a2a_s, kv / link_Bps, cp_bytes,

@@ -112,12 +112,15 @@ def ring_gather_s(total_bytes: Vec, n: Vec, per_node: Vec, intra_Bps: Vec, node_
     """A ring all-gather (or reduce-scatter) of `total_bytes` gathered over `n` consecutive
     ranks, `per_node` of them on each node: every rank's NVLink carries (n - 1)/n of it; what
     comes from other nodes, (n - per_node)/n, enters each node once, over the group's share of
-    its NICs (`node_Bps`, NCCL's rings spread over all of them); n - 1 steps of latency."""
+    its NICs (`node_Bps`, NCCL's rings spread over all of them); n - 1 steps of latency, of
+    which k - 1 cross the network between the k nodes it spans (NCCL's tuning model, as
+    `simulator.network.algorithms.ring`), the rest inside a node."""
     g = minimum(per_node, n)
     crosses = n > g
     intra = (n - 1) / maximum(n, 1.0) * total_bytes / intra_Bps
     inter = (n - g) / maximum(n, 1.0) * total_bytes / node_Bps
-    latency = where(crosses, (g - 1) * hw.intra_lat_s + (n - g) * hw.inter_lat_s,
+    k = -floor(-n / maximum(g, 1.0))  # the nodes (domains) the ring spans
+    latency = where(crosses, (n - k) * hw.intra_lat_s + (k - 1) * hw.inter_lat_s,
                     (n - 1) * hw.intra_lat_s)
     return where(n > 1, maximum(intra, where(crosses, inter, 0.0)) + latency, 0.0)
 
@@ -136,7 +139,7 @@ def _gather_s(total: Vec, n: Vec, domain: Vec, gpn: Vec, intra: Vec, node: Vec,
               hw: Hardware) -> Vec:
     """`ring_gather_s` over `n` consecutive ranks (expert tp fastest, then ep) of a domain."""
     g = minimum(n, domain)
-    return ring_gather_s(total, n, g, intra, node * minimum(g, gpn) / gpn, hw)
+    return ring_gather_s(total, n, g, intra, node * g / gpn, hw)
 
 
 @njit(inline=True)
