@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 # low-precision recipe's saving as the layer's projection GEMMs at its rate (extended_terms),
 # cp's steps and gathers, recompute's core attention and MoE forward; 14: the recipe's quantize
 # kernels (three more lookups); 15: a ring gather's network steps k - 1 over the k nodes it spans
-# and an NVL72 domain's members' NICs (moe_terms.ring_gather_s, _gather_s)
-SCHEMA_VERSION = 15
+# and an NVL72 domain's members' NICs (moe_terms.ring_gather_s, _gather_s); 16: the pipeline's
+# fill and drain through stages without the output layer (timing.iteration)
+SCHEMA_VERSION = 16
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

@@ -4,8 +4,9 @@ Mirrors the exact simulator's analytic path in closed form: each kernel costs
 max(max(FLOPs / (peak x GEMM efficiency), bytes / HBM bandwidth) + launch gap, host floor)
 (simulator.costs.analytic, with its tile/wave/depth GEMM efficiency); tensor-parallel
 collectives are ring all-reduces on NVLink (simulator.network.collectives); the pipeline runs
-(m + (p - 1) / v) micro-batch slots of the slowest stage (Narayanan et al. 2021, Sec. 2.2: bubble
-(p - 1) / (v m)); then data-parallel
+m micro-batches of the slowest stage (the last, with the output layer and loss) plus the fill
+and drain through the other stages, (p - 1) / v of a stage without the head (Narayanan et al.
+2021, Sec. 2.2: bubble (p - 1) / (v m) where the stages are even); then data-parallel
 gradient reduction (partly hidden when overlapped), tied-embedding sync and the Adam step
 (simulator.timeline.tail). It is deliberately simple: the gradient-boosted model learns its residual.
 """
@@ -316,9 +317,13 @@ def iteration(r: Rows, stage_params: Vec, vocab_p: Vec) -> Iteration:
     emb_grad = kernel_s(r, table, table * (DT + 3 * DT + 3 * where(r.bf16 > 0, 4.0, 2.0)))
     head = _window(r, logits + ce + emb_grad, 0.0, 60.0, where(r.t > 1, 4.0, 0.0))
     stage = r.L / p * layer.total + head + 2 * v * r.hw.mb_s
-    slots = m + (p - 1) / v
-    bubble = (p - 1) / v / slots
-    pipeline = slots * stage
+    # m micro-batches of the busiest stage (the last: its layers and the head), and the fill and
+    # drain through the others, which have no head: a pipeline of stages S_i runs
+    # sum_i S_i + (m - 1) max_i S_i (the simulator's engine; uniform stages give Narayanan's
+    # (m + (p - 1) / v) slots)
+    fill = (p - 1) / v * (stage - head)
+    pipeline = m * stage + fill
+    bubble = fill / pipeline
     stride = r.t * r.d
     p2p_crosses = stride >= r.gpn
     p2p_bw = where(p2p_crosses, r.inter_Bps / r.gpn, r.intra_Bps)

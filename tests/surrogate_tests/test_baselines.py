@@ -143,3 +143,23 @@ def test_a_recipes_quantize_kernels_are_in_the_closed_form(gpu: str, precision: 
     names, x = feature_matrix(pd.DataFrame([job_to_record(job)]), {gpu: catalog_hardware(gpu)})
     estimate = float(np.exp(x[0, names.index("est_log_time_s")]))
     assert estimate == pytest.approx(simulate(job).iteration_time_s, rel=0.05)
+
+
+@pytest.mark.parametrize(("pp", "micro_batches"), [(16, 2), (16, 4), (8, 2), (4, 16)])
+def test_the_pipelines_fill_runs_through_stages_without_the_head(pp: int, micro_batches: int) -> None:
+    """A pipeline of stages S_i runs sum_i S_i + (m - 1) max_i S_i (the simulator's engine): m
+    micro-batches of the last stage, which holds the output layer and loss, and the fill and
+    drain through the other p - 1, which do not. Charging (m + p - 1) of the last stage made a
+    deep pipeline of few micro-batches with a large vocabulary up to 3x the simulator (pp 16
+    rows sat at -0.07 in log, -0.11 where m <= 16); the dense space's held-out MAPE went from
+    1.65% to 1.12% with the fill without the head."""
+    hw = catalog_hardware(GPU)
+    model = load_model("llama-3-8b").model_copy(update={"num_layers": 16 * (pp // 4 or 1)})
+    job = validate_job(Job(
+        model=model,
+        training=TrainingSpec(global_batch_size=micro_batches * 8, micro_batch_size=1,
+                              precision="bf16", recompute="selective", flash_attention=True),
+        parallel=ParallelPlan(tp=1, pp=pp, sequence_parallel=False, distributed_optimizer=True),
+        cluster=ClusterSpec(gpu=GPU, num_gpus=pp * 8), hardware=hw))
+    est = float(np.exp(_features([job])["est_log_time_s"][0]))
+    assert est == pytest.approx(simulate(job).iteration_time_s, rel=0.15)
