@@ -47,8 +47,9 @@ log = logging.getLogger(__name__)
 # cp's steps and gathers, recompute's core attention and MoE forward; 14: the recipe's quantize
 # kernels (three more lookups); 15: a ring gather's network steps k - 1 over the k nodes it spans
 # and an NVL72 domain's members' NICs (moe_terms.ring_gather_s, _gather_s); 16: the pipeline's
-# fill and drain through stages without the output layer (timing.iteration)
-SCHEMA_VERSION = 16
+# fill and drain through stages without the output layer (timing.iteration); 17: multi-token
+# prediction's depths on the last stage (pipeline_terms.uneven_time_s)
+SCHEMA_VERSION = 17
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

@@ -95,6 +95,7 @@ from surrogate.slots import (
     M_ROUTED,
     MICRO_BATCH_SIZE,
     MOE_TOKEN_DISPATCHER,
+    MTP_NUM_LAYERS,
     NUM_GPUS,
     NUM_LAYERS,
     NVLINK_DOMAIN,
@@ -305,7 +306,9 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     per_layer = mean_layer - dense[D_LAYER]
     split = stage_split(f, new)
     head_s = maximum(dense[D_STAGE_MB] - L / p * dense[D_LAYER], 0.0)
-    uneven_s = uneven_time_s(f, split, dense[D_LAYER] + per_layer, head_s)
+    # multi-token prediction's depths run on the last stage after the model's layers
+    mtp_s = new[MTP_NUM_LAYERS] * (dense[D_LAYER] + per_layer + head_s)
+    uneven_s = uneven_time_s(f, split, dense[D_LAYER] + per_layer, head_s, mtp_s)
     experts_tail = expert_tail_s(f, new, per_gpu_experts, expert_dp, level, dense, hw)
     # a feature, not a term of the estimate: the trees' held-out MAPE was 5.74% with it as a term,
     # 5.29% with it as this feature (bench/bench_surrogate.py, runs/samples/moe-cp-40k-s11)

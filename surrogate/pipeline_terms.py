@@ -61,18 +61,22 @@ def stage_split(f: Any, new: Any) -> StageSplit:
 
 
 @njit(inline=True)
-def uneven_time_s(f: Any, split: StageSplit, layer_s: Vec, head_s: Vec) -> Vec:
-    """Seconds an uneven split adds to the dense form's pipeline (negative where it evens out
-    the stages). A pipeline of stages taking S_i per micro-batch runs sum_i S_i + (m - 1) max_i
-    S_i (fill, then the busiest stage's steady state). The dense form charges every stage
-    `mean` layers plus the head (`head_s`: the output layer and loss), its last stage; the
-    split's stages take first, middle and last + head layer-times of `layer_s` (one layer, one
-    micro-batch, forward and backward) and the same sum, so the difference is (m - 1) times
-    that of the busiest stage."""
+def uneven_time_s(f: Any, split: StageSplit, layer_s: Vec, head_s: Vec, mtp_s: Vec) -> Vec:
+    """Seconds an uneven split or multi-token prediction adds to the dense form's pipeline
+    (negative where the split evens out the stages). A pipeline of stages taking S_i per
+    micro-batch runs sum_i S_i + (m - 1) max_i S_i (fill, then the busiest stage's steady state).
+    The dense form charges every stage `mean` layers plus the head (`head_s`: the output layer
+    and loss), its last stage; the split's stages take first, middle and last + head layer-times
+    of `layer_s` (one layer, one micro-batch, forward and backward), the last also the MTP depths
+    (`mtp_s`: each a layer and its own output layer and loss, simulator.graph.mtp). The sum
+    differs by `mtp_s`, the steady state by (m - 1) times the busiest stage's excess."""
     m = f[GLOBAL_BATCH_SIZE] / (f[DP] * f[MICRO_BATCH_SIZE])
-    busiest = maximum(maximum(split.first, split.middle) * layer_s,
-                      split.last * layer_s + head_s)
-    return where(split.uneven, (m - 1) * (busiest - (split.mean * layer_s + head_s)), 0.0)
+    first = where(split.uneven, split.first, split.mean)
+    middle = where(split.uneven, split.middle, split.mean)
+    last = where(split.uneven, split.last, split.mean)
+    busiest = maximum(maximum(first, middle) * layer_s, last * layer_s + head_s + mtp_s)
+    return where(split.uneven | (mtp_s > 0),
+                 (m - 1) * (busiest - (split.mean * layer_s + head_s)) + mtp_s, 0.0)
 
 
 @njit(inline=True)

@@ -62,6 +62,7 @@ FIRST_STAGE_LAYERS = NEW_COLUMNS.index("first_stage_layers")
 LAST_STAGE_LAYERS = NEW_COLUMNS.index("last_stage_layers")
 OVERLAP_PARAM_GATHER = NEW_COLUMNS.index("overlap_param_gather")
 NVLINK_DOMAIN = NEW_COLUMNS.index("nvlink_domain")
+MTP_NUM_LAYERS = NEW_COLUMNS.index("mtp_num_layers")
 
 # The dense physics features the extended physics reads (surrogate.kernel.PHYSICS_FEATURES,
 # as the feature matrix holds them: float32 read back as float64), a (DENSE_READ, rows) matrix.

@@ -133,7 +133,7 @@ def test_a_model_saved_with_older_features_is_refused_with_the_fix(tiny_model, t
     data-parallel reduction, version 8 fused attention's own ceiling, version 9 the parameter
     gather under the next forward, version 12 a recipe's saving on the projection GEMMs, version
     13 its quantize kernels, version 14 a ring gather's network steps over the nodes it spans, version 15 the
-    pipeline's fill through stages without the head."""
+    pipeline's fill through stages without the head, version 16 multi-token prediction."""
     import shutil
 
     from simulator.errors import DataError
@@ -141,8 +141,8 @@ def test_a_model_saved_with_older_features_is_refused_with_the_fix(tiny_model, t
     old = tmp_path / "old"
     shutil.copytree(tiny_model.path, old)
     meta = json.loads((old / "metadata.json").read_text())
-    (old / "metadata.json").write_text(json.dumps({**meta, "schema_version": 15}))
-    with pytest.raises(DataError, match=r"schema_version 15, this vtrain-ml reads 16 .*retrain"):
+    (old / "metadata.json").write_text(json.dumps({**meta, "schema_version": 16}))
+    with pytest.raises(DataError, match=r"schema_version 16, this vtrain-ml reads 17 .*retrain"):
         Surrogate.load(old)
 
 
