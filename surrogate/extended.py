@@ -321,8 +321,7 @@ def record_lookups(record: Mapping[str, Any], fields: np.ndarray, new: np.ndarra
         _spec(str(record["gpu"]), hardware), str(record["precision"]), int(new[FP8_RECIPE, 0]))
     out[A_TOKEN_COPIES] = token_copies_of_record(new)
     out[A_MOE_HOST] = moe_host_of_record(record, new, fields[RECOMPUTE_CODE], hw)
-    level = _level(float(new[DATA_PARALLEL_SHARDING, 0]), float(fields[DISTRIBUTED_OPTIMIZER, 0]))
-    return _with_states(out, fields, new, dense, state_bytes_of_record, np.array([level]))
+    return _with_states(out, fields, new, dense, state_bytes_of_record, _sharding_level(new, fields))
 
 
 def extended_values(c: Mapping[str, Any], fields: np.ndarray, effective: np.ndarray, new: np.ndarray,
@@ -390,8 +389,7 @@ def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray, dense:
         "model_params_active": models[M_PARAMS_ACTIVE], "forward_flops_per_token": forward,
         "flops_per_gpu_all": 3 * forward * f[GLOBAL_BATCH_SIZE] * s / f[NUM_GPUS],
         "expert_dp": np.maximum(1.0, t * 1.0 * d / (t * 1.0)), "lp_speedup": zero + 1.0,
-        "sharding_level": _sharding_level(new, f) if f.shape[1] > 1 else np.array(
-            [_level(float(new[DATA_PARALLEL_SHARDING, 0]), float(f[DISTRIBUTED_OPTIMIZER, 0]))]),
+        "sharding_level": _sharding_level(new, f),
         "dense_est_log_time_s": dense[D_EST_LOG_TIME],
         "dense_est_log_memory_bytes": dense[D_EST_LOG_MEMORY],
         "hw_peak_lp": dense[D_PEAK_BF16], "hw_lp_efficiency": zero + 1.0,
@@ -411,8 +409,11 @@ _NO_SHARD_LEVEL = float(DataParallelSharding.NO_SHARD.level)
 
 def _sharding_level(new: np.ndarray, f: np.ndarray) -> np.ndarray:
     """`DataParallelSharding.level` of each row (`Job.sharding`: the column, else the
-    distributed optimizer's ZeRO-1 or none)."""
-    return _level(_col(new, "data_parallel_sharding"), f[DISTRIBUTED_OPTIMIZER])
+    distributed optimizer's ZeRO-1 or none). One row (a single prediction) is worked out on its
+    numbers: the same result without a numpy call per step."""
+    if f.shape[1] == 1:
+        return np.array([_level(float(new[DATA_PARALLEL_SHARDING, 0]), float(f[DISTRIBUTED_OPTIMIZER, 0]))])
+    return _level(new[DATA_PARALLEL_SHARDING], f[DISTRIBUTED_OPTIMIZER])
 
 
 def _level(code: Any, distributed_optimizer: Any) -> Any:

@@ -61,7 +61,6 @@ _DEFAULT_MEMORY_CODES = (CHOICES["grad_reduce_in_fp32"].index(NONE), CHOICES["ex
                          CHOICES["exp_avg_sq_dtype"].index("fp32"))
 
 
-@lru_cache(maxsize=256)
 def _role_deltas(precision: str, recipe: str | None, grad: str, m1: str,
                  m2: str) -> tuple[float, float, float]:
     """(replicated, sharded held throughout, fp32 main-gradient copy) bytes per parameter that
