@@ -88,7 +88,7 @@ def test_single_node_cross_validated_mape_meets_the_6_percent_target():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 12: calibrated single-node CV MAPE is 6.0%, target 5%")
+@pytest.mark.xfail(strict=True, reason="issue 12: calibrated single-node CV MAPE is 5.9%, target 5%")
 def test_single_node_cross_validated_mape_meets_the_5_percent_target():
     assert _cv_mape(SINGLE) <= 0.05
 
