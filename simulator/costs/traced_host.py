@@ -185,7 +185,15 @@ def _median(values: list[float | None]) -> float | None:
 def own_iteration_s(trace: Row, phases: dict[TracePhase, Row], host: Callable[[Row], float],
                     scale: float) -> float:
     """The traced shape's iteration on the host/GPU timeline from its own phases, host times
-    (`host(phase row)`) times `scale`: the micro-batches' phases in order, then the step."""
+    (`host(phase row)`) times `scale`: the micro-batches' phases in order, then the step.
+
+    `host` takes the mean instance and the first one each, and the later micro-batches are
+    what the mean holds besides the first, as the simulator's cost of a traced phase composes
+    them (`traced_shapes.split_cost`). Deflating the later instances' raw host time instead
+    would differ where the deflation's floor (`MIN_HOST_FRACTION`) holds for one and not the
+    other (a first micro-batch that stalled), and the factor solved here would then not make
+    the simulated job reproduce the measurement."""
+    phases = {p: _host_applied(r, host) for p, r in phases.items()}
     gap = float(trace["gpu_gap_s"])
     layers, micro_batches = int(trace["layers"]), int(trace["micro_batches"])
     P = TracePhase
@@ -193,7 +201,7 @@ def own_iteration_s(trace: Row, phases: dict[TracePhase, Row], host: Callable[[R
     def step(rows_of: dict[TracePhase, Row], names: tuple[TracePhase, ...], count: int = 1
              ) -> Step:
         rows = [rows_of[p] for p in names if p in rows_of]
-        return Step(scale * sum(host(r) for r in rows),
+        return Step(scale * sum(float(r["host_s"]) for r in rows),
                     sum(float(r["kernel_s"]) + float(r["kernels"]) * gap for r in rows),
                     sum(float(r["kernels"]) for r in rows), count)
 
@@ -209,6 +217,14 @@ def own_iteration_s(trace: Row, phases: dict[TracePhase, Row], host: Callable[[R
 
 
 FIRST = {"kernel_s": "first_kernel_s", "kernels": "first_kernels", "host_s": "first_host_s"}
+
+
+def _host_applied(row: Row, host: Callable[[Row], float]) -> Row:
+    """A phase row whose mean and first-instance host times are `host` of each."""
+    first = known(row.get("first_host_s"))
+    return {**row, "host_s": host(row),
+            "first_host_s": host({**row, "host_s": first}) if first is not None
+            else row.get("first_host_s")}
 
 
 def micro_batch_rows(phases: dict[TracePhase, Row], micro_batches: int
