@@ -48,8 +48,11 @@ log = logging.getLogger(__name__)
 # kernels (three more lookups); 15: a ring gather's network steps k - 1 over the k nodes it spans
 # and an NVL72 domain's members' NICs (moe_terms.ring_gather_s, _gather_s); 16: the pipeline's
 # fill and drain through stages without the output layer (timing.iteration); 17: multi-token
-# prediction's depths on the last stage (pipeline_terms.uneven_time_s)
-SCHEMA_VERSION = 17
+# prediction's depths on the last stage (pipeline_terms.uneven_time_s); 18: no pass over the GEMM
+# weights' gradients per micro-batch (gradient-accumulation fusion, timing.layer_times), the
+# recipe's quantize kernels at the measured quantize bandwidth with the weights' casts, and
+# current scaling's amax all-reduces launched (extended_terms.quantize_s)
+SCHEMA_VERSION = 18
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

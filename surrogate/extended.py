@@ -261,28 +261,32 @@ def _spec(name: str, hardware: Mapping[str, HardwareSpec] | None) -> HardwareSpe
     return hardware[name] if hardware and name in hardware else catalog_hardware(name)
 
 
-LP_NUMBERS = 7  # what `_lp_numbers` gives: the LOOKUPS from A_PEAK_LP to A_TRANSPOSES
+LP_NUMBERS = 7  # what `_lp_numbers` gives: the LOOKUPS from A_PEAK_LP to A_QUANTIZE_BPS
 
 
 def _lp_numbers(spec: HardwareSpec, p: str, r8: int) -> tuple[float, ...]:
     """(GEMM peak FLOP/s of precision `p`, the recipe's measured GEMM efficiency over the 16-bit
     one, the format's bytes per element with its scales, its quantized copies of an operand used
-    both ways, whether its scale needs an amax pass, a Hadamard transform, a transposed copy)
-    on `spec` (simulator.job.precision: the recipe's format, its gemm kernel's
-    `low_precision_gemm_efficiency`; `r8`: the fp8 recipe's code); 16-bit: the bf16 peak, 1, then
-    zeros."""
+    both ways, whether its scale needs an amax pass, a transposed copy, and the bytes per second
+    its quantize and transpose kernels move: the measured `quantize_memory_efficiency` of the HBM,
+    else the generic one, as the simulator's kernel model costs them) on `spec`
+    (simulator.job.precision: the recipe's format, its gemm kernel's
+    `low_precision_gemm_efficiency`; `r8`: the fp8 recipe's code); 16-bit: the bf16 peak, 1,
+    zeros, and the generic bandwidth."""
     from simulator.job.precision import FORMATS
 
     bf16 = spec.peak_tflops.get("bf16", spec.peak_tflops.get("fp16", 0.0))  # type: ignore[call-overload]
     recipe = CHOICES["fp8_recipe"][r8] if p == "fp8" else "nvfp4"
     arch = spec.architecture
     fmt = FORMATS.get((recipe, arch)) if p in ("fp8", "fp4") and arch is not None else None
+    eff = spec.efficiency
+    quantize_Bps = spec.hbm_bandwidth_GBps * 1e9 * (eff.quantize_memory_efficiency or eff.memory_efficiency)
     if fmt is None or p not in spec.peak_tflops:
-        return bf16 * 1e12, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        return bf16 * 1e12, 1.0, 0.0, 0.0, 0.0, 0.0, quantize_Bps
     return (spec.peak_tflops[p] * 1e12,  # type: ignore[index]
-            spec.efficiency.low_precision_gemm_efficiency.get(fmt.gemm_kernel, 1.0),
-            fmt.bytes_per_element, fmt.copies, float(fmt.amax_pass), float(fmt.hadamard_wgrad),
-            float(fmt.transposes))
+            eff.low_precision_gemm_efficiency.get(fmt.gemm_kernel, 1.0),
+            fmt.bytes_per_element, fmt.copies, float(fmt.amax_pass), float(fmt.transposes),
+            quantize_Bps)
 
 
 def lookups(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, dense: np.ndarray,

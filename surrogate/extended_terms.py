@@ -50,7 +50,6 @@ from surrogate.slots import (
     A_ELEMENT,
     A_EST_MEMORY,
     A_EST_TIME,
-    A_HADAMARD,
     A_HELD,
     A_LEVEL,
     A_LP_COPIES,
@@ -58,6 +57,7 @@ from surrogate.slots import (
     A_MAIN,
     A_MOE_HOST,
     A_PEAK_LP,
+    A_QUANTIZE_BPS,
     A_TOKEN_COPIES,
     A_TRANSPOSES,
     CP,
@@ -110,7 +110,7 @@ from surrogate.slots import (
     TP_COMM_OVERLAP,
     VIRTUAL_STAGES,
 )
-from surrogate.timing import grad_buckets, kernel_s, projection_gemms
+from surrogate.timing import grad_buckets, projection_gemms
 
 # codes the compiled formulas compare with (numba reads module constants, not dict lookups)
 _FLEX = float(CHOICES["moe_token_dispatcher"].index("flex"))
@@ -206,22 +206,30 @@ def lowp_saving_s(re: Rows, low: Any, rate: Vec) -> Vec:
 
 
 @njit(inline=True)
-def _quantize_one_s(re: Rows, numel: Vec, copies: Vec, aux: Any) -> Vec:
-    """One quantize kernel (simulator.graph.quantize.quantize_op): read the 16-bit source (once
-    more for an amax), write `copies` quantized copies, a Hadamard transform's FLOPs."""
-    reads = 2.0 * (1 + aux[A_AMAX])
-    flops = numel * where(aux[A_HADAMARD] > 0, 32.0, 1.0)
-    return kernel_s(re, flops, (reads + aux[A_ELEMENT] * copies) * numel)
+def _quantize_bytes(numel: Vec, copies: Vec, aux: Any) -> Vec:
+    """Bytes one quantize kernel moves (simulator.graph.quantize.quantize_op): it reads the 16-bit
+    source (once more for an amax) and writes `copies` quantized copies with their scales."""
+    return (2.0 * (1 + aux[A_AMAX]) + aux[A_ELEMENT] * copies) * numel
 
 
 @njit(inline=True)
-def quantize_s(re: Rows, low: Any, aux: Any) -> GpuHost:
+def _quantize_one_s(re: Rows, numel: Vec, copies: Vec, aux: Any) -> Vec:
+    """One quantize kernel at the recipe's quantize bandwidth (`A_QUANTIZE_BPS`: the hardware
+    file's measured `quantize_memory_efficiency`, as the simulator's kernel model costs a
+    quantize or transpose kernel: its bytes, a Hadamard transform's FLOPs hidden under them)."""
+    return _quantize_bytes(numel, copies, aux) / aux[A_QUANTIZE_BPS] + re.hw.launch_s
+
+
+@njit(inline=True)
+def quantize_s(re: Rows, low: Any, aux: Any, level: Vec) -> GpuHost:
     """GPU and host seconds per layer and micro-batch of a recipe's quantize kernels on the
     layer's four projections (simulator.graph.quantize.linear): each input in the forward
     (unless the fused norm before QKV / the MLP's up projection writes it, possible without an
     amax pass), each output gradient in the backward, on the local shard under sequence
     parallelism, one copy where Hopper's per-tensor FP8 transposes after the gather (then a
-    transpose kernel); the weights' casts, once per iteration, are left out."""
+    transpose kernel); and each weight's cast, once per iteration (1/m of one per micro-batch;
+    every micro-batch under ZeRO-3, which gathers the 16-bit weights again:
+    simulator.graph.primitives.weight_casts_per_microbatch; `level`: the sharding level)."""
     if skips(low):
         return GpuHost(0.0, 0.0)
     T, hd = re.b * re.s, re.h / re.a
@@ -239,11 +247,23 @@ def quantize_s(re: Rows, low: Any, aux: Any) -> GpuHost:
              + _quantize_one_s(re, T * up, copies, aux)
              + 2 * _quantize_one_s(re, T * shard * re.h, gathered, aux))
     flips = where(sp & transposes, 4.0, 0.0)  # the gathered inputs' and gradients' transposes
-    transpose = flips * kernel_s(re, 0.0, 2 * aux[A_ELEMENT] * T * re.h)
+    transpose = flips * (2 * aux[A_ELEMENT] * T * re.h / aux[A_QUANTIZE_BPS] + re.hw.launch_s)
     again = where(re.recompute == 2, 1.0, 0.0)  # full recompute quantizes the inputs again
-    kernels = where(fused, 2.0, 4.0) * (1 + again) + 4.0 + flips
-    gpu = inputs * (1 + again) + grads + transpose
-    return GpuHost(where(low, gpu, 0.0), where(low, kernels * re.hw.host_s, 0.0))
+    casts = where(level >= 3, 1.0, 1.0 / maximum(re.m, 1.0))
+    weights = re.h * (heads + 2 * groups) * hd + heads * hd * re.h + re.h * up + re.f / re.t * re.h
+    cast = casts * (_quantize_bytes(weights, copies, aux) / aux[A_QUANTIZE_BPS] + 4 * re.hw.launch_s)
+    kernels = where(fused, 2.0, 4.0) * (1 + again) + 4.0 + flips + 4 * casts
+    # current scaling of a tensor that sequence parallelism gathers takes its amax over the tp
+    # group first: a 4-byte all-reduce before QKV's and the up projection's input gathers and
+    # before the two row-parallel output gradients' (simulator.graph.tp_comm), each launched
+    # like any collective. Only their host launches are charged: their GPU time is latency,
+    # which the simulator takes from measured NCCL tables (7.8-15 us on H100, 14-60 us on B200
+    # at tp 2-8) and which this form's ring latency put at 1-5x that, widening the held-out
+    # residual (std 0.0834 -> 0.0872 on runs/samples/moe-cp-40k-s15); the trees learn it
+    amax_reduces = where(sp & (aux[A_AMAX] > 0) & (re.t > 1), 2.0 * (2 + again), 0.0)
+    gpu = inputs * (1 + again) + grads + transpose + cast
+    host = kernels * re.hw.host_s + amax_reduces * re.hw.coll_s
+    return GpuHost(where(low, gpu, 0.0), where(low, host, 0.0))
 
 
 @njit
@@ -296,7 +316,7 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     # (cp's exchange and a MoE layer's dispatch and experts are GPU time and blocking comm in
     # the same windows; a MoE layer's host launches more: surrogate.moe_terms)
     steps = ring_steps_extra(re, new[CP], comm.ring, dense[D_ATTENTION])
-    quantize = quantize_s(re, low, aux)
+    quantize = quantize_s(re, low, aux, level)
     busy = (dense[D_LAYER] - dense[D_HOST_EXCESS] - lowp - overlap + cp_comm + attention_s + steps.gpu
             + quantize.gpu)
     host_floor = where(new[CUDA_GRAPHS] > 0, 0.0, dense[D_LAYER_HOST] + steps.host + quantize.host)

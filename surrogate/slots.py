@@ -85,8 +85,8 @@ M_MOE_LAYERS, M_ACTIVE_FFN, M_ROUTED, M_PARAMS_ALL, M_PARAMS_ACTIVE, M_FORWARD, 
 # What the table's lookups give each row (surrogate.extended.lookups: per distinct GPU and
 # recipe, MoE launch key, memory settings, ...), a (LOOKUPS, rows) matrix.
 LOOKUPS: tuple[str, ...] = ("peak_lp", "lp_efficiency", "lp_element_bytes", "lp_copies",
-                            "lp_amax_pass", "lp_hadamard", "lp_transposes",
+                            "lp_amax_pass", "lp_transposes", "lp_quantize_Bps",
                             "token_copies", "moe_host_s", "held_bytes_per_param",
                             "main_bytes_per_param", "sharding_level", "est_time_s", "est_memory_bytes")
-(A_PEAK_LP, A_LP_EFF, A_ELEMENT, A_LP_COPIES, A_AMAX, A_HADAMARD, A_TRANSPOSES, A_TOKEN_COPIES,
- A_MOE_HOST, A_HELD, A_MAIN, A_LEVEL, A_EST_TIME, A_EST_MEMORY) = range(14)
+(A_PEAK_LP, A_LP_EFF, A_ELEMENT, A_LP_COPIES, A_AMAX, A_TRANSPOSES, A_QUANTIZE_BPS,
+ A_TOKEN_COPIES, A_MOE_HOST, A_HELD, A_MAIN, A_LEVEL, A_EST_TIME, A_EST_MEMORY) = range(14)

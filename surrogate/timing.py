@@ -189,11 +189,14 @@ def layer_times(r: Rows) -> Layer:
     point_b = (2 * kernel_s(r, 10 * sp_numel, 3 * sp_numel * DT)
                + 2 * kernel_s(r, 2 * sp_numel, 2.5 * sp_numel * DT)
                + kernel_s(r, 16 * T * up, 2.5 * T * up * DT))
-    # parameter gradients: bias sums, norm weight reductions, one accumulation kernel per tensor
+    # parameter gradients: bias sums, norm weight reductions, and one accumulation kernel per
+    # bias and norm tensor; the GEMM weights' gradients are added inside their weight-gradient
+    # GEMMs (Megatron's gradient-accumulation fusion, every record's stack:
+    # simulator.graph.dense._parameter_gradient_ops), not by a pass over the weights
     grad = where(r.bf16 > 0, 4.0, 2.0)
-    weights = (r.h * (heads + 2 * groups) * hd + heads * hd * r.h + r.h * up + r.f / r.t * r.h)
-    n_tensors = 4 + 4 * bias + 2 * (2 - r.gated)
-    param_b = kernel_s(r, weights, 3 * weights * grad) + n_tensors * r.hw.launch_s \
+    small = bias * ((heads + 2 * groups) * hd + r.h + up + r.h) + 2 * (2 - r.gated) * r.h
+    n_tensors = 4 * bias + 2 * (2 - r.gated)
+    param_b = kernel_s(r, small, 3 * small * grad) + (n_tensors - 1) * r.hw.launch_s \
         + bias * 4 * kernel_s(r, T * r.h, T * r.h * DT) + 2 * kernel_s(r, 2 * sp_numel, 2 * sp_numel * DT)
     gpu_f = qkv_f + proj_f + up_f + down_f + core.fwd + point_f
     gpu_b = gemms.backward + core.bwd + point_b + param_b
