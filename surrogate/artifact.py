@@ -51,8 +51,10 @@ log = logging.getLogger(__name__)
 # prediction's depths on the last stage (pipeline_terms.uneven_time_s); 18: no pass over the GEMM
 # weights' gradients per micro-batch (gradient-accumulation fusion, timing.layer_times), the
 # recipe's quantize kernels at the measured quantize bandwidth with the weights' casts, and
-# current scaling's amax all-reduces launched (extended_terms.quantize_s)
-SCHEMA_VERSION = 18
+# current scaling's amax all-reduces launched (extended_terms.quantize_s); 19: the gradient
+# reduction's dtype (`grad_reduce_in_fp32`) in the data-parallel bytes, the buffer passes and
+# the embedding gradient's accumulation (extended_terms.grad_dtype_s)
+SCHEMA_VERSION = 19
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

@@ -83,6 +83,7 @@ from surrogate.slots import (
     FFN_HIDDEN_SIZE,
     GLOBAL_BATCH_SIZE,
     GPUS_PER_NODE,
+    GRAD_REDUCE_IN_FP32,
     HIDDEN_SIZE,
     INTER_NODE_BANDWIDTH_GBPS,
     INTRA_NODE_BANDWIDTH_GBPS,
@@ -110,13 +111,15 @@ from surrogate.slots import (
     TP_COMM_OVERLAP,
     VIRTUAL_STAGES,
 )
-from surrogate.timing import grad_buckets, projection_gemms
+from surrogate.timing import GRAD_BUFFER_PASSES, _ring_s, dp_placement, grad_buckets, projection_gemms
 
 # codes the compiled formulas compare with (numba reads module constants, not dict lookups)
 _FLEX = float(CHOICES["moe_token_dispatcher"].index("flex"))
 _P2P = float(CHOICES["cp_comm_type"].index("p2p"))
 _A2A = float(CHOICES["cp_comm_type"].index("a2a"))
 _ALL_GATHER = float(CHOICES["cp_comm_type"].index("all_gather"))
+_GRAD_16 = float(CHOICES["grad_reduce_in_fp32"].index("false"))
+_GRAD_32 = float(CHOICES["grad_reduce_in_fp32"].index("true"))
 _OPTIM_LEVEL = float(DataParallelSharding.OPTIM.level)
 _FP16 = float(PRECISIONS.index("fp16"))
 
@@ -310,7 +313,8 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     cp_comm = where(comm.ring, ring_exposed_s(new[CP], comm.kv_s, dense[D_ATTENTION]),
                     where(new[CP_COMM_TYPE] == _ALL_GATHER, 3 + again, 2 + again) * comm.cp_s)
     est = aux[A_EST_TIME]
-    tree = dp_tree_correction(f, dense, hw)
+    grad_element, extra, buffer_s = grad_dtype_s(f, new, re, stage)
+    tree = dp_tree_correction(f, dense, hw, grad_element, extra) + buffer_s
     # a layer's windows take max(GPU + blocking comm, host dispatch) (surrogate.timing._window):
     # what the recipe, the tp overlap and CUDA graphs save on the GPU stops at the host's floor
     # (cp's exchange and a MoE layer's dispatch and experts are GPU time and blocking comm in
@@ -384,20 +388,46 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
 
 
 @njit(inline=True)
-def dp_tree_correction(f: Any, dense: Any, hw: Hardware) -> Vec:
+def grad_dtype_s(f: Any, new: Any, re: Rows, stage: Vec) -> tuple[Vec, Vec, Vec]:
+    """(bytes per reduced gradient, seconds the data-parallel reduction takes beyond the dense
+    form's, seconds the optimizer's passes over the gradient buffer take beyond it) of the
+    `grad_reduce_in_fp32` column: the dense form reduces 16-bit training's gradients in fp32
+    (Megatron's default), `false` keeps them 16-bit (half the bytes on the ring: the simulator
+    reduces the buffer's dtype), `true` fp32 also under fp16. The ring's bandwidth term only
+    (`surrogate.timing._ring_s` without its per-call latency, which the bytes do not change),
+    halved for the distributed optimizer's reduce-scatter; `stage`: the stage's parameters."""
+    default = where(f[PRECISION] > 0, 4.0, 2.0)
+    code = new[GRAD_REDUCE_IN_FP32]
+    element = where(code == _GRAD_32, 4.0, where(code == _GRAD_16, 2.0, default))
+    per_node = dp_placement(re)
+    half = where(re.dopt > 0, 0.5, 1.0)
+    extra = half * (_ring_s(re, element * stage, re.d, per_node, re.gpn, 0.0)
+                    - _ring_s(re, default * stage, re.d, per_node, re.gpn, 0.0))
+    # the optimizer's zeroing and NaN-check passes over the buffer, and each micro-batch's
+    # accumulation of the word embedding's gradient into it (not fused into a GEMM: 3 passes in
+    # the gradient's dtype, surrogate.timing.iteration's `emb_grad`)
+    m = f[GLOBAL_BATCH_SIZE] / (f[DP] * f[MICRO_BATCH_SIZE])
+    table = re.V * re.h / re.t
+    buffer_s = (GRAD_BUFFER_PASSES * stage + 3 * m * table) * (element - default) / re.hw.hbm_Bps
+    return element, extra, buffer_s
+
+
+@njit(inline=True)
+def dp_tree_correction(f: Any, dense: Any, hw: Hardware, element: Vec, extra: Vec) -> Vec:
     """Seconds to add to the dense estimate because NCCL reduces a bucket over nodes with the
     double binary tree where that is faster than the ring (simulator.network.algorithms.tree:
     2 log2(k) network hops instead of the ring's 2 (k - 1), at 0.92 of the bus bandwidth), which
     the dense form's ring (`surrogate.timing._ring_s`) does not choose: per bucket min(ring,
-    tree) - ring, on the data-parallel gradient reduction, less what overlapping still hides.
-    `f`, `dense`: `surrogate.slots`."""
+    tree) - ring, on the data-parallel gradient reduction of `element` bytes per gradient, less
+    what overlapping still hides; `extra`: seconds the reduction takes beyond the dense form's
+    (`grad_dtype_s`). `f`, `dense`: `surrogate.slots`."""
     t, d, v = f[TP], f[DP], f[VIRTUAL_STAGES]
     gpn = maximum(minimum(f[GPUS_PER_NODE], f[NUM_GPUS]), 1.0)
     per_node = where(t < gpn, maximum(1.0, minimum(d, floor(gpn / t))), 1.0)
     k = ceil(d / per_node)
-    grad = dense[D_STAGE_PARAMS] * where(f[PRECISION] > 0, 4.0, 2.0)
+    grad = dense[D_STAGE_PARAMS] * element
     overlap = f[OVERLAP_GRAD_REDUCE] > 0
-    buckets = grad_buckets(grad, d, v, where(f[PRECISION] > 0, 4.0, 2.0), overlap)
+    buckets = grad_buckets(grad, d, v, element, overlap)
     per_call = grad / buckets
     inter = 2 * (k - 1) / k * per_call * (gpn / per_node) / (f[INTER_NODE_BANDWIDTH_GBPS] * 1e9 / 8
                                                                * hw.inter_eff)
@@ -406,7 +436,7 @@ def dp_tree_correction(f: Any, dense: Any, hw: Hardware) -> Vec:
     saving = maximum(0.0, (inter + ring_hops) - (inter / 0.92 + tree_hops))
     saving = where(k > 1, saving * buckets * where(f[DISTRIBUTED_OPTIMIZER] > 0, 0.5, 1.0), 0.0)
     old = dense[D_DP_COMM]
-    new = maximum(old - saving, 0.0)
+    new = maximum(old - saving + extra, 0.0)
     backward = dense[D_STAGE_MB] / v * (2 / 3)
     hidden_old = where(overlap, minimum(old * 0.9, backward), 0.0)
     hidden_new = where(overlap, minimum(new * 0.9, backward), 0.0)
