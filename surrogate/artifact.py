@@ -53,8 +53,10 @@ log = logging.getLogger(__name__)
 # recipe's quantize kernels at the measured quantize bandwidth with the weights' casts, and
 # current scaling's amax all-reduces launched (extended_terms.quantize_s); 19: the gradient
 # reduction's dtype (`grad_reduce_in_fp32`) in the data-parallel bytes, the buffer passes and
-# the embedding gradient's accumulation (extended_terms.grad_dtype_s)
-SCHEMA_VERSION = 19
+# the embedding gradient's accumulation (extended_terms.grad_dtype_s); 20: with context
+# parallelism the dense gradients reduced, and the optimizer sharded, over dp x cp
+# (extended_terms.dp_correction)
+SCHEMA_VERSION = 20
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

@@ -398,7 +398,7 @@ def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray, dense:
         "dense_est_log_memory_bytes": dense[D_EST_LOG_MEMORY],
         "hw_peak_lp": dense[D_PEAK_BF16], "hw_lp_efficiency": zero + 1.0,
         "est_log_memory_bytes": dense[D_EST_LOG_MEMORY]})
-    tree = dp_tree_correction(fields, dense, hw, np.where(f[_F["precision"]] > 0, 4.0, 2.0), 0.0)
+    tree = dp_tree_correction(fields, dense, hw, np.where(f[_F["precision"]] > 0, 4.0, 2.0), d, 0.0)
     est = np.exp(dense[D_EST_LOG_TIME])
     time = np.maximum(est + tree + 0.0, 0.2 * est)
     values["time_dp_tree_s"] = tree

@@ -111,7 +111,14 @@ from surrogate.slots import (
     TP_COMM_OVERLAP,
     VIRTUAL_STAGES,
 )
-from surrogate.timing import GRAD_BUFFER_PASSES, _ring_s, dp_placement, grad_buckets, projection_gemms
+from surrogate.timing import (
+    ADAM_BYTES_PER_PARAM,
+    GRAD_BUFFER_PASSES,
+    _ring_s,
+    grad_buckets,
+    kernel_s,
+    projection_gemms,
+)
 
 # codes the compiled formulas compare with (numba reads module constants, not dict lookups)
 _FLEX = float(CHOICES["moe_token_dispatcher"].index("flex"))
@@ -313,8 +320,8 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     cp_comm = where(comm.ring, ring_exposed_s(new[CP], comm.kv_s, dense[D_ATTENTION]),
                     where(new[CP_COMM_TYPE] == _ALL_GATHER, 3 + again, 2 + again) * comm.cp_s)
     est = aux[A_EST_TIME]
-    grad_element, extra, buffer_s = grad_dtype_s(f, new, re, stage)
-    tree = dp_tree_correction(f, dense, hw, grad_element, extra) + buffer_s
+    grad_element, buffer_s = grad_dtype_s(f, new, re, stage)
+    tree = dp_correction(f, new, dense, hw, re, grad_element) + buffer_s
     # a layer's windows take max(GPU + blocking comm, host dispatch) (surrogate.timing._window):
     # what the recipe, the tp overlap and CUDA graphs save on the GPU stops at the host's floor
     # (cp's exchange and a MoE layer's dispatch and experts are GPU time and blocking comm in
@@ -388,43 +395,78 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
 
 
 @njit(inline=True)
-def grad_dtype_s(f: Any, new: Any, re: Rows, stage: Vec) -> tuple[Vec, Vec, Vec]:
-    """(bytes per reduced gradient, seconds the data-parallel reduction takes beyond the dense
-    form's, seconds the optimizer's passes over the gradient buffer take beyond it) of the
-    `grad_reduce_in_fp32` column: the dense form reduces 16-bit training's gradients in fp32
-    (Megatron's default), `false` keeps them 16-bit (half the bytes on the ring: the simulator
-    reduces the buffer's dtype), `true` fp32 also under fp16. The ring's bandwidth term only
-    (`surrogate.timing._ring_s` without its per-call latency, which the bytes do not change),
-    halved for the distributed optimizer's reduce-scatter; `stage`: the stage's parameters."""
+def grad_dtype_s(f: Any, new: Any, re: Rows, stage: Vec) -> tuple[Vec, Vec]:
+    """(bytes per reduced gradient, seconds the gradient buffer's passes take beyond the dense
+    form's) of the `grad_reduce_in_fp32` column: the dense form keeps 16-bit training's
+    gradients in fp32 (Megatron's default), `false` keeps them 16-bit (the simulator reduces
+    and accumulates in the buffer's dtype), `true` fp32 also under fp16. The passes: the
+    optimizer's zeroing and NaN check over the buffer, and each micro-batch's accumulation of
+    the word embedding's gradient into it (not fused into a GEMM: 3 passes in the gradient's
+    dtype, surrogate.timing.iteration's `emb_grad`); `stage`: the stage's parameters."""
     default = where(f[PRECISION] > 0, 4.0, 2.0)
     code = new[GRAD_REDUCE_IN_FP32]
     element = where(code == _GRAD_32, 4.0, where(code == _GRAD_16, 2.0, default))
-    per_node = dp_placement(re)
-    half = where(re.dopt > 0, 0.5, 1.0)
-    extra = half * (_ring_s(re, element * stage, re.d, per_node, re.gpn, 0.0)
-                    - _ring_s(re, default * stage, re.d, per_node, re.gpn, 0.0))
-    # the optimizer's zeroing and NaN-check passes over the buffer, and each micro-batch's
-    # accumulation of the word embedding's gradient into it (not fused into a GEMM: 3 passes in
-    # the gradient's dtype, surrogate.timing.iteration's `emb_grad`)
     m = f[GLOBAL_BATCH_SIZE] / (f[DP] * f[MICRO_BATCH_SIZE])
     table = re.V * re.h / re.t
     buffer_s = (GRAD_BUFFER_PASSES * stage + 3 * m * table) * (element - default) / re.hw.hbm_Bps
-    return element, extra, buffer_s
+    return element, buffer_s
 
 
 @njit(inline=True)
-def dp_tree_correction(f: Any, dense: Any, hw: Hardware, element: Vec, extra: Vec) -> Vec:
+def _dp_comm_s(re: Rows, stage: Vec, element: Vec, ranks: Vec, sharded: Vec, overlap: Vec) -> Vec:
+    """The dense form's data-parallel communication (surrogate.timing.iteration: the gradient
+    reduction in buckets, the distributed optimizer's reduce-scatter and parameter gather) over
+    `ranks` placed tp apart, of `element` bytes per gradient; `sharded`: the optimizer is."""
+    per_node = where(re.t < re.gpn, maximum(1.0, minimum(ranks, floor(re.gpn / re.t))), 1.0)
+    grad = stage * element
+    buckets = grad_buckets(grad, re.d, re.v, element, overlap)  # sized by dp without cp
+    reduce = _ring_s(re, grad, ranks, per_node, re.gpn, buckets) * where(sharded, 0.5, 1.0)
+    gather = _ring_s(re, 2.0 * stage, ranks, per_node, re.gpn, 1.0) * 0.5 * where(sharded, 1.0, 0.0)
+    return reduce + gather
+
+
+@njit(inline=True)
+def dp_correction(f: Any, new: Any, dense: Any, hw: Hardware, re: Rows, element: Vec) -> Vec:
+    """Seconds to add to the dense estimate's data-parallel exposure and optimizer step for what
+    the dense form's ring over dp leaves out:
+
+    - context parallelism: Megatron reduces the dense gradients over dp x cp ranks (every cp rank
+      saw part of each sequence; simulator.timeline.grad_sync), which the effective rows' dense
+      form (cp folded into the batch) did not; the distributed optimizer shards its step over
+      them too;
+    - the gradient dtype (`grad_dtype_s`: `element` bytes per gradient, not the dense form's);
+    - NCCL's tree (`dp_tree_correction`).
+
+    `f`, `new`, `dense`: `surrogate.slots`; `re`: the effective rows the dense form ran on."""
+    ranks = f[DP] * new[CP]
+    overlap = f[OVERLAP_GRAD_REDUCE] > 0
+    default = where(f[PRECISION] > 0, 4.0, 2.0)
+    dopt = re.dopt > 0
+    stage = dense[D_STAGE_PARAMS]
+    extra = (_dp_comm_s(re, stage, element, ranks, dopt, overlap)
+             - _dp_comm_s(re, stage, default, re.d, dopt, overlap))
+    # the distributed optimizer's step on 1 / (dp x cp) of the stage's parameters, not 1 / dp
+    step = (kernel_s(re, 10 * stage / ranks, ADAM_BYTES_PER_PARAM * stage / ranks)
+            - kernel_s(re, 10 * stage / re.d, ADAM_BYTES_PER_PARAM * stage / re.d))
+    return (dp_tree_correction(f, dense, hw, element, ranks, extra)
+            + where(dopt & (new[CP] > 1), step, 0.0))
+
+
+@njit(inline=True)
+def dp_tree_correction(f: Any, dense: Any, hw: Hardware, element: Vec, ranks: Vec,
+                       extra: Vec) -> Vec:
     """Seconds to add to the dense estimate because NCCL reduces a bucket over nodes with the
     double binary tree where that is faster than the ring (simulator.network.algorithms.tree:
     2 log2(k) network hops instead of the ring's 2 (k - 1), at 0.92 of the bus bandwidth), which
     the dense form's ring (`surrogate.timing._ring_s`) does not choose: per bucket min(ring,
-    tree) - ring, on the data-parallel gradient reduction of `element` bytes per gradient, less
-    what overlapping still hides; `extra`: seconds the reduction takes beyond the dense form's
-    (`grad_dtype_s`). `f`, `dense`: `surrogate.slots`."""
+    tree) - ring, on the reduction of `element` bytes per gradient over `ranks` placed tp apart
+    (dp x cp), less what overlapping still hides; `extra`: seconds the reduction takes beyond
+    the dense form's before the tree (`dp_correction`; 0 for a plain row). `f`, `dense`:
+    `surrogate.slots`."""
     t, d, v = f[TP], f[DP], f[VIRTUAL_STAGES]
     gpn = maximum(minimum(f[GPUS_PER_NODE], f[NUM_GPUS]), 1.0)
-    per_node = where(t < gpn, maximum(1.0, minimum(d, floor(gpn / t))), 1.0)
-    k = ceil(d / per_node)
+    per_node = where(t < gpn, maximum(1.0, minimum(ranks, floor(gpn / t))), 1.0)
+    k = ceil(ranks / per_node)
     grad = dense[D_STAGE_PARAMS] * element
     overlap = f[OVERLAP_GRAD_REDUCE] > 0
     buckets = grad_buckets(grad, d, v, element, overlap)
