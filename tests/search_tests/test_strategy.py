@@ -4,6 +4,7 @@ which and why, and every strategy finds what exhaustive enumeration finds."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import optuna
@@ -199,3 +200,31 @@ def test_the_simulators_cost_is_measured_in_cpu_seconds_so_a_loaded_machine_does
     store.evaluate(candidates, "exact", chunk=8)
     assert store.evaluated == 16 and store.seconds_per_plan is not None
     assert store.seconds_per_plan < 0.05  # the 50 ms of waiting per plan is not counted
+
+
+def test_one_slow_plan_does_not_set_the_simulators_measured_cost(monkeypatch) -> None:
+    """In-process every plan is timed and the median plan's CPU seconds are the simulator's
+    cost: one plan that compiles a kernel or fills a cold memo table (10-50x the others in a
+    loaded test run) must not tip a small space's choice from enumeration to screening."""
+    from vtrain_ml.planner import exact
+
+    real = exact.evaluate_exact_many
+    calls = []
+
+    def one_plan_compiles(jobs, n_jobs):  # type: ignore[no-untyped-def]
+        calls.append(len(jobs))
+        if len(calls) == 12:  # a plan of the second chunk burns 0.3 s of this thread's CPU
+            end = time.thread_time() + 0.3
+            while time.thread_time() < end:
+                pass
+        return real(jobs, n_jobs)
+
+    monkeypatch.setattr(exact, "evaluate_exact_many", one_plan_compiles)
+    config = tiny_config()
+    space = SearchSpace(config)
+    table = SpaceTable(space)
+    candidates = [table.candidate(int(p)) for p in rules.feasible(table).nonzero()[0][:16]]
+    store = exact.ExactStore(optuna.create_study(), space, n_jobs=1)
+    store.evaluate(candidates, "exact", chunk=8)
+    assert store.evaluated == 16 and set(calls) == {1}
+    assert store.seconds_per_plan is not None and store.seconds_per_plan < 0.3 / 8

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import statistics
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from simulator.job.specs import Job
 from vtrain_ml.planner.evaluation import Evaluation, evaluate_exact_many
 from vtrain_ml.planner.space import Candidate, SearchSpace
 from vtrain_ml.planner.study import EXACT_SOURCES, record_exact
@@ -59,6 +61,7 @@ class ExactStore:
     done: dict[str, FrozenTrial] = field(default_factory=dict)
     others: set[str] = field(default_factory=set)  # keys in live claims of other processes
     chunks: list[tuple[float, int]] = field(default_factory=list)  # (seconds, plans) simulated
+    plan_seconds: list[float] = field(default_factory=list)  # each plan's, simulated in-process
     _seen: int = 0
 
     @property
@@ -80,7 +83,13 @@ class ExactStore:
     def seconds_per_plan(self) -> float | None:
         """Seconds per plan simulated by this process (`_clock`); the first chunk, which pays
         the simulator's start-up in this process (imports, empty memo tables), is left out when
-        there are others."""
+        there are others. In-process, the median plan's: one plan that compiles a kernel or
+        fills a cold memo table took 10-50x the others' time in a loaded test run, and tipped a
+        small space's choice from enumeration to screening (the choice's threshold on case study
+        1 is ~140 ms per plan against 3-20 ms typical)."""
+        if self.plan_seconds:
+            first = self.chunks[0][1] if len(self.chunks) > 1 else 0
+            return float(statistics.median(self.plan_seconds[first:] or self.plan_seconds))
         steady = self.chunks[1:] or self.chunks
         plans = sum(n for _, n in steady)
         return sum(s for s, _ in steady) / plans if plans else None
@@ -140,7 +149,7 @@ class ExactStore:
                     break
                 part = won[i:i + size]
                 began = self._clock()
-                results = evaluate_exact_many([c.job for c in part if c.job is not None], self.n_jobs)
+                results = self._simulate([c.job for c in part if c.job is not None])
                 self.chunks.append((self._clock() - began, len(part)))
                 for candidate, result in zip(part, results, strict=True):
                     record_exact(self.study, self.space, candidate, result, source, guess.get(candidate.key))
@@ -150,6 +159,17 @@ class ExactStore:
                 self.study.tell(number, state=TrialState.PRUNED)
             self.refresh()
         return out
+
+    def _simulate(self, jobs: list[Job]) -> list[Evaluation]:
+        """Exact evaluations of `jobs`; in-process each plan is timed (`seconds_per_plan`)."""
+        if self.n_jobs > 1:
+            return evaluate_exact_many(jobs, self.n_jobs)
+        results: list[Evaluation] = []
+        for job in jobs:
+            began = self._clock()
+            results += evaluate_exact_many([job], 1)
+            self.plan_seconds.append(self._clock() - began)
+        return results
 
     def wait_for_others(self, keys: set[str], timeout_s: float) -> bool:
         """Wait until other processes have recorded (or abandoned) `keys`; False on timeout."""
