@@ -471,8 +471,8 @@ def dp_tree_correction(f: Any, dense: Any, hw: Hardware, element: Vec, ranks: Ve
     overlap = f[OVERLAP_GRAD_REDUCE] > 0
     buckets = grad_buckets(grad, d, v, element, overlap)
     per_call = grad / buckets
-    inter = 2 * (k - 1) / k * per_call * (gpn / per_node) / (f[INTER_NODE_BANDWIDTH_GBPS] * 1e9 / 8
-                                                               * hw.inter_eff)
+    inter = 2 * (ranks - 1) / ranks * per_call * (gpn / per_node) / (
+        f[INTER_NODE_BANDWIDTH_GBPS] * 1e9 / 8 * hw.inter_eff)  # the ring's (timing._ring_s)
     ring_hops = 2 * (k - 1) * hw.inter_lat_s
     tree_hops = 2 * floor(log2(maximum(k, 1.0))) * hw.inter_lat_s
     saving = maximum(0.0, (inter + ring_hops) - (inter / 0.92 + tree_hops))
