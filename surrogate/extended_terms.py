@@ -473,8 +473,8 @@ def dp_tree_correction(f: Any, dense: Any, hw: Hardware, element: Vec, ranks: Ve
     per_call = grad / buckets
     inter = 2 * (ranks - 1) / ranks * per_call * (gpn / per_node) / (
         f[INTER_NODE_BANDWIDTH_GBPS] * 1e9 / 8 * hw.inter_eff)  # the ring's (timing._ring_s)
-    ring_hops = 2 * (k - 1) * hw.inter_lat_s
-    tree_hops = 2 * floor(log2(maximum(k, 1.0))) * hw.inter_lat_s
+    ring_hops = 2 * (ranks - k) * hw.intra_lat_s + 2 * (k - 1) * hw.inter_lat_s
+    tree_hops = 2 * ((per_node - 1) * hw.intra_lat_s + floor(log2(maximum(k, 1.0))) * hw.inter_lat_s)
     saving = maximum(0.0, (inter + ring_hops) - (inter / 0.92 + tree_hops))
     saving = where(k > 1, saving * buckets * where(f[DISTRIBUTED_OPTIMIZER] > 0, 0.5, 1.0), 0.0)
     old = dense[D_DP_COMM]

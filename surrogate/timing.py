@@ -258,8 +258,10 @@ def _ring_s(r: Rows, nbytes: Vec, n: Vec, per_node: Vec, sharing: Vec, calls: Ve
     """All-reduce of `nbytes` over `n` ranks with `per_node` on each node, split into `calls`
     collectives (simulator.network.algorithms.ring, NCCL's ring: inside a node a flat ring;
     across k nodes every rank moves 2(n-1)/n of the buffer and the slowest link is the node's
-    network share, its NICs over the `sharing / per_node` groups that use them at once). It
-    charged the hierarchical 2(k-1)/k, 1.75-1.9x under the simulator's ring across two nodes."""
+    network share, its NICs over the `sharing / per_node` groups that use them at once; each
+    call takes 2(n-1) steps, 2(k-1) of them over the network). It charged a hierarchical
+    reduction's 2(k-1)/k and 2(g-1) steps inside a node, 1.75-1.9x under the simulator's ring
+    across two nodes."""
     k = ceil(n / maximum(per_node, 1))
     g = minimum(per_node, n)
     crosses = k > 1
@@ -267,7 +269,7 @@ def _ring_s(r: Rows, nbytes: Vec, n: Vec, per_node: Vec, sharing: Vec, calls: Ve
     flat = 2 * (n - 1) / maximum(n, 1) * nbytes / intra_bw + calls * 2 * (n - 1) * r.hw.intra_lat_s
     local = 2 * (g - 1) / maximum(g, 1) * nbytes / intra_bw
     inter = 2 * (n - 1) / n * nbytes * (sharing / g) / (r.inter_Bps * r.hw.inter_eff)
-    hier = maximum(local, inter) + calls * (2 * (g - 1) * r.hw.intra_lat_s
+    hier = maximum(local, inter) + calls * (2 * (n - k) * r.hw.intra_lat_s
                                                + 2 * (k - 1) * r.hw.inter_lat_s)
     return where(n > 1, where(crosses, hier, flat), 0.0)
 

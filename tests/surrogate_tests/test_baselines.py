@@ -243,18 +243,24 @@ def test_context_parallel_gradients_are_reduced_over_dp_times_cp(tp: int, cp: in
         exact.iteration_time_s - exact.scale_loss.total_s, rel=0.03)
 
 
-@pytest.mark.parametrize(("tp", "gpus"), [(1, 16), (2, 16), (4, 64), (8, 64)])
-def test_the_data_parallel_ring_across_nodes_is_nccls_ring(tp: int, gpus: int) -> None:
+@pytest.mark.parametrize(("gpu", "tp", "gpus"), [("h100-sxm-80gb", 1, 16), ("h100-sxm-80gb", 2, 16),
+                                              ("h100-sxm-80gb", 4, 64), ("h100-sxm-80gb", 8, 64),
+                                              ("b200", 1, 256)])
+def test_the_data_parallel_ring_across_nodes_is_nccls_ring(gpu: str, tp: int, gpus: int) -> None:
     """Across nodes NCCL's ring moves 2(n-1)/n of the buffer through every rank, its slowest
-    link the node's network share (simulator.network.algorithms.ring): the closed form's
-    data-parallel communication follows the simulator's within 2% (dp 8-16 over 2-8 nodes). It
-    charged a hierarchical reduction's 2(k-1)/k over the k nodes: 1.75-1.9x under."""
+    link the node's network share, and takes 2(n-1) steps, 2(k-1) of them over the network
+    (simulator.network.algorithms.ring; the tree where faster): the closed form's data-parallel
+    communication (its dense ring and the tree's correction; no overlap here, so all of it
+    exposed) follows the simulator's within 3% (dp 8-256 over 2-32 nodes). It charged a
+    hierarchical reduction, 2(k-1)/k of the buffer and 2(g-1) steps inside each node:
+    1.75-1.9x under across two nodes, 14% under on 256 B200s (21.6 us per NVLink step)."""
     from simulator import job_from_dict
 
     job = job_from_dict({
         "model": {"preset": "llama-3-8b", "seq_length": 4096, "num_layers": 8},
-        "training": {"global_batch_size": 64, "micro_batch_size": 1, "precision": "bf16",
+        "training": {"global_batch_size": gpus // tp * 4, "micro_batch_size": 1, "precision": "bf16",
                      "flash_attention": True},
         "parallel": {"tp": tp, "pp": 1, "sequence_parallel": tp > 1, "distributed_optimizer": True},
-        "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": gpus}})
-    assert _record_features(job)["time_dp_comm_s"] == pytest.approx(simulate(job).dp_comm_s[0], rel=0.02)
+        "cluster": {"gpu": gpu, "num_gpus": gpus}})
+    f = _record_features(job)
+    assert f["time_dp_comm_s"] + f["time_dp_tree_s"] == pytest.approx(simulate(job).dp_comm_s[0], rel=0.03)
