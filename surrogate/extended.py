@@ -42,7 +42,7 @@ from simulator.job.enums import DataParallelSharding
 from simulator.job.layer_pattern import layer_kinds
 from simulator.job.specs import HardwareSpec
 from surrogate.columns import factorize, row_groups, value_at
-from surrogate.extended_terms import dp_tree_correction, extended_row
+from surrogate.extended_terms import extended_row, plain_tree_correction
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
 from surrogate.memory_terms import state_bytes_delta, state_bytes_of_record
 from surrogate.moe_terms import (
@@ -398,7 +398,7 @@ def plain_values(fields: np.ndarray, new: np.ndarray, models: np.ndarray, dense:
         "dense_est_log_memory_bytes": dense[D_EST_LOG_MEMORY],
         "hw_peak_lp": dense[D_PEAK_BF16], "hw_lp_efficiency": zero + 1.0,
         "est_log_memory_bytes": dense[D_EST_LOG_MEMORY]})
-    tree = dp_tree_correction(fields, dense, hw, np.where(f[_F["precision"]] > 0, 4.0, 2.0), d, 0.0)
+    tree = plain_tree_correction(fields, dense, hw)
     est = np.exp(dense[D_EST_LOG_TIME])
     time = np.maximum(est + tree + 0.0, 0.2 * est)
     values["time_dp_tree_s"] = tree

@@ -452,6 +452,14 @@ def dp_correction(f: Any, new: Any, dense: Any, hw: Hardware, re: Rows, element:
             + where(dopt & (new[CP] > 1), step, 0.0))
 
 
+@njit
+def plain_tree_correction(f: Any, dense: Any, hw: Hardware) -> Vec:
+    """`dp_tree_correction` of plain rows (the dense form's gradient bytes, over dp, nothing
+    beyond the dense form's ring), compiled as one call: the one-row path pays numba's dispatch
+    per argument."""
+    return dp_tree_correction(f, dense, hw, where(f[PRECISION] > 0, 4.0, 2.0), f[DP], 0.0)
+
+
 @njit(inline=True)
 def dp_tree_correction(f: Any, dense: Any, hw: Hardware, element: Vec, ranks: Vec,
                        extra: Vec) -> Vec:
