@@ -465,8 +465,9 @@ def dp_tree_correction(f: Any, dense: Any, hw: Hardware, element: Vec, ranks: Ve
                        extra: Vec) -> Vec:
     """Seconds to add to the dense estimate because NCCL reduces a bucket over nodes with the
     double binary tree where that is faster than the ring (simulator.network.algorithms.tree:
-    2 log2(k) network hops instead of the ring's 2 (k - 1), at 0.92 of the bus bandwidth), which
-    the dense form's ring (`surrogate.timing._ring_s`) does not choose: per bucket min(ring,
+    2 ((g - 1) NVLink + log2(k) network) hops instead of the ring's 2 (n - 1) steps, 2 (k - 1)
+    of them over the network, at 0.92 of the ring's bandwidth), which the dense form's ring
+    (`surrogate.timing._ring_s`) does not choose: per bucket min(ring,
     tree) - ring, on the reduction of `element` bytes per gradient over `ranks` placed tp apart
     (dp x cp), less what overlapping still hides; `extra`: seconds the reduction takes beyond
     the dense form's before the tree (`dp_correction`; 0 for a plain row). `f`, `dense`:
