@@ -57,8 +57,9 @@ log = logging.getLogger(__name__)
 # parallelism the dense gradients reduced, and the optimizer sharded, over dp x cp
 # (extended_terms.dp_correction); 21: a ring across nodes is NCCL's, 2(n-1)/n of the buffer
 # through the node's network share (timing._ring_s; it charged a hierarchical 2(k-1)/k); 22:
-# and its 2(n-1) steps' latency, 2(k-1) over the network (the tree's correction against them)
-SCHEMA_VERSION = 22
+# and its 2(n-1) steps' latency, 2(k-1) over the network (the tree's correction against them);
+# 23: a ring all-gather across nodes moves (n-1)/n through the network too (moe_terms.ring_gather_s)
+SCHEMA_VERSION = 23
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

@@ -110,15 +110,16 @@ def _distinct(experts: int, topk: int, ep: int) -> float:
 def ring_gather_s(total_bytes: Vec, n: Vec, per_node: Vec, intra_Bps: Vec, node_Bps: Vec,
                   hw: Hardware) -> Vec:
     """A ring all-gather (or reduce-scatter) of `total_bytes` gathered over `n` consecutive
-    ranks, `per_node` of them on each node: every rank's NVLink carries (n - 1)/n of it; what
-    comes from other nodes, (n - per_node)/n, enters each node once, over the group's share of
-    its NICs (`node_Bps`, NCCL's rings spread over all of them); n - 1 steps of latency, of
-    which k - 1 cross the network between the k nodes it spans (NCCL's tuning model, as
-    `simulator.network.algorithms.ring`), the rest inside a node."""
+    ranks, `per_node` of them on each node: NCCL's ring (`simulator.network.algorithms.ring`)
+    moves (n - 1)/n of it through every rank, at its slowest link's rate: NVLink, and across
+    nodes the group's share of the node's NICs (`node_Bps`, NCCL's rings spread over all of
+    them); n - 1 steps of latency, of which k - 1 cross the network between the k nodes it
+    spans, the rest inside a node. (Until schema 23 the network carried (n - per_node)/n, as a
+    hierarchical gather would: cp 8's K/V gathers over two nodes were 0.67x the simulator's.)"""
     g = minimum(per_node, n)
     crosses = n > g
     intra = (n - 1) / maximum(n, 1.0) * total_bytes / intra_Bps
-    inter = (n - g) / maximum(n, 1.0) * total_bytes / node_Bps
+    inter = (n - 1) / maximum(n, 1.0) * total_bytes / node_Bps
     k = -floor(-n / maximum(g, 1.0))  # the nodes (domains) the ring spans
     latency = where(crosses, (n - k) * hw.intra_lat_s + (k - 1) * hw.inter_lat_s,
                     (n - 1) * hw.intra_lat_s)
