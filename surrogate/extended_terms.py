@@ -118,6 +118,7 @@ from surrogate.timing import (
     grad_buckets,
     kernel_s,
     projection_gemms,
+    ranks_per_node,
 )
 
 # codes the compiled formulas compare with (numba reads module constants, not dict lookups)
@@ -395,6 +396,13 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
 
 
 @njit(inline=True)
+def _dense_grad_bytes(f: Any) -> Vec:
+    """Bytes per gradient the dense form reduces: fp32 for 16-bit training but fp16's
+    (surrogate.timing.iteration)."""
+    return where(f[PRECISION] > 0, 4.0, 2.0)
+
+
+@njit(inline=True)
 def grad_dtype_s(f: Any, new: Any, re: Rows, stage: Vec) -> tuple[Vec, Vec]:
     """(bytes per reduced gradient, seconds the gradient buffer's passes take beyond the dense
     form's) of the `grad_reduce_in_fp32` column: the dense form keeps 16-bit training's
@@ -403,7 +411,7 @@ def grad_dtype_s(f: Any, new: Any, re: Rows, stage: Vec) -> tuple[Vec, Vec]:
     optimizer's zeroing and NaN check over the buffer, and each micro-batch's accumulation of
     the word embedding's gradient into it (not fused into a GEMM: 3 passes in the gradient's
     dtype, surrogate.timing.iteration's `emb_grad`); `stage`: the stage's parameters."""
-    default = where(f[PRECISION] > 0, 4.0, 2.0)
+    default = _dense_grad_bytes(f)
     code = new[GRAD_REDUCE_IN_FP32]
     element = where(code == _GRAD_32, 4.0, where(code == _GRAD_16, 2.0, default))
     m = f[GLOBAL_BATCH_SIZE] / (f[DP] * f[MICRO_BATCH_SIZE])
@@ -417,7 +425,7 @@ def _dp_comm_s(re: Rows, stage: Vec, element: Vec, ranks: Vec, sharded: Vec, ove
     """The dense form's data-parallel communication (surrogate.timing.iteration: the gradient
     reduction in buckets, the distributed optimizer's reduce-scatter and parameter gather) over
     `ranks` placed tp apart, of `element` bytes per gradient; `sharded`: the optimizer is."""
-    per_node = where(re.t < re.gpn, maximum(1.0, minimum(ranks, floor(re.gpn / re.t))), 1.0)
+    per_node = ranks_per_node(re, ranks)
     grad = stage * element
     buckets = grad_buckets(grad, re.d, re.v, element, overlap)  # sized by dp without cp
     reduce = _ring_s(re, grad, ranks, per_node, re.gpn, buckets) * where(sharded, 0.5, 1.0)
@@ -440,7 +448,7 @@ def dp_correction(f: Any, new: Any, dense: Any, hw: Hardware, re: Rows, element:
     `f`, `new`, `dense`: `surrogate.slots`; `re`: the effective rows the dense form ran on."""
     ranks = f[DP] * new[CP]
     overlap = f[OVERLAP_GRAD_REDUCE] > 0
-    default = where(f[PRECISION] > 0, 4.0, 2.0)
+    default = _dense_grad_bytes(f)
     dopt = re.dopt > 0
     stage = dense[D_STAGE_PARAMS]
     extra = (_dp_comm_s(re, stage, element, ranks, dopt, overlap)
@@ -457,7 +465,7 @@ def plain_tree_correction(f: Any, dense: Any, hw: Hardware) -> Vec:
     """`dp_tree_correction` of plain rows (the dense form's gradient bytes, over dp, nothing
     beyond the dense form's ring), compiled as one call: the one-row path pays numba's dispatch
     per argument."""
-    return dp_tree_correction(f, dense, hw, where(f[PRECISION] > 0, 4.0, 2.0), f[DP], 0.0)
+    return dp_tree_correction(f, dense, hw, _dense_grad_bytes(f), f[DP], 0.0)
 
 
 @njit(inline=True)

@@ -284,7 +284,14 @@ def tp_comm_s(r: Rows, nbytes: Vec) -> Vec:
 @njit(inline=True)
 def dp_placement(r: Rows) -> Vec:
     """Data-parallel ranks per node (simulator.network.topology.dp_placement)."""
-    return where(r.t < r.gpn, maximum(1, minimum(r.d, floor(r.gpn / r.t))), 1.0)
+    return ranks_per_node(r, r.d)
+
+
+@njit(inline=True)
+def ranks_per_node(r: Rows, n: Vec) -> Vec:
+    """Ranks per node of a group of `n` placed tp apart (data parallelism; with context
+    parallelism, its dp x cp gradient group)."""
+    return where(r.t < r.gpn, maximum(1, minimum(n, floor(r.gpn / r.t))), 1.0)
 
 
 class Iteration(NamedTuple):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -176,13 +177,25 @@ def test_screenings_margin_follows_the_surrogates_latest_errors() -> None:
     assert margin.time == margin.floor_time
 
 
+def _sixteen_plans_simulated(monkeypatch: pytest.MonkeyPatch, simulate: Any) -> Any:
+    """An in-process `ExactStore` after simulating 16 feasible plans of the tiny space in chunks
+    of 8, `simulate` standing in for `evaluate_exact_many`."""
+    from vtrain_ml.planner import exact
+
+    monkeypatch.setattr(exact, "evaluate_exact_many", simulate)
+    space = SearchSpace(tiny_config())
+    table = SpaceTable(space)
+    candidates = [table.candidate(int(p)) for p in rules.feasible(table).nonzero()[0][:16]]
+    store = exact.ExactStore(optuna.create_study(), space, n_jobs=1)
+    store.evaluate(candidates, "exact", chunk=8)
+    return store
+
+
 def test_the_simulators_cost_is_measured_in_cpu_seconds_so_a_loaded_machine_does_not_tip_the_choice(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Waiting for a core (another job on a shared machine) stretches the wall clock, not the
     process's CPU time: the in-process simulator's measured cost must not include it, since the
     surrogate's side of the choice is constants (planner.strategy)."""
-    import time
-
     from vtrain_ml.planner import exact
 
     real = exact.evaluate_exact_many
@@ -191,13 +204,7 @@ def test_the_simulators_cost_is_measured_in_cpu_seconds_so_a_loaded_machine_does
         time.sleep(0.05 * len(jobs))
         return real(jobs, n_jobs)
 
-    monkeypatch.setattr(exact, "evaluate_exact_many", waits_for_a_core)
-    config = tiny_config()
-    space = SearchSpace(config)
-    table = SpaceTable(space)
-    candidates = [table.candidate(int(p)) for p in rules.feasible(table).nonzero()[0][:16]]
-    store = exact.ExactStore(optuna.create_study(), space, n_jobs=1)
-    store.evaluate(candidates, "exact", chunk=8)
+    store = _sixteen_plans_simulated(monkeypatch, waits_for_a_core)
     assert store.evaluated == 16 and store.seconds_per_plan is not None
     assert store.seconds_per_plan < 0.05  # the 50 ms of waiting per plan is not counted
 
@@ -219,12 +226,6 @@ def test_one_slow_plan_does_not_set_the_simulators_measured_cost(monkeypatch) ->
                 pass
         return real(jobs, n_jobs)
 
-    monkeypatch.setattr(exact, "evaluate_exact_many", one_plan_compiles)
-    config = tiny_config()
-    space = SearchSpace(config)
-    table = SpaceTable(space)
-    candidates = [table.candidate(int(p)) for p in rules.feasible(table).nonzero()[0][:16]]
-    store = exact.ExactStore(optuna.create_study(), space, n_jobs=1)
-    store.evaluate(candidates, "exact", chunk=8)
+    store = _sixteen_plans_simulated(monkeypatch, one_plan_compiles)
     assert store.evaluated == 16 and set(calls) == {1}
     assert store.seconds_per_plan is not None and store.seconds_per_plan < 0.3 / 8
