@@ -53,9 +53,9 @@ log = logging.getLogger(__name__)
 # recipe's quantize kernels at the measured quantize bandwidth with the weights' casts, and
 # current scaling's amax all-reduces launched (extended_terms.quantize_s); 19: the gradient
 # reduction's dtype (`grad_reduce_in_fp32`) in the data-parallel bytes, the buffer passes and
-# the embedding gradient's accumulation (extended_terms.grad_dtype_s); 20: with context
+# the embedding gradient's accumulation (dp_terms.grad_dtype_s); 20: with context
 # parallelism the dense gradients reduced, and the optimizer sharded, over dp x cp
-# (extended_terms.dp_correction); 21: a ring across nodes is NCCL's, 2(n-1)/n of the buffer
+# (dp_terms.dp_correction); 21: a ring across nodes is NCCL's, 2(n-1)/n of the buffer
 # through the node's network share (timing._ring_s; it charged a hierarchical 2(k-1)/k); 22:
 # and its 2(n-1) steps' latency, 2(k-1) over the network (the tree's correction against them);
 # 23: a ring all-gather across nodes moves (n-1)/n through the network too (moe_terms.ring_gather_s)

@@ -42,7 +42,8 @@ from simulator.job.enums import DataParallelSharding
 from simulator.job.layer_pattern import layer_kinds
 from simulator.job.specs import HardwareSpec
 from surrogate.columns import factorize, row_groups, value_at
-from surrogate.extended_terms import extended_row, plain_tree_correction
+from surrogate.dp_terms import plain_tree_correction
+from surrogate.extended_terms import extended_row
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
 from surrogate.memory_terms import state_bytes_delta, state_bytes_of_record
 from surrogate.moe_terms import (
