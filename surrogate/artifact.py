@@ -59,7 +59,11 @@ log = logging.getLogger(__name__)
 # through the node's network share (timing._ring_s; it charged a hierarchical 2(k-1)/k); 22:
 # and its 2(n-1) steps' latency, 2(k-1) over the network (the tree's correction against them);
 # 23: a ring all-gather across nodes moves (n-1)/n through the network too (moe_terms.ring_gather_s)
-SCHEMA_VERSION = 23
+# 24: NCCL's protocol and algorithm choice in the closed form's collectives (surrogate.nccl_terms:
+# LL / LL128 / Simple rings and NVLS inside a domain, per-bucket ring and tree latencies of the
+# experts' gradient reduction), the recipe's rate for the experts' grouped GEMMs and their
+# quantize kernels (surrogate.quantize_terms)
+SCHEMA_VERSION = 24
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

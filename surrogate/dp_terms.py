@@ -1,6 +1,7 @@
 """The closed form's data-parallel corrections beyond the dense form (`surrogate.timing`): the
 gradient reduction's dtype, context parallelism's dp x cp gradient group and optimizer shards,
-and NCCL's tree where it beats the ring. Written once over vectors indexed by `surrogate.slots`
+NCCL's tree where it beats the ring, and the routed experts' reduction over expert_dp. Written
+once over vectors indexed by `surrogate.slots`
 like `surrogate.extended_terms`, which reads them (and `surrogate.extended`'s plain rows)."""
 
 from __future__ import annotations
@@ -8,7 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.jit import njit
-from surrogate.physics import Hardware, Rows, Vec, ceil, floor, log2, maximum, minimum, where
+from simulator.job.enums import DataParallelSharding
+from surrogate.nccl_terms import crossing_ring_s, crossing_tree_s, domain_all_reduce_s, domain_ring_s
+from surrogate.physics import Hardware, Rows, Vec, ceil, floor, log2, maximum, minimum, skips, where
 from surrogate.records import CHOICES
 from surrogate.slots import (
     CP,
@@ -17,13 +20,19 @@ from surrogate.slots import (
     D_STAGE_PARAMS,
     DISTRIBUTED_OPTIMIZER,
     DP,
+    EP,
+    EXPERT_TP,
     GLOBAL_BATCH_SIZE,
     GPUS_PER_NODE,
     GRAD_REDUCE_IN_FP32,
     INTER_NODE_BANDWIDTH_GBPS,
+    INTRA_NODE_BANDWIDTH_GBPS,
     MICRO_BATCH_SIZE,
+    NUM_EXPERTS,
     NUM_GPUS,
+    NVLINK_DOMAIN,
     OVERLAP_GRAD_REDUCE,
+    OVERLAP_PARAM_GATHER,
     PRECISION,
     TP,
     VIRTUAL_STAGES,
@@ -40,6 +49,7 @@ from surrogate.timing import (
 # codes the compiled formulas compare with (numba reads module constants, not dict lookups)
 _GRAD_16 = float(CHOICES["grad_reduce_in_fp32"].index("false"))
 _GRAD_32 = float(CHOICES["grad_reduce_in_fp32"].index("true"))
+_OPTIM_LEVEL = float(DataParallelSharding.OPTIM.level)
 
 
 @njit(inline=True)
@@ -149,3 +159,65 @@ def dp_tree_correction(f: Any, dense: Any, hw: Hardware, element: Vec, ranks: Ve
     slow = hw.comm_slowdown  # the dense form's exposure (surrogate.timing.iteration)
     return (maximum(slow * hidden_new, new - hidden_new)
             - maximum(slow * hidden_old, old - hidden_old))
+
+
+@njit(inline=True)
+def expert_tail_s(f: Any, new: Any, experts_per_gpu: Vec, expert_dp: Vec, sharding_level: Vec,
+                  dense: Any, hw: Hardware) -> Vec:
+    """Seconds per iteration that the routed experts' gradients and optimizer step add (the
+    dense form reduces and steps the dense-equivalent MLP only): the experts' gradients reduced
+    over expert_dp ranks (simulator.timeline.grad_sync: all-reduce, or with the distributed
+    optimizer reduce-scatter and the parameters' all-gather), a ring on the ranks' own links
+    (the expert grid expert_tp x ep x expert_dp: the group strided by expert_tp x ep), hidden
+    under the last backward as the dense form hides its own; then Adam on the GPU's shard
+    (36 bytes of traffic per parameter)."""
+    if skips(new[NUM_EXPERTS] > 0):
+        return 0.0
+    n = expert_dp
+    stride = new[EXPERT_TP] * new[EP]
+    domain = maximum(new[NVLINK_DOMAIN], 1.0)
+    gpn = maximum(minimum(f[GPUS_PER_NODE], f[NUM_GPUS]), 1.0)
+    inside = stride * n <= domain
+    # NCCL's rings cross each domain boundary through the NICs of the group's g ranks there
+    g = minimum(maximum(floor(domain / stride), 1.0), maximum(n, 1.0))
+    intra = f[INTRA_NODE_BANDWIDTH_GBPS] * 1e9 * hw.intra_eff
+    nic = f[INTER_NODE_BANDWIDTH_GBPS] * 1e9 / 8 / gpn * hw.inter_eff
+    link = where(inside, intra, minimum(intra, g * nic))
+    latency = where(inside, hw.intra_lat_s, hw.inter_lat_s)
+    sixteen = new[GRAD_REDUCE_IN_FP32] == _GRAD_16
+    element = where(sixteen | (f[PRECISION] == 0), 2.0, 4.0)
+    grad = experts_per_gpu * element
+    sharded = sharding_level >= _OPTIM_LEVEL
+    ring = (n - 1) / maximum(n, 1.0) / link
+    calibrated = (where(sharded, grad * ring + experts_per_gpu * 2.0 * ring, 2 * grad * ring)
+                  + 2 * (n - 1) * latency)
+    # each gradient bucket's expert part is its own collective over expert_dp (simulator.
+    # timeline.grad_sync.reduction_s), every one paying NCCL's ring latency: per-step latencies
+    # over hundreds of ranks (timing.crossing_ring_s), where one call's was charged until schema 24
+    calls = grad_buckets((dense[D_STAGE_PARAMS] + experts_per_gpu) * element, f[DP],
+                         f[VIRTUAL_STAGES], element, f[OVERLAP_GRAD_REDUCE])
+    k = -floor(-n / g)
+    steps = where(sharded, n - 1, 2 * (n - 1))
+    net_steps = where(sharded, k - 1, 2 * (k - 1))
+    gather = where(sharded, 2.0 * experts_per_gpu, 0.0)
+    # an all-reduce where the tree (or NVLS) beats the ring, as NCCL chooses
+    ring = where(inside, domain_ring_s(hw, grad, n, steps, intra, calls),
+                 crossing_ring_s(hw, grad, n, k, steps, net_steps, link, calls, where(sharded, 0.0, 1.0)))
+    all_reduce = where(inside, domain_all_reduce_s(hw, grad, n, intra, calls),
+                       minimum(ring, crossing_tree_s(hw, grad, n, k, intra, g * nic, calls)))
+    # the parameters' all-gather: in the same buckets with overlap_param_gather, else one call
+    gathers = where(new[OVERLAP_PARAM_GATHER] > 0, calls, 1.0)
+    gather_s = where(inside, domain_ring_s(hw, gather, n, steps, intra, gathers),
+                     crossing_ring_s(hw, gather, n, k, steps, net_steps, link, gathers, 0.0))
+    nccl = where(sharded, ring + gather_s, all_reduce)
+    reduce = where(n > 1, where(hw.ll_max_Bps > 0, nccl, calibrated), 0.0)
+    backward = dense[D_STAGE_MB] / f[VIRTUAL_STAGES] * (2 / 3)
+    hidden = where(f[OVERLAP_GRAD_REDUCE] > 0, minimum(0.9 * reduce, backward), 0.0)
+    exposed = maximum(hw.comm_slowdown * hidden, reduce - hidden)  # as the dense form's
+    shard = where(sharded, n, 1.0)
+    optimizer = experts_per_gpu / shard * 36.0 / hw.hbm_Bps
+    # the DDP's zeroing and NaN-check passes over the experts' gradient buffer
+    # (simulator.timeline.tail.grad_buffer_op; not under Megatron-FSDP's sharded buffers)
+    optimizer = optimizer + where(sharding_level <= _OPTIM_LEVEL,
+                                  GRAD_BUFFER_PASSES * grad / hw.hbm_Bps, 0.0)
+    return where(new[NUM_EXPERTS] > 0, exposed + optimizer, 0.0)

@@ -27,7 +27,8 @@ _N_PHYSICS = len(EXTENDED_PHYSICS)
 @njit
 def _hardware(hw: np.ndarray) -> Hardware:
     return Hardware(hw[0], hw[1], hw[2], hw[3], hw[4], hw[5], hw[6], hw[7], hw[8], hw[9], hw[10],
-                    hw[11], hw[12], hw[13], hw[14], hw[15], hw[16], hw[17], hw[18], hw[19])
+                    hw[11], hw[12], hw[13], hw[14], hw[15], hw[16], hw[17], hw[18], hw[19], hw[20],
+                    hw[21])
 
 
 @njit

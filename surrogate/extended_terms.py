@@ -17,7 +17,6 @@ from simulator.jit import njit
 from simulator.job.enums import DataParallelSharding
 from simulator.network.alltoall import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFFICIENCY
 from surrogate.attention_terms import (
-    GpuHost,
     Heads,
     attention_extra_s,
     heads,
@@ -26,9 +25,9 @@ from surrogate.attention_terms import (
     ring_exposed_s,
     ring_steps_extra,
 )
-from surrogate.dp_terms import dp_correction, grad_dtype_s
+from surrogate.dp_terms import dp_correction, expert_tail_s, grad_dtype_s
 from surrogate.memory_terms import quantized_activations_delta
-from surrogate.moe_terms import expert_tail_s, moe_layer_terms, ring_gather_s, saved_activations_bytes
+from surrogate.moe_terms import moe_layer_terms, ring_gather_s, saved_activations_bytes
 from surrogate.param_gather_terms import param_gather_shift_s
 from surrogate.physics import (
     OPTIMIZER_BYTES_PER_PARAM,
@@ -43,9 +42,9 @@ from surrogate.physics import (
     where,
 )
 from surrogate.pipeline_terms import layer_params_per_gpu, stage_split, uneven_memory_bytes, uneven_time_s
+from surrogate.quantize_terms import expert_quantize_s, quantize_s
 from surrogate.records import CHOICES
 from surrogate.slots import (
-    A_AMAX,
     A_ELEMENT,
     A_EST_MEMORY,
     A_EST_TIME,
@@ -56,9 +55,7 @@ from surrogate.slots import (
     A_MAIN,
     A_MOE_HOST,
     A_PEAK_LP,
-    A_QUANTIZE_BPS,
     A_TOKEN_COPIES,
-    A_TRANSPOSES,
     CP,
     CP_COMM_TYPE,
     CUDA_GRAPHS,
@@ -206,67 +203,6 @@ def lowp_saving_s(re: Rows, low: Any, rate: Vec) -> Vec:
     return where(low, saving + where(re.recompute == 2, forward_16 - forward_lp, 0.0), 0.0)
 
 
-@njit(inline=True)
-def _quantize_bytes(numel: Vec, copies: Vec, aux: Any) -> Vec:
-    """Bytes one quantize kernel moves (simulator.graph.quantize.quantize_op): it reads the 16-bit
-    source (once more for an amax) and writes `copies` quantized copies with their scales."""
-    return (2.0 * (1 + aux[A_AMAX]) + aux[A_ELEMENT] * copies) * numel
-
-
-@njit(inline=True)
-def _quantize_one_s(re: Rows, numel: Vec, copies: Vec, aux: Any) -> Vec:
-    """One quantize kernel at the recipe's quantize bandwidth (`A_QUANTIZE_BPS`: the hardware
-    file's measured `quantize_memory_efficiency`, as the simulator's kernel model costs a
-    quantize or transpose kernel: its bytes, a Hadamard transform's FLOPs hidden under them)."""
-    return _quantize_bytes(numel, copies, aux) / aux[A_QUANTIZE_BPS] + re.hw.launch_s
-
-
-@njit(inline=True)
-def quantize_s(re: Rows, low: Any, aux: Any, level: Vec) -> GpuHost:
-    """GPU and host seconds per layer and micro-batch of a recipe's quantize kernels on the
-    layer's four projections (simulator.graph.quantize.linear): each input in the forward
-    (unless the fused norm before QKV / the MLP's up projection writes it, possible without an
-    amax pass), each output gradient in the backward, on the local shard under sequence
-    parallelism, one copy where Hopper's per-tensor FP8 transposes after the gather (then a
-    transpose kernel); and each weight's cast, once per iteration (1/m of one per micro-batch;
-    every micro-batch under ZeRO-3, which gathers the 16-bit weights again:
-    simulator.graph.primitives.weight_casts_per_microbatch; `level`: the sharding level)."""
-    if skips(low):
-        return GpuHost(0.0, 0.0)
-    T, hd = re.b * re.s, re.h / re.a
-    heads, groups = re.a / re.t, re.g / re.t
-    up = re.f / re.t * (1 + re.gated)
-    sp = re.sp > 0
-    shard = where(sp, 1.0 / re.t, 1.0)
-    copies, transposes = aux[A_LP_COPIES], aux[A_TRANSPOSES] > 0
-    gathered = where(sp & transposes, 1.0, copies)
-    fused = aux[A_AMAX] == 0  # the norm writes QKV's and the up projection's quantized input
-    inputs = (where(fused, 0.0, 2 * _quantize_one_s(re, T * shard * re.h, gathered, aux))
-              + _quantize_one_s(re, T * heads * hd, copies, aux)
-              + _quantize_one_s(re, T * re.f / re.t, copies, aux))
-    grads = (_quantize_one_s(re, T * (heads + 2 * groups) * hd, copies, aux)
-             + _quantize_one_s(re, T * up, copies, aux)
-             + 2 * _quantize_one_s(re, T * shard * re.h, gathered, aux))
-    flips = where(sp & transposes, 4.0, 0.0)  # the gathered inputs' and gradients' transposes
-    transpose = flips * (2 * aux[A_ELEMENT] * T * re.h / aux[A_QUANTIZE_BPS] + re.hw.launch_s)
-    again = where(re.recompute == 2, 1.0, 0.0)  # full recompute quantizes the inputs again
-    casts = where(level >= 3, 1.0, 1.0 / maximum(re.m, 1.0))
-    weights = re.h * (heads + 2 * groups) * hd + heads * hd * re.h + re.h * up + re.f / re.t * re.h
-    cast = casts * (_quantize_bytes(weights, copies, aux) / aux[A_QUANTIZE_BPS] + 4 * re.hw.launch_s)
-    kernels = where(fused, 2.0, 4.0) * (1 + again) + 4.0 + flips + 4 * casts
-    # current scaling of a tensor that sequence parallelism gathers takes its amax over the tp
-    # group first: a 4-byte all-reduce before QKV's and the up projection's input gathers and
-    # before the two row-parallel output gradients' (simulator.graph.tp_comm), each launched
-    # like any collective. Only their host launches are charged: their GPU time is latency,
-    # which the simulator takes from measured NCCL tables (7.8-15 us on H100, 14-60 us on B200
-    # at tp 2-8) and which this form's ring latency put at 1-5x that, widening the held-out
-    # residual (std 0.0834 -> 0.0872 on runs/samples/moe-cp-40k-s15); the trees learn it
-    amax_reduces = where(sp & (aux[A_AMAX] > 0) & (re.t > 1), 2.0 * (2 + again), 0.0)
-    gpu = inputs * (1 + again) + grads + transpose + cast
-    host = kernels * re.hw.host_s + amax_reduces * re.hw.coll_s
-    return GpuHost(where(low, gpu, 0.0), where(low, host, 0.0))
-
-
 @njit
 def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardware,
                  r: Rows, re: Rows) -> tuple[Vec, ...]:
@@ -298,7 +234,9 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     # a MoE layer's dispatch and combine (their combined-1F1B overlap), its experts' extra GPU
     # time and its extra host launches (surrogate.moe_terms)
     moe_layer_comm, moe_layer_gpu = moe_layer_terms(f, new, tokens, comm.a2a_s, copies_sent, hw,
-                                                    dense[D_LAYER_COMPUTE])
+                                                    dense[D_LAYER_COMPUTE],
+                                                    where(low, peak_lp * lp_eff, hw.peak_bf16))
+    moe_layer_gpu = moe_layer_gpu + expert_quantize_s(re, new, tokens, aux, level, low)
     moe_layer_host = aux[A_MOE_HOST]
     moe_comm = moe_layer_comm * n_moe / L
     attention_s = attention_extra_s(f, new, dims, models[M_ATTENTION], dense, hw)

@@ -107,7 +107,7 @@ def _row(fields: np.ndarray, hw: np.ndarray, i: int) -> Rows:
                      c[23], c[24],
                      Hardware(hw[0], hw[1], hw[2], hw[3], hw[4], hw[5], hw[6], hw[7], hw[8],
                               hw[9], hw[10], hw[11], hw[12], hw[13], hw[14], hw[15], hw[16],
-                              hw[17], hw[18], hw[19]))
+                              hw[17], hw[18], hw[19], hw[20], hw[21]))
 
 
 @njit

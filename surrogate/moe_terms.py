@@ -1,9 +1,9 @@
 """A MoE layer in the surrogate's closed form (`surrogate.extended`), as the simulator builds
 it (simulator.graph.moe, balanced routing): the dispatcher's collectives (`dispatch_s`), the
 token shuffles and router (`token_shuffle_s`), the layer's extra host launches counted in the
-simulator's blocks (`moe_host_s`), the experts' grouped GEMMs (`moe_layer_terms`), their
-gradient reduction and optimizer step (`expert_tail_s`) and their extra saved activations
-(`saved_activations_bytes`). The dispatchers:
+simulator's blocks (`moe_host_s`), the experts' grouped GEMMs (`moe_layer_terms`) and their
+extra saved activations (`saved_activations_bytes`); their gradient reduction and optimizer
+step are `surrogate.dp_terms.expert_tail_s`. The dispatchers:
 
 - ``alltoall``: per direction one all-to-all of the rank's tokens x top-k over the ep ranks, and
   with expert tp an all-gather (dispatch) / reduce-scatter (combine) of the tokens the local
@@ -31,6 +31,7 @@ from simulator.jit import njit
 from simulator.job.enums import DataParallelSharding
 from surrogate.columns import python_scalar, row_groups, value_at
 from surrogate.features import JOB_COLUMNS
+from surrogate.nccl_terms import domain_ring_s
 from surrogate.physics import RECOMPUTE, Hardware, Vec, floor, gemm_efficiency, maximum, minimum, skips, where
 from surrogate.records import CHOICES
 from surrogate.records import new_column as _col
@@ -39,12 +40,10 @@ from surrogate.slots import (
     CUDA_GRAPHS,
     D_ACTIVATIONS,
     D_LAYER_SAVED,
-    D_STAGE_MB,
     EP,
     EXPERT_TP,
     GATED_MLP,
     GPUS_PER_NODE,
-    GRAD_REDUCE_IN_FP32,
     HIDDEN_SIZE,
     INTER_NODE_BANDWIDTH_GBPS,
     INTRA_NODE_BANDWIDTH_GBPS,
@@ -57,14 +56,10 @@ from surrogate.slots import (
     NUM_EXPERTS,
     NUM_GPUS,
     NVLINK_DOMAIN,
-    OVERLAP_GRAD_REDUCE,
-    PRECISION,
     RECOMPUTE_CODE,
     SEQ_LENGTH,
     TP,
-    VIRTUAL_STAGES,
 )
-from surrogate.timing import GRAD_BUFFER_PASSES
 
 _DISPATCHERS = CHOICES["moe_token_dispatcher"]
 ROUTING_BYTES_PER_EXPERT = 5.0  # a bool routing-map entry and an fp32 probability per expert
@@ -123,7 +118,10 @@ def ring_gather_s(total_bytes: Vec, n: Vec, per_node: Vec, intra_Bps: Vec, node_
     k = -floor(-n / maximum(g, 1.0))  # the nodes (domains) the ring spans
     latency = where(crosses, (n - k) * hw.intra_lat_s + (k - 1) * hw.inter_lat_s,
                     (n - 1) * hw.intra_lat_s)
-    return where(n > 1, maximum(intra, where(crosses, inter, 0.0)) + latency, 0.0)
+    # inside one domain, NCCL's protocol choice (timing.domain_ring_s) where no measured table
+    flat = where(hw.ll_max_Bps > 0, domain_ring_s(hw, total_bytes, n, n - 1, intra_Bps, 1.0),
+                 intra + latency)
+    return where(n > 1, where(crosses, maximum(intra, inter) + latency, flat), 0.0)
 
 
 class DispatchSeconds(NamedTuple):
@@ -353,16 +351,17 @@ def _launches_of(record: dict[str, Any]) -> tuple[float, float, float]:
 
 
 @njit
-def _gemm_s(hw: Hardware, m: Vec, n: Vec, k: Vec) -> Vec:
-    """Forward, data- and weight-gradient GEMMs of Y[m,n] = X[m,k] W[k,n] in 16 bits: the
-    simulator's roofline with its tile / wave / depth efficiency, one launch gap each."""
+def _gemm_s(hw: Hardware, peak: Vec, m: Vec, n: Vec, k: Vec) -> Vec:
+    """Forward, data- and weight-gradient GEMMs of Y[m,n] = X[m,k] W[k,n] at the FLOP rate
+    `peak` (16 bits, or a recipe's rate: timing.projection_gemms): the simulator's roofline
+    with its tile / wave / depth efficiency, one launch gap each."""
     eff = gemm_efficiency(1.0, m, n, k, hw.num_sms, hw.gemm_max, hw.k_half)
     flops, traffic = 2.0 * m * n * k, (m * k + k * n + m * n) * 2.0
-    return 3 * (maximum(flops / (hw.peak_bf16 * eff), traffic / hw.hbm_Bps) + hw.launch_s)
+    return 3 * (maximum(flops / (peak * eff), traffic / hw.hbm_Bps) + hw.launch_s)
 
 
 @njit(inline=True)
-def _expert_gemm_s(f: Any, new: Any, tokens: Vec, hw: Hardware) -> Vec:
+def _expert_gemm_s(f: Any, new: Any, tokens: Vec, hw: Hardware, peak: Vec) -> Vec:
     """Seconds per MoE layer and micro-batch that the experts' grouped GEMMs take beyond what
     the dense form charged for them (MoE rows only). The dense form prices the routed experts as
     one dense MLP of top-k x moe_ffn split over tp, on the rank's b s / cp tokens; the simulator
@@ -372,28 +371,32 @@ def _expert_gemm_s(f: Any, new: Any, tokens: Vec, hw: Hardware) -> Vec:
     read whatever the rows), much less efficient when an expert gets few rows, and without
     sequence parallelism on every tp rank's whole copy of the tokens: tp times the dense form's
     FLOPs where expert_tp is 1 (until 2026-11-27 this term compared the grouped GEMMs with a
-    dense MLP of their own rows, which left that factor and expert_tp's gathered rows out)."""
+    dense MLP of their own rows, which left that factor and expert_tp's gathered rows out).
+    Both at `peak`, the recipe's GEMM rate under low precision (the simulator quantizes the
+    experts' GEMMs as the dense ones: charged at 16 bits until schema 24, FP4 MoE rows on B200
+    with tp 4 sat at -0.57 log)."""
     experts, topk = new[NUM_EXPERTS], new[MOE_ROUTER_TOPK]
     ep, etp, h, t = new[EP], new[EXPERT_TP], f[HIDDEN_SIZE], f[TP]
     gated = where(f[GATED_MLP] > 0, 2.0, 1.0)
     ffn = new[MOE_FFN_HIDDEN_SIZE] / maximum(etp, 1.0)
     rows = maximum(tokens * topk * etp * ep / experts, 1.0)  # per local expert
     local = experts / ep
-    grouped = local * (_gemm_s(hw, rows, ffn * gated, h) + _gemm_s(hw, rows, h, ffn))
+    grouped = local * (_gemm_s(hw, peak, rows, ffn * gated, h) + _gemm_s(hw, peak, rows, h, ffn))
     charged_ffn = topk * new[MOE_FFN_HIDDEN_SIZE] / t
     charged_rows = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH] / new[CP]
-    charged = _gemm_s(hw, charged_rows, charged_ffn * gated, h) + _gemm_s(hw, charged_rows, h, charged_ffn)
+    charged = (_gemm_s(hw, peak, charged_rows, charged_ffn * gated, h)
+               + _gemm_s(hw, peak, charged_rows, h, charged_ffn))
     return maximum(grouped - charged, 0.0)
 
 
 @njit(inline=True)
 def moe_layer_terms(f: Any, new: Any, tokens: Vec, a2a_s: Vec, copies: Vec, hw: Hardware,
-                    layer_c: Vec) -> tuple[Vec, Vec]:
+                    layer_c: Vec, gemm_peak: Vec) -> tuple[Vec, Vec]:
     """Per MoE layer and micro-batch (zero on dense rows): the dispatcher's exposed collectives
     (with the combined-1F1B overlap, simulator.costs.blocks: a forward's all-to-alls hide under
     the other micro-batch's backward compute, 2/3 of the layer's, a backward's under its
     forward, 1/3) and the experts' extra GPU time (grouped GEMMs, token shuffles). Its host
-    launches are a lookup per launch key (`moe_host_s`)."""
+    launches are a lookup per launch key (`moe_host_s`). `gemm_peak`: the experts' GEMM rate."""
     moe = new[NUM_EXPERTS] > 0
     if skips(moe):
         return 0.0, 0.0
@@ -404,50 +407,9 @@ def moe_layer_terms(f: Any, new: Any, tokens: Vec, a2a_s: Vec, copies: Vec, hw: 
     full = f[RECOMPUTE_CODE] == _FULL
     comm = (where(new[MOE_OVERLAP_EP_COMM] > 0, hidden, 2 * pair.hideable) + 2 * pair.exposed
             + where(full, pair.hideable + pair.exposed, 0.0))
-    gpu = (_expert_gemm_s(f, new, tokens, hw) * where(full, 4 / 3, 1.0)
+    gpu = (_expert_gemm_s(f, new, tokens, hw, gemm_peak) * where(full, 4 / 3, 1.0)
            + token_shuffle_s(f, new, tokens, copies, hw))
     return where(moe, comm, 0.0), where(moe, gpu, 0.0)
-
-
-@njit(inline=True)
-def expert_tail_s(f: Any, new: Any, experts_per_gpu: Vec, expert_dp: Vec, sharding_level: Vec,
-                  dense: Any, hw: Hardware) -> Vec:
-    """Seconds per iteration that the routed experts' gradients and optimizer step add (the
-    dense form reduces and steps the dense-equivalent MLP only): the experts' gradients reduced
-    over expert_dp ranks (simulator.timeline.grad_sync: all-reduce, or with the distributed
-    optimizer reduce-scatter and the parameters' all-gather), a ring on the ranks' own links
-    (the expert grid expert_tp x ep x expert_dp: the group strided by expert_tp x ep), hidden
-    under the last backward as the dense form hides its own; then Adam on the GPU's shard
-    (36 bytes of traffic per parameter)."""
-    if skips(new[NUM_EXPERTS] > 0):
-        return 0.0
-    n = expert_dp
-    stride = new[EXPERT_TP] * new[EP]
-    domain = maximum(new[NVLINK_DOMAIN], 1.0)
-    gpn = maximum(minimum(f[GPUS_PER_NODE], f[NUM_GPUS]), 1.0)
-    inside = stride * n <= domain
-    # NCCL's rings cross each domain boundary through the NICs of the group's g ranks there
-    g = minimum(maximum(floor(domain / stride), 1.0), maximum(n, 1.0))
-    intra = f[INTRA_NODE_BANDWIDTH_GBPS] * 1e9 * hw.intra_eff
-    nic = f[INTER_NODE_BANDWIDTH_GBPS] * 1e9 / 8 / gpn * hw.inter_eff
-    link = where(inside, intra, minimum(intra, g * nic))
-    latency = where(inside, hw.intra_lat_s, hw.inter_lat_s)
-    sixteen = new[GRAD_REDUCE_IN_FP32] == _GRAD_16
-    grad = experts_per_gpu * where(sixteen | (f[PRECISION] == 0), 2.0, 4.0)
-    sharded = sharding_level >= _OPTIM_LEVEL
-    ring = (n - 1) / maximum(n, 1.0) / link
-    reduce = where(sharded, grad * ring + experts_per_gpu * 2.0 * ring, 2 * grad * ring)
-    reduce = where(n > 1, reduce + 2 * (n - 1) * latency, 0.0)
-    backward = dense[D_STAGE_MB] / f[VIRTUAL_STAGES] * (2 / 3)
-    hidden = where(f[OVERLAP_GRAD_REDUCE] > 0, minimum(0.9 * reduce, backward), 0.0)
-    exposed = maximum(hw.comm_slowdown * hidden, reduce - hidden)  # as the dense form's
-    shard = where(sharded, n, 1.0)
-    optimizer = experts_per_gpu / shard * 36.0 / hw.hbm_Bps
-    # the DDP's zeroing and NaN-check passes over the experts' gradient buffer
-    # (simulator.timeline.tail.grad_buffer_op; not under Megatron-FSDP's sharded buffers)
-    optimizer = optimizer + where(sharding_level <= _OPTIM_LEVEL,
-                                  GRAD_BUFFER_PASSES * grad / hw.hbm_Bps, 0.0)
-    return where(new[NUM_EXPERTS] > 0, exposed + optimizer, 0.0)
 
 
 @njit(inline=True)

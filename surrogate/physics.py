@@ -28,8 +28,15 @@ import numpy as np
 
 from simulator.costs import analytic as costs
 from simulator.jit import njit
+from simulator.job.enums import GpuArchitecture
 from simulator.job.specs import GiB, HardwareSpec
 from simulator.memory.stages import WORKSPACE_BYTES
+from simulator.network.algorithms import (
+    LL_MAX_ONE_DOMAIN,
+    LL_MAX_ONE_DOMAIN_BLACKWELL,
+    NVLS_EFFICIENCY,
+    NVLS_EFFICIENCY_BLACKWELL,
+)
 from simulator.timeline.contention import compute_slowdown
 from surrogate.columns import factorize
 
@@ -130,6 +137,8 @@ class Hardware(NamedTuple):
     comm_slowdown: Vec  # compute seconds per second beside a collective (simulator.timeline.contention)
     attention_max: Vec  # fused attention's ceiling (simulator.costs.analytic: the GEMMs' where unset)
     attention_k_half: Vec  # ... and its depth half-point (the GEMMs' where unset)
+    ll_max_Bps: Vec  # NCCL's LL ceiling inside a domain; 0 where measured tables replace NCCL's model
+    nvls_eff: Vec  # NCCL's NVLink SHARP efficiency; 0 without NVLink SHARP
 
 
 HW_FIELDS: tuple[str, ...] = Hardware._fields
@@ -219,7 +228,21 @@ def hardware_vector(spec: HardwareSpec) -> dict[str, float]:
             "mb_s": getattr(e, "microbatch_overhead_s", 0.0),
             "comm_slowdown": compute_slowdown(spec),
             "attention_max": e.attention_max_efficiency or e.gemm_max_efficiency,
-            "attention_k_half": e.attention_k_half or e.gemm_k_half}
+            "attention_k_half": e.attention_k_half or e.gemm_k_half,
+            **_nccl_numbers(spec)}
+
+
+def _nccl_numbers(spec: HardwareSpec) -> dict[str, float]:
+    """The constants NCCL's tuner reads for a collective inside one NVLink domain
+    (simulator.network.algorithms.Links): the LL protocol's bandwidth ceiling and NVLink SHARP's
+    efficiency by GPU generation. A GPU with measured nccl-tests tables (`nccl_tables`) costs its
+    collectives inside a node from them instead (simulator.network.collectives), which the
+    calibrated ring stands for: ``ll_max_Bps`` 0 says so."""
+    blackwell = spec.architecture is GpuArchitecture.BLACKWELL
+    ll_max = LL_MAX_ONE_DOMAIN_BLACKWELL if blackwell else LL_MAX_ONE_DOMAIN[bool(spec.nvlink_sharp)]
+    nvls = NVLS_EFFICIENCY_BLACKWELL if blackwell else NVLS_EFFICIENCY
+    return {"ll_max_Bps": 0.0 if spec.nccl_tables else ll_max,
+            "nvls_eff": nvls if spec.nvlink_sharp else 0.0}
 
 
 def hardware_table(gpu: Any, hardware: Mapping[str, HardwareSpec] | None) -> tuple[np.ndarray, np.ndarray]:

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from simulator.jit import njit
 from simulator.job.enums import Framework
 from simulator.job.framework import semantics
+from surrogate.nccl_terms import domain_all_reduce_s
 from surrogate.physics import Rows, Vec, ceil, floor, fused_softmax, maximum, minimum, where
 from surrogate.physics import gemm_efficiency as _simulator_gemm_efficiency
 
@@ -266,7 +267,8 @@ def _ring_s(r: Rows, nbytes: Vec, n: Vec, per_node: Vec, sharing: Vec, calls: Ve
     g = minimum(per_node, n)
     crosses = k > 1
     intra_bw = r.intra_Bps * r.hw.intra_eff
-    flat = 2 * (n - 1) / maximum(n, 1) * nbytes / intra_bw + calls * 2 * (n - 1) * r.hw.intra_lat_s
+    calibrated = 2 * (n - 1) / maximum(n, 1) * nbytes / intra_bw + calls * 2 * (n - 1) * r.hw.intra_lat_s
+    flat = where(r.hw.ll_max_Bps > 0, domain_all_reduce_s(r.hw, nbytes, n, intra_bw, calls), calibrated)
     local = 2 * (g - 1) / maximum(g, 1) * nbytes / intra_bw
     inter = 2 * (n - 1) / n * nbytes * (sharing / g) / (r.inter_Bps * r.hw.inter_eff)
     hier = maximum(local, inter) + calls * (2 * (n - k) * r.hw.intra_lat_s

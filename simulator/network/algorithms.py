@@ -77,6 +77,7 @@ LL_MAX_ACROSS = (39.0e9, 39.0e9, 20.4e9)
 NVLS_EFFICIENCY = 0.85  # nvlsEfficiency, Hopper
 NVLS_EFFICIENCY_BLACKWELL = 0.74
 CHANNELS = 16
+PAT_PER_RANK_US = 2.8  # PAT's latency per rank (tuning.cc)
 # treeCorrectionFactor[protocol][log2(bytes / 64)], 64 B to 256 MB
 TREE_CORRECTION = {
     Proto.LL: (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
@@ -226,7 +227,7 @@ def pat(links: Links) -> tuple[float, float] | None:
     if links.per_domain != 1 or links.domains < 2:
         return None
     latency = (BASE_US[Algo.PAT][2] * US + math.floor(math.log2(links.domains))
-               * links.inter_s(Algo.PAT, Proto.SIMPLE) / 3.5 + links.n * 2.8 * US)
+               * links.inter_s(Algo.PAT, Proto.SIMPLE) / 3.5 + links.n * PAT_PER_RANK_US * US)
     return latency, links.bus_Bps() * 0.75
 
 
