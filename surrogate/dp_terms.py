@@ -40,7 +40,7 @@ from surrogate.slots import (
 from surrogate.timing import (
     ADAM_BYTES_PER_PARAM,
     GRAD_BUFFER_PASSES,
-    _ring_s,
+    collective_s,
     grad_buckets,
     kernel_s,
     ranks_per_node,
@@ -78,15 +78,19 @@ def grad_dtype_s(f: Any, new: Any, re: Rows, stage: Vec) -> tuple[Vec, Vec]:
 
 
 @njit(inline=True)
-def _dp_comm_s(re: Rows, stage: Vec, element: Vec, ranks: Vec, sharded: Vec, overlap: Vec) -> Vec:
+def _dp_comm_s(re: Rows, stage: Vec, element: Vec, ranks: Vec, sharded: Vec, overlap: Vec,
+                bucketed_gather: Any) -> Vec:
     """The dense form's data-parallel communication (surrogate.timing.iteration: the gradient
     reduction in buckets, the distributed optimizer's reduce-scatter and parameter gather) over
-    `ranks` placed tp apart, of `element` bytes per gradient; `sharded`: the optimizer is."""
+    `ranks` placed tp apart, of `element` bytes per gradient; `sharded`: the optimizer is;
+    `bucketed_gather`: the parameters are gathered in the gradient buckets (overlap_param_gather:
+    each its own collective, as the simulator's; one call otherwise)."""
     per_node = ranks_per_node(re, ranks)
     grad = stage * element
     buckets = grad_buckets(grad, re.d, re.v, element, overlap)  # sized by dp without cp
-    reduce = _ring_s(re, grad, ranks, per_node, re.gpn, buckets) * where(sharded, 0.5, 1.0)
-    gather = _ring_s(re, 2.0 * stage, ranks, per_node, re.gpn, 1.0) * 0.5 * where(sharded, 1.0, 0.0)
+    reduce = collective_s(re, grad, ranks, per_node, re.gpn, buckets, sharded)
+    gathers = where(bucketed_gather, buckets, 1.0)
+    gather = collective_s(re, 2.0 * stage, ranks, per_node, re.gpn, gathers, True) * where(sharded, 1.0, 0.0)
     return reduce + gather
 
 
@@ -108,8 +112,8 @@ def dp_correction(f: Any, new: Any, dense: Any, hw: Hardware, re: Rows, element:
     default = _dense_grad_bytes(f)
     dopt = re.dopt > 0
     stage = dense[D_STAGE_PARAMS]
-    extra = (_dp_comm_s(re, stage, element, ranks, dopt, overlap)
-             - _dp_comm_s(re, stage, default, re.d, dopt, overlap))
+    extra = (_dp_comm_s(re, stage, element, ranks, dopt, overlap, new[OVERLAP_PARAM_GATHER] > 0)
+             - _dp_comm_s(re, stage, default, re.d, dopt, overlap, False))
     # the distributed optimizer's step on 1 / (dp x cp) of the stage's parameters, not 1 / dp
     step = (kernel_s(re, 10 * stage / ranks, ADAM_BYTES_PER_PARAM * stage / ranks)
             - kernel_s(re, 10 * stage / re.d, ADAM_BYTES_PER_PARAM * stage / re.d))
@@ -150,7 +154,9 @@ def dp_tree_correction(f: Any, dense: Any, hw: Hardware, element: Vec, ranks: Ve
     ring_hops = 2 * (ranks - k) * hw.intra_lat_s + 2 * (k - 1) * hw.inter_lat_s
     tree_hops = 2 * ((per_node - 1) * hw.intra_lat_s + floor(log2(maximum(k, 1.0))) * hw.inter_lat_s)
     saving = maximum(0.0, (inter + ring_hops) - (inter / 0.92 + tree_hops))
-    saving = where(k > 1, saving * buckets * where(f[DISTRIBUTED_OPTIMIZER] > 0, 0.5, 1.0), 0.0)
+    # (where NCCL's own choice prices the reduction, surrogate.timing.collective_s, it has the tree)
+    saving = where((k > 1) & (hw.ll_max_Bps == 0),
+                   saving * buckets * where(f[DISTRIBUTED_OPTIMIZER] > 0, 0.5, 1.0), 0.0)
     old = dense[D_DP_COMM]
     new = maximum(old - saving + extra, 0.0)
     backward = dense[D_STAGE_MB] / v * (2 / 3)

@@ -71,7 +71,6 @@ from surrogate.slots import (
     D_STAGE_PARAMS,
     D_TP_OVERLAP_SAVING,
     D_WEIGHT_STATES,
-    DISTRIBUTED_OPTIMIZER,
     DP,
     EP,
     EXPERT_TP,
@@ -276,10 +275,11 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     time = maximum(est + tree + layers * per_layer + uneven_s + experts_tail, 0.2 * est)
     # Megatron shards the optimizer over the data-parallel group with context parallelism (dp x
     # cp, simulator.graph.params.optimizer_shards) and the routed experts' over expert_dp; the
-    # dense form's rows shard it over dp where `distributed_optimizer` is set and nothing else
+    # dense form's rows shard it over dp where their effective rows have the distributed
+    # optimizer (surrogate.extended.effective_fields) and nothing else
     ranks = d * new[CP]
     sharded = level >= _OPTIM_LEVEL
-    dense_shard = where(f[DISTRIBUTED_OPTIMIZER] > 0, d, 1.0)
+    dense_shard = where(re.dopt > 0, d, 1.0)
     optimizer_shard = where(sharded, ranks, 1.0)
     # a MoE row's MLP: the dense form's dense-equivalent one out, the dense layers' MLPs and the
     # GPU's routed experts in, each at its group's bytes per parameter

@@ -28,7 +28,7 @@ from typing import Any
 
 from simulator.jit import njit
 from surrogate.physics import Rows, Vec, maximum, minimum, where
-from surrogate.timing import _ring_s, dp_placement, grad_buckets
+from surrogate.timing import collective_s, dp_placement, grad_buckets
 
 
 @njit(inline=True)
@@ -38,7 +38,7 @@ def param_gather_shift_s(r: Rows, opg: Any, stage: Vec, stage_mb_s: Vec) -> Vec:
     them (their own fields, not `surrogate.extended.effective_fields`); `stage`, `stage_mb_s`:
     the dense form's stage parameters and one micro-batch's stage time."""
     d, p, v = r.d, r.p, r.v
-    gather = 0.5 * _ring_s(r, 2.0 * stage, d, dp_placement(r), r.gpn, 1.0)
+    gather = collective_s(r, 2.0 * stage, d, dp_placement(r), r.gpn, 1.0, True)
     element = where(r.bf16 > 0, 4.0, 2.0)  # the gradients the buckets are sized by
     overlapped = 1.0  # the flag requires overlapped reduction
     n0 = maximum(grad_buckets(stage * element, d, v, element, overlapped) - (v - 1), 1.0)

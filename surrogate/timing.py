@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from simulator.jit import njit
 from simulator.job.enums import Framework
 from simulator.job.framework import semantics
-from surrogate.nccl_terms import domain_all_reduce_s
+from surrogate.nccl_terms import crossing_ring_s, crossing_tree_s, domain_all_reduce_s, domain_ring_s
 from surrogate.physics import Rows, Vec, ceil, floor, fused_softmax, maximum, minimum, where
 from surrogate.physics import gemm_efficiency as _simulator_gemm_efficiency
 
@@ -277,6 +277,31 @@ def _ring_s(r: Rows, nbytes: Vec, n: Vec, per_node: Vec, sharing: Vec, calls: Ve
 
 
 @njit(inline=True)
+def collective_s(r: Rows, nbytes: Vec, n: Vec, per_node: Vec, sharing: Vec, calls: Vec, scatter: Any) -> Vec:
+    """`calls` all-reduces (`scatter` false) or reduce-scatters / all-gathers (true) of `nbytes`
+    in all over `n` ranks, `per_node` on each node and its NICs shared by `sharing` GPUs'
+    groups: at NCCL's algorithm and protocol (surrogate.nccl_terms, as the simulator chooses
+    them: a ring, NVLS, the tree or PAT), or on a GPU with measured collective tables the
+    calibrated ring `_ring_s` (a reduce-scatter half of its all-reduce). The calibrated ring
+    charged every step Simple's latency and never the tree: B200's dp reductions over hundreds
+    of ranks at 21.6 us per NVLink step."""
+    calibrated = _ring_s(r, nbytes, n, per_node, sharing, calls) * where(scatter, 0.5, 1.0)
+    k = ceil(n / maximum(per_node, 1))
+    g = minimum(per_node, n)
+    intra = r.intra_Bps * r.hw.intra_eff
+    inter = r.inter_Bps * r.hw.inter_eff * g / sharing
+    steps = where(scatter, n - 1, 2 * (n - 1))
+    net_steps = where(scatter, k - 1, 2 * (k - 1))
+    ring = crossing_ring_s(r.hw, nbytes, n, k, steps, net_steps, minimum(intra, inter), calls,
+                           where(scatter, 0.0, 1.0))
+    across = where(scatter, ring, minimum(ring, crossing_tree_s(r.hw, nbytes, n, k, intra, inter, calls)))
+    inside = where(scatter, domain_ring_s(r.hw, nbytes, n, steps, intra, calls),
+                   domain_all_reduce_s(r.hw, nbytes, n, intra, calls))
+    nccl = where(k > 1, across, inside)
+    return where(n > 1, where(r.hw.ll_max_Bps > 0, nccl, calibrated), 0.0)
+
+
+@njit(inline=True)
 def tp_comm_s(r: Rows, nbytes: Vec) -> Vec:
     """One tp all-reduce (or all-gather + reduce-scatter pair under sequence parallelism)."""
     per_node = minimum(r.t, r.gpn)
@@ -348,16 +373,16 @@ def iteration(r: Rows, stage_params: Vec, vocab_p: Vec) -> Iteration:
     grad = stage_params * where(r.bf16 > 0, 4.0, 2.0)
     per_node = dp_placement(r)
     buckets = grad_buckets(grad, r.d, v, where(r.bf16 > 0, 4.0, 2.0), r.overlap)
-    reduce = _ring_s(r, grad, r.d, per_node, r.gpn, buckets) * where(r.dopt > 0, 0.5, 1.0)
-    gather = _ring_s(r, 2.0 * stage_params, r.d, per_node, r.gpn, 1.0) * 0.5 * r.dopt
+    reduce = collective_s(r, grad, r.d, per_node, r.gpn, buckets, r.dopt > 0)
+    gather = collective_s(r, 2.0 * stage_params, r.d, per_node, r.gpn, 1.0, True) * r.dopt
     backward_mb = stage / v * (2 / 3)
     hidden = where(r.overlap > 0, minimum(reduce * 0.9, backward_mb), 0.0)
     # what outlasts the backward, or what the hidden part slows it (simulator.timeline.contention)
     dp_exposed = maximum(r.hw.comm_slowdown * hidden, reduce - hidden) + gather
     tied = (1 - r.gated) * (p > 1)
     emb_crosses = (p - 1) * stride >= r.gpn
-    emb = tied * _ring_s(r, vocab_p * r.h / r.t * where(r.bf16 > 0, 4.0, 2.0), 2.0,
-                         where(emb_crosses, 1.0, 2.0), r.gpn, 1.0)
+    emb = tied * collective_s(r, vocab_p * r.h / r.t * where(r.bf16 > 0, 4.0, 2.0), 2.0,
+                              where(emb_crosses, 1.0, 2.0), r.gpn, 1.0, False)
     shard = where(r.dopt > 0, r.d, 1.0)
     optimizer = kernel_s(r, 10 * stage_params / shard, ADAM_BYTES_PER_PARAM * stage_params / shard)
     # Megatron-Core's DDP zeroes the whole gradient buffer and takes its NaN-check norm each
