@@ -31,7 +31,7 @@ from simulator.jit import njit
 from simulator.job.enums import DataParallelSharding
 from surrogate.columns import python_scalar, row_groups, value_at
 from surrogate.features import JOB_COLUMNS
-from surrogate.nccl_terms import domain_ring_s
+from surrogate.nccl_terms import crossing_ring_s, domain_ring_s
 from surrogate.physics import RECOMPUTE, Hardware, Vec, floor, gemm_efficiency, maximum, minimum, skips, where
 from surrogate.records import CHOICES
 from surrogate.records import new_column as _col
@@ -118,10 +118,14 @@ def ring_gather_s(total_bytes: Vec, n: Vec, per_node: Vec, intra_Bps: Vec, node_
     k = -floor(-n / maximum(g, 1.0))  # the nodes (domains) the ring spans
     latency = where(crosses, (n - k) * hw.intra_lat_s + (k - 1) * hw.inter_lat_s,
                     (n - 1) * hw.intra_lat_s)
-    # inside one domain, NCCL's protocol choice (timing.domain_ring_s) where no measured table
+    # NCCL's protocol choice (surrogate.nccl_terms) where no measured table: inside one domain,
+    # and across (LL / LL128 steps where Simple's B200 21.6 us ones were charged, or PAT)
     flat = where(hw.ll_max_Bps > 0, domain_ring_s(hw, total_bytes, n, n - 1, intra_Bps, 1.0),
                  intra + latency)
-    return where(n > 1, where(crosses, maximum(intra, inter) + latency, flat), 0.0)
+    bus = minimum(intra_Bps, node_Bps)
+    across = where(hw.ll_max_Bps > 0, crossing_ring_s(hw, total_bytes, n, k, n - 1, k - 1, bus, 1.0, 0.0),
+                   maximum(intra, inter) + latency)
+    return where(n > 1, where(crosses, across, flat), 0.0)
 
 
 class DispatchSeconds(NamedTuple):

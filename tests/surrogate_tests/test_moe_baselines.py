@@ -160,14 +160,15 @@ def test_full_recompute_runs_a_moe_layers_forward_again() -> None:
 
 @pytest.mark.parametrize(("gpu", "expert_tp", "ep", "gpus", "domain"), [
     ("h100-sxm-80gb", 1, 64, 128, 8), ("h100-sxm-80gb", 2, 64, 128, 8),
-    ("gb200", 2, 64, 256, 72)])
+    ("gb200", 2, 64, 256, 72), ("b200", 2, 32, 128, 8)])
 def test_an_allgather_dispatch_over_many_nodes_costs_what_nccls_ring_costs(
         gpu: str, expert_tp: int, ep: int, gpus: int, domain: int) -> None:
     """The all-gather dispatcher over ep x expert_tp ranks spanning k nodes (or NVL72 domains):
     a ring of n - 1 steps of which k - 1 cross the network (NCCL's tuning model, as the
     simulator's), and what crosses carried by the NICs of the group's members in a domain (all
     72 of an NVL72 domain's, not one tray's). Charging n - g network steps and one tray's NICs
-    had the closed form 2.3x the simulator at ep 64 x expert_tp 2 (-0.28 in log on 239 rows)."""
+    had the closed form 2.3x the simulator at ep 64 x expert_tp 2 (-0.28 in log on 239 rows);
+    B200's NVLink steps at Simple's calibrated 21.6 us where NCCL runs LL128, 1.4x."""
     job = job_from_dict({
         "model": {"preset": "qwen3-30b-a3b", "seq_length": 4096},
         "training": {"global_batch_size": gpus, "micro_batch_size": 1, "precision": "bf16",
@@ -180,7 +181,7 @@ def test_an_allgather_dispatch_over_many_nodes_costs_what_nccls_ring_costs(
     names, x = feature_matrix(pd.DataFrame([job_to_record(job)]), {gpu: catalog_hardware(gpu)})
     f = dict(zip(names, x[0].astype(float), strict=True))
     closed = f["time_moe_comm_s"] * job.model.num_layers / f["moe_layers"]
-    assert closed == pytest.approx(layer.ep_comm, rel=0.25)
+    assert closed == pytest.approx(layer.ep_comm, rel=0.05)
 
 
 @pytest.mark.parametrize("pp", [1, 4])
