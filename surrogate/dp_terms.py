@@ -12,16 +12,20 @@ from simulator.jit import njit
 from simulator.job.enums import DataParallelSharding
 from surrogate.nccl_terms import crossing_ring_s, crossing_tree_s, domain_all_reduce_s, domain_ring_s
 from surrogate.physics import Hardware, Rows, Vec, ceil, floor, log2, maximum, minimum, skips, where
+from surrogate.pipeline_terms import layer_params_per_gpu
 from surrogate.records import CHOICES
 from surrogate.slots import (
     CP,
     D_DP_COMM,
+    D_LAYER_COMPUTE,
+    D_RECOMPUTE,
     D_STAGE_MB,
     D_STAGE_PARAMS,
     DISTRIBUTED_OPTIMIZER,
     DP,
     EP,
     EXPERT_TP,
+    FFN_HIDDEN_SIZE,
     GLOBAL_BATCH_SIZE,
     GPUS_PER_NODE,
     GRAD_REDUCE_IN_FP32,
@@ -50,6 +54,8 @@ from surrogate.timing import (
 _GRAD_16 = float(CHOICES["grad_reduce_in_fp32"].index("false"))
 _GRAD_32 = float(CHOICES["grad_reduce_in_fp32"].index("true"))
 _OPTIM_LEVEL = float(DataParallelSharding.OPTIM.level)
+_OPTIM_GRADS_LEVEL = float(DataParallelSharding.OPTIM_GRADS.level)
+_OPTIM_GRADS_PARAMS_LEVEL = float(DataParallelSharding.OPTIM_GRADS_PARAMS.level)
 
 
 @njit(inline=True)
@@ -227,3 +233,36 @@ def expert_tail_s(f: Any, new: Any, experts_per_gpu: Vec, expert_dp: Vec, shardi
     optimizer = optimizer + where(sharding_level <= _OPTIM_LEVEL,
                                   GRAD_BUFFER_PASSES * grad / hw.hbm_Bps, 0.0)
     return where(new[NUM_EXPERTS] > 0, exposed + optimizer, 0.0)
+
+
+@njit(inline=True)
+def _beyond(comm: Vec, busy: Vec, slowdown: Vec) -> Vec:
+    """What collectives on their own stream add to a direction's compute `busy`: what outlasts
+    it, or what they slow it (simulator.costs.blocks._exposed_s, FSDP's `OVERLAP_BLOCK`)."""
+    return maximum(slowdown * minimum(comm, busy), comm - busy)
+
+
+@njit(inline=True)
+def fsdp_layer_s(f: Any, re: Rows, dense: Any, hw: Hardware, level: Vec, grad_element: Vec) -> Vec:
+    """Seconds per layer and micro-batch that Megatron-FSDP's collectives of the layer (its FSDP
+    unit: simulator.graph.fsdp) add: ZeRO-2 (`optim_grads`) reduce-scatters the layer's
+    gradients after its backward, ZeRO-3 (`optim_grads_params`) also all-gathers its 16-bit
+    parameters before its forward and again before its backward, each over dp at NCCL's
+    algorithm (surrogate.timing.collective_s) on a stream of its own, exposed beyond the
+    direction's compute (the backward's with its recompute). Over thousands of ranks these
+    latency-bound rings dominate a small model's iteration (GB200, dp 4,096: 5x the dense
+    form)."""
+    zero2 = level >= _OPTIM_GRADS_LEVEL
+    if skips(zero2):
+        return 0.0
+    zero3 = level >= _OPTIM_GRADS_PARAMS_LEVEL
+    d = f[DP]
+    params = layer_params_per_gpu(f, f[FFN_HIDDEN_SIZE])
+    per_node = ranks_per_node(re, d)
+    gather = where(zero3, collective_s(re, 2.0 * params, d, per_node, re.gpn, 1.0, True), 0.0)
+    scatter = collective_s(re, grad_element * params, d, per_node, re.gpn, 1.0, True)
+    compute = dense[D_LAYER_COMPUTE]
+    slow = hw.comm_slowdown
+    exposed = (_beyond(gather, compute / 3, slow)
+               + _beyond(gather + scatter, 2 * compute / 3 + dense[D_RECOMPUTE], slow))
+    return where(zero2 & (d > 1), exposed, 0.0)

@@ -25,7 +25,7 @@ from surrogate.attention_terms import (
     ring_exposed_s,
     ring_steps_extra,
 )
-from surrogate.dp_terms import dp_correction, expert_tail_s, grad_dtype_s
+from surrogate.dp_terms import dp_correction, expert_tail_s, fsdp_layer_s, grad_dtype_s
 from surrogate.memory_terms import quantized_activations_delta
 from surrogate.moe_terms import moe_layer_terms, ring_gather_s, saved_activations_bytes
 from surrogate.param_gather_terms import param_gather_shift_s
@@ -257,7 +257,7 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     steps = ring_steps_extra(re, new[CP], comm.ring, dense[D_ATTENTION])
     quantize = quantize_s(re, low, aux, level)
     busy = (dense[D_LAYER] - dense[D_HOST_EXCESS] - lowp - overlap + cp_comm + attention_s + steps.gpu
-            + quantize.gpu)
+            + quantize.gpu + fsdp_layer_s(f, re, dense, hw, level, grad_element))
     host_floor = where(new[CUDA_GRAPHS] > 0, 0.0, dense[D_LAYER_HOST] + steps.host + quantize.host)
     experts_s = moe_layer_gpu * n_moe / L
     moe_layer = maximum(busy + moe_layer_comm + moe_layer_gpu, host_floor + moe_layer_host)
