@@ -27,7 +27,7 @@ from simulator.network.algorithms import (
     US,
     Algo,
 )
-from surrogate.physics import Hardware, Vec, floor, log2, maximum, minimum, where
+from surrogate.physics import Hardware, Vec, floor, log2, maximum, minimum, skips, where
 
 
 @njit(inline=True)
@@ -39,6 +39,8 @@ def domain_all_reduce_s(hw: Hardware, nbytes: Vec, n: Vec, bus: Vec, calls: Vec)
     runs."""
     steps = 2 * (n - 1)
     ring = domain_ring_s(hw, nbytes, n, steps, bus, calls)
+    if skips(hw.nvls_eff > 0):  # a compiled row without NVLink SHARP
+        return ring
     nvls = (calls * NVLS_STEP_S * hw.intra_lat_s / RING_SIMPLE_NVLINK_S
             + nbytes * steps / maximum(n, 1) / maximum(minimum(2 * hw.nvls_eff, 1.0) * bus, 1.0))
     return where(hw.nvls_eff > 0, minimum(ring, nvls), ring)
@@ -114,6 +116,8 @@ def crossing_tree_s(hw: Hardware, nbytes: Vec, n: Vec, k: Vec, intra: Vec, inter
         latency = _TREE_BASE_S[proto] + 2 * ((per_domain - 1) * _TREE_STEP_S[proto] * scale
                                              + depth * _TREE_NET_S[proto] * net_scale)
         best = minimum(best, calls * latency + nbytes * 2.0 / (share * _tree_correction(proto, size)))
+    if skips((hw.nvls_eff > 0) & (per_domain >= 2)):
+        return best
     sharp = maximum(minimum(2 * hw.nvls_eff * intra, inter * where(k <= 2, 2.0, 1.0)), 1.0)
     nvls_tree = calls * (NVLS_STEP_S * scale + 2 * depth * _NVLS_TREE_NET_S * net_scale) + nbytes * 2 * (
         n - 1) / (n * sharp)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from simulator.jit import njit
 from simulator.job.enums import Framework
 from simulator.job.framework import semantics
 from surrogate.nccl_terms import crossing_ring_s, crossing_tree_s, domain_all_reduce_s, domain_ring_s
-from surrogate.physics import Rows, Vec, ceil, floor, fused_softmax, maximum, minimum, where
+from surrogate.physics import Rows, Vec, ceil, floor, fused_softmax, maximum, minimum, skips, where
 from surrogate.physics import gemm_efficiency as _simulator_gemm_efficiency
 
 DT = 2.0  # fp16/bf16 bytes
@@ -267,8 +269,11 @@ def _ring_s(r: Rows, nbytes: Vec, n: Vec, per_node: Vec, sharing: Vec, calls: Ve
     g = minimum(per_node, n)
     crosses = k > 1
     intra_bw = r.intra_Bps * r.hw.intra_eff
-    calibrated = 2 * (n - 1) / maximum(n, 1) * nbytes / intra_bw + calls * 2 * (n - 1) * r.hw.intra_lat_s
-    flat = where(r.hw.ll_max_Bps > 0, domain_all_reduce_s(r.hw, nbytes, n, intra_bw, calls), calibrated)
+    flat = 2 * (n - 1) / maximum(n, 1) * nbytes / intra_bw + calls * 2 * (n - 1) * r.hw.intra_lat_s
+    if not skips(r.hw.ll_max_Bps > 0):  # (a compiled row computes only the branch it takes)
+        flat = where(r.hw.ll_max_Bps > 0, domain_all_reduce_s(r.hw, nbytes, n, intra_bw, calls), flat)
+    if skips(crosses):
+        return where(n > 1, flat, 0.0)
     local = 2 * (g - 1) / maximum(g, 1) * nbytes / intra_bw
     inter = 2 * (n - 1) / n * nbytes * (sharing / g) / (r.inter_Bps * r.hw.inter_eff)
     hier = maximum(local, inter) + calls * (2 * (n - k) * r.hw.intra_lat_s
@@ -285,20 +290,31 @@ def collective_s(r: Rows, nbytes: Vec, n: Vec, per_node: Vec, sharing: Vec, call
     calibrated ring `_ring_s` (a reduce-scatter half of its all-reduce). The calibrated ring
     charged every step Simple's latency and never the tree: B200's dp reductions over hundreds
     of ranks at 21.6 us per NVLink step."""
-    calibrated = _ring_s(r, nbytes, n, per_node, sharing, calls) * where(scatter, 0.5, 1.0)
+    if skips(r.hw.ll_max_Bps > 0):
+        return _ring_s(r, nbytes, n, per_node, sharing, calls) * where(scatter, 0.5, 1.0)
     k = ceil(n / maximum(per_node, 1))
     g = minimum(per_node, n)
     intra = r.intra_Bps * r.hw.intra_eff
     inter = r.inter_Bps * r.hw.inter_eff * g / sharing
     steps = where(scatter, n - 1, 2 * (n - 1))
     net_steps = where(scatter, k - 1, 2 * (k - 1))
-    ring = crossing_ring_s(r.hw, nbytes, n, k, steps, net_steps, minimum(intra, inter), calls,
-                           where(scatter, 0.0, 1.0))
-    across = where(scatter, ring, minimum(ring, crossing_tree_s(r.hw, nbytes, n, k, intra, inter, calls)))
+    gathers = np.logical_not(scatter)  # false: a reduce-scatter or all-gather, never the tree
+    if skips(k > 1):  # a compiled row inside one domain
+        inside = domain_ring_s(r.hw, nbytes, n, steps, intra, calls)
+        if not skips(gathers):
+            inside = where(scatter, inside, domain_all_reduce_s(r.hw, nbytes, n, intra, calls))
+        return where(n > 1, inside, 0.0)
+    across = crossing_ring_s(r.hw, nbytes, n, k, steps, net_steps, minimum(intra, inter), calls,
+                             where(scatter, 0.0, 1.0))
+    if not skips(gathers):
+        tree = crossing_tree_s(r.hw, nbytes, n, k, intra, inter, calls)
+        across = where(scatter, across, minimum(across, tree))
+    if skips(k <= 1):  # a compiled row across domains
+        return where(n > 1, across, 0.0)
     inside = where(scatter, domain_ring_s(r.hw, nbytes, n, steps, intra, calls),
                    domain_all_reduce_s(r.hw, nbytes, n, intra, calls))
-    nccl = where(k > 1, across, inside)
-    return where(n > 1, where(r.hw.ll_max_Bps > 0, nccl, calibrated), 0.0)
+    calibrated = _ring_s(r, nbytes, n, per_node, sharing, calls) * where(scatter, 0.5, 1.0)
+    return where(n > 1, where(r.hw.ll_max_Bps > 0, where(k > 1, across, inside), calibrated), 0.0)
 
 
 @njit(inline=True)
