@@ -43,7 +43,9 @@ def param_gather_shift_s(r: Rows, opg: Any, stage: Vec, stage_mb_s: Vec) -> Vec:
     overlapped = 1.0  # the flag requires overlapped reduction
     n0 = maximum(grad_buckets(stage * element, d, v, element, overlapped) - (v - 1), 1.0)
     forward = stage_mb_s / v / 3  # one chunk's forward of one micro-batch
-    g0, f0 = gather / v / n0, forward / n0
+    # each of the first chunk's buckets is its own all-gather, paying its latency
+    g0 = collective_s(r, 2.0 * stage / v, d, dp_placement(r), r.gpn, n0, True) / n0
+    f0 = forward / n0
     first = g0 + (n0 - 1) * maximum(0.0, g0 - f0)
     exposed = where(v > 1, gather / v, first + (p - 1) * gather)
     beside = maximum(gather - minimum(exposed, gather), 0.0)
