@@ -175,7 +175,7 @@ def dp_tree_correction(f: Any, dense: Any, hw: Hardware, element: Vec, ranks: Ve
 
 @njit(inline=True)
 def expert_tail_s(f: Any, new: Any, experts_per_gpu: Vec, expert_dp: Vec, sharding_level: Vec,
-                  dense: Any, hw: Hardware) -> Vec:
+                  dense: Any, hw: Hardware) -> tuple[Vec, Vec, Vec]:
     """Seconds per iteration that the routed experts' gradients and optimizer step add (the
     dense form reduces and steps the dense-equivalent MLP only): the experts' gradients reduced
     over expert_dp ranks (simulator.timeline.grad_sync: all-reduce, or with the distributed
@@ -184,7 +184,7 @@ def expert_tail_s(f: Any, new: Any, experts_per_gpu: Vec, expert_dp: Vec, shardi
     under the last backward as the dense form hides its own; then Adam on the GPU's shard
     (36 bytes of traffic per parameter)."""
     if skips(new[NUM_EXPERTS] > 0):
-        return 0.0
+        return 0.0, 0.0, 0.0
     n = expert_dp
     stride = new[EXPERT_TP] * new[EP]
     domain = maximum(new[NVLINK_DOMAIN], 1.0)
@@ -232,7 +232,13 @@ def expert_tail_s(f: Any, new: Any, experts_per_gpu: Vec, expert_dp: Vec, shardi
     # (simulator.timeline.tail.grad_buffer_op; not under Megatron-FSDP's sharded buffers)
     optimizer = optimizer + where(sharding_level <= _OPTIM_LEVEL,
                                   GRAD_BUFFER_PASSES * grad / hw.hbm_Bps, 0.0)
-    return where(new[NUM_EXPERTS] > 0, exposed + optimizer, 0.0)
+    moe = (new[NUM_EXPERTS] > 0) & (n > 1) & (hw.ll_max_Bps > 0) & sharded
+    gather_one = where(inside, domain_ring_s(hw, gather, n, steps, intra, 1.0),
+                       crossing_ring_s(hw, gather, n, k, steps, net_steps, link, 1.0, 0.0))
+    gather_bucket = where(inside, domain_ring_s(hw, gather, n, steps, intra, calls),
+                          crossing_ring_s(hw, gather, n, k, steps, net_steps, link, calls, 0.0)) / calls
+    return (where(new[NUM_EXPERTS] > 0, exposed + optimizer, 0.0), where(moe, gather_one, 0.0),
+            where(moe, gather_bucket, 0.0))
 
 
 @njit(inline=True)

@@ -268,11 +268,14 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     # multi-token prediction's depths run on the last stage after the model's layers
     mtp_s = new[MTP_NUM_LAYERS] * (dense[D_LAYER] + per_layer + head_s)
     uneven_s = uneven_time_s(f, split, dense[D_LAYER] + per_layer, head_s, mtp_s)
-    experts_tail = expert_tail_s(f, new, per_gpu_experts, expert_dp, level, dense, hw)
-    # a feature, not a term of the estimate: the trees' held-out MAPE was 5.74% with it as a term,
-    # 5.29% with it as this feature (bench/bench_surrogate.py, runs/samples/moe-cp-40k-s11)
-    gather_shift = param_gather_shift_s(r, new[OVERLAP_PARAM_GATHER] > 0, stage, dense[D_STAGE_MB])
-    time = maximum(est + tree + layers * per_layer + uneven_s + experts_tail, 0.2 * est)
+    experts_tail, experts_one, experts_bucket = expert_tail_s(f, new, per_gpu_experts, expert_dp, level,
+                                                             dense, hw)
+    # a feature of every row, a term of MoE rows' estimate only (surrogate.param_gather_terms:
+    # as a term of dense rows the held-out MAPE grew)
+    gather_shift = param_gather_shift_s(r, new[OVERLAP_PARAM_GATHER] > 0, stage, dense[D_STAGE_MB],
+                                        experts_one, experts_bucket)
+    time = maximum(est + tree + layers * per_layer + uneven_s + experts_tail
+                   + where(n_moe > 0, gather_shift, 0.0), 0.2 * est)
     # Megatron shards the optimizer over the data-parallel group with context parallelism (dp x
     # cp, simulator.graph.params.optimizer_shards) and the routed experts' over expert_dp; the
     # dense form's rows shard it over dp where their effective rows have the distributed

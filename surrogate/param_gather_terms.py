@@ -1,10 +1,11 @@
 """A feature for Megatron-Core's `--overlap-param-gather` (`overlap_param_gather`): what it
-changes in the closed form's time, as physics. It is a feature of the trees, not a term of the
-estimate: added to the estimate, the held-out error grew (bench/bench_surrogate.py on
-runs/samples/moe-cp-40k-s11, 2026-11-27: 5.74% with the term, 5.47% with it on non-interleaved
-pipelines only, 5.34% with neither, 5.29% as a feature). The likely reason, not measured: it
-leaves out MoE rows' expert gathers, cp's larger group and FSDP's levels, which the trees then
-have to undo.
+changes in the closed form's time, as physics. On dense rows it is a feature of the trees, not a
+term of the estimate: added to the estimate, the held-out error grew (bench/bench_surrogate.py
+on runs/samples/moe-cp-40k-s11, 2026-11-27: 5.74% with the term, 5.29% as a feature; schema 24,
+dense rows without cp: 2.21% -> 2.34% over 6 splits). On MoE rows, whose experts' gathers over
+expert_dp it includes since schema 24 (`experts_one`, `experts_bucket`), it is also a term
+(surrogate.extended_terms): the MoE rows with the flag went from +0.018 / 0.101 to +0.001 /
+0.086 (log residual mean / std), the 6-split MAPE unchanged (2.21%).
 
 The simulator (simulator.timeline.param_gather) takes the distributed optimizer's parameter
 all-gather out of the tail and makes each chunk's first forward wait for what has not arrived.
@@ -32,19 +33,20 @@ from surrogate.timing import collective_s, dp_placement, grad_buckets
 
 
 @njit(inline=True)
-def param_gather_shift_s(r: Rows, opg: Any, stage: Vec, stage_mb_s: Vec) -> Vec:
+def param_gather_shift_s(r: Rows, opg: Any, stage: Vec, stage_mb_s: Vec, experts_one: Vec,
+                         experts_bucket: Vec) -> Vec:
     """Seconds the parameter gather under the next forward would add to the dense estimate
     (negative: save) on rows with `opg`; zero elsewhere. `r`: the rows as the dense form reads
     them (their own fields, not `surrogate.extended.effective_fields`); `stage`, `stage_mb_s`:
     the dense form's stage parameters and one micro-batch's stage time."""
     d, p, v = r.d, r.p, r.v
-    gather = collective_s(r, 2.0 * stage, d, dp_placement(r), r.gpn, 1.0, True)
+    gather = collective_s(r, 2.0 * stage, d, dp_placement(r), r.gpn, 1.0, True) + experts_one
     element = where(r.bf16 > 0, 4.0, 2.0)  # the gradients the buckets are sized by
     overlapped = 1.0  # the flag requires overlapped reduction
     n0 = maximum(grad_buckets(stage * element, d, v, element, overlapped) - (v - 1), 1.0)
     forward = stage_mb_s / v / 3  # one chunk's forward of one micro-batch
     # each of the first chunk's buckets is its own all-gather, paying its latency
-    g0 = collective_s(r, 2.0 * stage / v, d, dp_placement(r), r.gpn, n0, True) / n0
+    g0 = collective_s(r, 2.0 * stage / v, d, dp_placement(r), r.gpn, n0, True) / n0 + experts_bucket
     f0 = forward / n0
     first = g0 + (n0 - 1) * maximum(0.0, g0 - f0)
     exposed = where(v > 1, gather / v, first + (p - 1) * gather)
