@@ -205,7 +205,8 @@ def expert_tail_s(f: Any, new: Any, experts_per_gpu: Vec, expert_dp: Vec, shardi
                   + 2 * (n - 1) * latency)
     # each gradient bucket's expert part is its own collective over expert_dp (simulator.
     # timeline.grad_sync.reduction_s), every one paying NCCL's ring latency: per-step latencies
-    # over hundreds of ranks (timing.crossing_ring_s), where one call's was charged until schema 24
+    # over hundreds of ranks (nccl_terms.crossing_ring_s), where one call's was charged until
+    # schema 24
     calls = grad_buckets((dense[D_STAGE_PARAMS] + experts_per_gpu) * element, f[DP],
                          f[VIRTUAL_STAGES], element, f[OVERLAP_GRAD_REDUCE])
     k = -floor(-n / g)
@@ -213,14 +214,13 @@ def expert_tail_s(f: Any, new: Any, experts_per_gpu: Vec, expert_dp: Vec, shardi
     net_steps = where(sharded, k - 1, 2 * (k - 1))
     gather = where(sharded, 2.0 * experts_per_gpu, 0.0)
     # an all-reduce where the tree (or NVLS) beats the ring, as NCCL chooses
-    ring = where(inside, domain_ring_s(hw, grad, n, steps, intra, calls),
-                 crossing_ring_s(hw, grad, n, k, steps, net_steps, link, calls, where(sharded, 0.0, 1.0)))
+    group = (n, k, steps, net_steps, inside, intra, link)
+    ring = _group_ring_s(hw, grad, group, calls, where(sharded, 0.0, 1.0))
     all_reduce = where(inside, domain_all_reduce_s(hw, grad, n, intra, calls),
                        minimum(ring, crossing_tree_s(hw, grad, n, k, intra, g * nic, calls)))
     # the parameters' all-gather: in the same buckets with overlap_param_gather, else one call
     gathers = where(new[OVERLAP_PARAM_GATHER] > 0, calls, 1.0)
-    gather_s = where(inside, domain_ring_s(hw, gather, n, steps, intra, gathers),
-                     crossing_ring_s(hw, gather, n, k, steps, net_steps, link, gathers, 0.0))
+    gather_s = _group_ring_s(hw, gather, group, gathers, 0.0)
     nccl = where(sharded, ring + gather_s, all_reduce)
     reduce = where(n > 1, where(hw.ll_max_Bps > 0, nccl, calibrated), 0.0)
     backward = dense[D_STAGE_MB] / f[VIRTUAL_STAGES] * (2 / 3)
@@ -233,12 +233,20 @@ def expert_tail_s(f: Any, new: Any, experts_per_gpu: Vec, expert_dp: Vec, shardi
     optimizer = optimizer + where(sharding_level <= _OPTIM_LEVEL,
                                   GRAD_BUFFER_PASSES * grad / hw.hbm_Bps, 0.0)
     moe = (new[NUM_EXPERTS] > 0) & (n > 1) & (hw.ll_max_Bps > 0) & sharded
-    gather_one = where(inside, domain_ring_s(hw, gather, n, steps, intra, 1.0),
-                       crossing_ring_s(hw, gather, n, k, steps, net_steps, link, 1.0, 0.0))
-    gather_bucket = where(inside, domain_ring_s(hw, gather, n, steps, intra, calls),
-                          crossing_ring_s(hw, gather, n, k, steps, net_steps, link, calls, 0.0)) / calls
+    gather_one = _group_ring_s(hw, gather, group, 1.0, 0.0)
+    gather_bucket = _group_ring_s(hw, gather, group, calls, 0.0) / calls
     return (where(new[NUM_EXPERTS] > 0, exposed + optimizer, 0.0), where(moe, gather_one, 0.0),
             where(moe, gather_bucket, 0.0))
+
+
+@njit(inline=True)
+def _group_ring_s(hw: Hardware, nbytes: Vec, group: tuple[Vec, Vec, Vec, Vec, Any, Vec, Vec], calls: Vec,
+                  all_reduce: Vec) -> Vec:
+    """`calls` ring collectives of `nbytes` in all over the expert_dp group `group` = (ranks,
+    domains, steps, network steps, inside one domain, NVLink bandwidth, slowest link)."""
+    n, k, steps, net_steps, inside, intra, link = group
+    return where(inside, domain_ring_s(hw, nbytes, n, steps, intra, calls),
+                 crossing_ring_s(hw, nbytes, n, k, steps, net_steps, link, calls, all_reduce))
 
 
 @njit(inline=True)

@@ -21,6 +21,7 @@ from simulator.network.algorithms import (
     NVLINK_US,
     PAT_PER_RANK_US,
     PROTOS,
+    RING_PLATEAU,
     RING_SIMPLE_NET_S,
     RING_SIMPLE_NVLINK_S,
     TREE_CORRECTION,
@@ -28,6 +29,22 @@ from simulator.network.algorithms import (
     Algo,
 )
 from surrogate.physics import Hardware, Vec, floor, log2, maximum, minimum, skips, where
+
+_LL, _LL128, _SIMPLE = 0, 1, 2  # NCCL's protocols, as simulator.network.algorithms.PROTOS orders them
+_TREE_BASE_S = tuple(us * US for us in BASE_US[Algo.TREE])
+_TREE_STEP_S = tuple(us * US for us in NVLINK_US[Algo.TREE])
+_NVLS_TREE_NET_S = NET_US[Algo.NVLS_TREE][_SIMPLE] * US
+_PAT_BASE_S, _PAT_NET_S = BASE_US[Algo.PAT][_SIMPLE] * US, NET_US[Algo.PAT][_SIMPLE] * US
+_PAT_RANK_S = PAT_PER_RANK_US * US
+_TREE_CORRECTION = np.array([TREE_CORRECTION[proto] for proto in PROTOS])
+_RING_NET_S = tuple(us * US for us in NET_US[Algo.RING])
+_TREE_NET_S = tuple(us * US for us in NET_US[Algo.TREE])
+_NET_POST_S = NET_OVERHEAD_US * US
+_LL_ACROSS_2, _LL_ACROSS_3 = LL_MAX_ACROSS[1], LL_MAX_ACROSS[2]
+_CHANNELS, _PLATEAU = float(CHANNELS), RING_PLATEAU
+_RING_BASE_S = tuple(us * US for us in BASE_US[Algo.RING])
+_RING_STEP_S = tuple(us * US for us in NVLINK_US[Algo.RING])
+NVLS_STEP_S = NVLINK_US[Algo.NVLS][_SIMPLE] * US
 
 
 @njit(inline=True)
@@ -136,23 +153,6 @@ def _tree_correction(proto: int, size: Vec) -> Vec:
     if isinstance(size, float):
         return _TREE_CORRECTION[proto, int(size)] if size < 23 else 1.0
     return np.where(size < 23, _TREE_CORRECTION[proto][np.minimum(size, 22).astype(np.int64)], 1.0)
-
-
-_LL, _LL128, _SIMPLE = 0, 1, 2  # NCCL's protocols, as simulator.network.algorithms.PROTOS orders them
-_TREE_BASE_S = tuple(us * US for us in BASE_US[Algo.TREE])
-_TREE_STEP_S = tuple(us * US for us in NVLINK_US[Algo.TREE])
-_NVLS_TREE_NET_S = NET_US[Algo.NVLS_TREE][2] * US
-_PAT_BASE_S, _PAT_NET_S = BASE_US[Algo.PAT][_SIMPLE] * US, NET_US[Algo.PAT][_SIMPLE] * US
-_PAT_RANK_S = PAT_PER_RANK_US * US
-_TREE_CORRECTION = np.array([TREE_CORRECTION[proto] for proto in PROTOS])
-_RING_NET_S = tuple(us * US for us in NET_US[Algo.RING])
-_TREE_NET_S = tuple(us * US for us in NET_US[Algo.TREE])
-_NET_POST_S = NET_OVERHEAD_US * US
-_LL_ACROSS_2, _LL_ACROSS_3 = LL_MAX_ACROSS[1], LL_MAX_ACROSS[2]
-_CHANNELS, _PLATEAU = float(CHANNELS), 1.4
-_RING_BASE_S = tuple(us * US for us in BASE_US[Algo.RING])
-_RING_STEP_S = tuple(us * US for us in NVLINK_US[Algo.RING])
-NVLS_STEP_S = NVLINK_US[Algo.NVLS][_SIMPLE] * US
 
 
 @njit(inline=True)

@@ -78,6 +78,7 @@ NVLS_EFFICIENCY = 0.85  # nvlsEfficiency, Hopper
 NVLS_EFFICIENCY_BLACKWELL = 0.74
 CHANNELS = 16
 PAT_PER_RANK_US = 2.8  # PAT's latency per rank (tuning.cc)
+RING_PLATEAU = 1.4  # the ring's Simple all-reduce latency plateau across domains (Ampere and later)
 # treeCorrectionFactor[protocol][log2(bytes / 64)], 64 B to 256 MB
 TREE_CORRECTION = {
     Proto.LL: (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
@@ -162,7 +163,7 @@ def ring(kind: CollectiveKind, links: Links, proto: Proto, nbytes: float) -> tup
                + net_steps * links.inter_s(Algo.RING, proto))
     if (proto is Proto.SIMPLE and k > 1 and kind is CollectiveKind.ALL_REDUCE
             and nbytes / (CHANNELS * n) >= 64):
-        latency *= 1.4  # plateau effect of the ring (Ampere and later)
+        latency *= RING_PLATEAU
     return latency, bus * n / steps
 
 
