@@ -38,7 +38,8 @@ def param_gather_shift_s(r: Rows, opg: Any, stage: Vec, stage_mb_s: Vec, experts
     """Seconds the parameter gather under the next forward would add to the dense estimate
     (negative: save) on rows with `opg`; zero elsewhere. `r`: the rows as the dense form reads
     them (their own fields, not `surrogate.extended.effective_fields`); `stage`, `stage_mb_s`:
-    the dense form's stage parameters and one micro-batch's stage time."""
+    the dense form's stage parameters and one micro-batch's stage time; `experts_one`,
+    `experts_bucket`: the routed experts' gather in one call and per bucket (0 on dense rows)."""
     d, p, v = r.d, r.p, r.v
     gather = collective_s(r, 2.0 * stage, d, dp_placement(r), r.gpn, 1.0, True) + experts_one
     element = where(r.bf16 > 0, 4.0, 2.0)  # the gradients the buckets are sized by

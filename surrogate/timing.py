@@ -2,8 +2,9 @@
 
 Mirrors the exact simulator's analytic path in closed form: each kernel costs
 max(max(FLOPs / (peak x GEMM efficiency), bytes / HBM bandwidth) + launch gap, host floor)
-(simulator.costs.analytic, with its tile/wave/depth GEMM efficiency); tensor-parallel
-collectives are ring all-reduces on NVLink (simulator.network.collectives); the pipeline runs
+(simulator.costs.analytic, with its tile/wave/depth GEMM efficiency); collectives cost what
+NCCL's algorithm and protocol choice costs (`collective_s`, surrogate.nccl_terms, as
+simulator.network.collectives; a calibrated ring on GPUs with measured tables); the pipeline runs
 m micro-batches of the slowest stage (the last, with the output layer and loss) plus the fill
 and drain through the other stages, (p - 1) / v of a stage without the head (Narayanan et al.
 2021, Sec. 2.2: bubble (p - 1) / (v m) where the stages are even); then data-parallel
@@ -298,15 +299,15 @@ def collective_s(r: Rows, nbytes: Vec, n: Vec, per_node: Vec, sharing: Vec, call
     inter = r.inter_Bps * r.hw.inter_eff * g / sharing
     steps = where(scatter, n - 1, 2 * (n - 1))
     net_steps = where(scatter, k - 1, 2 * (k - 1))
-    gathers = np.logical_not(scatter)  # false: a reduce-scatter or all-gather, never the tree
+    reduces = np.logical_not(scatter)  # an all-reduce, which may take NVLS or the tree
     if skips(k > 1):  # a compiled row inside one domain
         inside = domain_ring_s(r.hw, nbytes, n, steps, intra, calls)
-        if not skips(gathers):
+        if not skips(reduces):
             inside = where(scatter, inside, domain_all_reduce_s(r.hw, nbytes, n, intra, calls))
         return where(n > 1, inside, 0.0)
     across = crossing_ring_s(r.hw, nbytes, n, k, steps, net_steps, minimum(intra, inter), calls,
                              where(scatter, 0.0, 1.0))
-    if not skips(gathers):
+    if not skips(reduces):
         tree = crossing_tree_s(r.hw, nbytes, n, k, intra, inter, calls)
         across = where(scatter, across, minimum(across, tree))
     if skips(k <= 1):  # a compiled row across domains
