@@ -112,8 +112,6 @@ _FLEX = float(CHOICES["moe_token_dispatcher"].index("flex"))
 _P2P = float(CHOICES["cp_comm_type"].index("p2p"))
 _A2A = float(CHOICES["cp_comm_type"].index("a2a"))
 _ALL_GATHER = float(CHOICES["cp_comm_type"].index("all_gather"))
-_GRAD_16 = float(CHOICES["grad_reduce_in_fp32"].index("false"))
-_GRAD_32 = float(CHOICES["grad_reduce_in_fp32"].index("true"))
 _OPTIM_LEVEL = float(DataParallelSharding.OPTIM.level)
 _FP16 = float(PRECISIONS.index("fp16"))
 

@@ -28,7 +28,6 @@ import pandas as pd
 
 from simulator.graph.moe.dispatch import distinct_ranks
 from simulator.jit import njit
-from simulator.job.enums import DataParallelSharding
 from surrogate.columns import python_scalar, row_groups, value_at
 from surrogate.features import JOB_COLUMNS
 from surrogate.nccl_terms import crossing_ring_s, domain_ring_s
@@ -67,8 +66,6 @@ ROUTING_BYTES_PER_EXPERT = 5.0  # a bool routing-map entry and an fp32 probabili
 _FLEX = float(_DISPATCHERS.index("flex"))
 _ALLGATHER = float(_DISPATCHERS.index("allgather"))
 _FULL = float(RECOMPUTE.index("full"))
-_GRAD_16 = float(CHOICES["grad_reduce_in_fp32"].index("false"))
-_OPTIM_LEVEL = float(DataParallelSharding.OPTIM.level)
 
 
 def token_copies(new: np.ndarray) -> np.ndarray:
