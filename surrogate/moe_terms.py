@@ -24,12 +24,12 @@ from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from simulator.graph.moe.dispatch import distinct_ranks
 from simulator.jit import njit
-from surrogate.columns import python_scalar, row_groups, value_at
+from surrogate.columns import value_at
 from surrogate.features import JOB_COLUMNS
+from surrogate.launch_keys import KeyedCache, stable_code, stable_codes
 from surrogate.nccl_terms import crossing_ring_s, domain_ring_s
 from surrogate.physics import RECOMPUTE, Hardware, Vec, floor, gemm_efficiency, maximum, minimum, skips, where
 from surrogate.records import CHOICES
@@ -214,6 +214,14 @@ DENSE_MLP_LAUNCHES = (3.0, 5.0)
 # launch key (stable codes) -> (launches per micro-batch, launches per weight quantization,
 # collectives)
 _LAUNCHES: dict[tuple[int, ...], tuple[float, float, float]] = {}
+# the same counts as arrays, for a table's rows at once (surrogate.launch_keys)
+_LAUNCH_TABLE = KeyedCache(3, "MoE launch keys")
+
+
+def clear_launch_counts() -> None:
+    """Forget every launch key's counts (a test of their independence from history)."""
+    _LAUNCHES.clear()
+    _LAUNCH_TABLE.clear()
 
 
 def moe_host_table_s(columns: Mapping[str, Any], new: np.ndarray, recompute: np.ndarray,
@@ -239,16 +247,16 @@ def moe_host_s(columns: Mapping[str, Any], rows: np.ndarray, new: np.ndarray,
     flags = np.stack([ep > 1, experts > ep, _col(new, "expert_tp") > 1,
                       np.asarray(columns["tp"])[rows] > 1,
                       _col(new, "moe_shared_expert_intermediate_size") > 0])
-    parts = [(flags * (1 << np.arange(5))[:, None]).sum(axis=0).astype(np.uint64)]
-    parts += [_stable_codes(columns[name], name, rows) for name in _LAUNCH_COLUMNS]
-    codes, firsts = row_groups(parts, "MoE launch keys")
-    # each group's key as Python ints in one conversion (not one numpy scalar per part and group)
-    keys = np.stack([p[firsts] for p in parts], axis=1).tolist()
-    counts = np.array([_launches(tuple(key), partial(_record_at, columns, row))
-                       for key, row in zip(keys, rows[firsts].tolist(), strict=True)])
+    parts = np.stack([(flags * (1 << np.arange(5))[:, None]).sum(axis=0).astype(np.uint64),
+                      *(stable_codes(columns[name], name, rows) for name in _LAUNCH_COLUMNS)], axis=1)
+
+    def count(i: int) -> tuple[float, float, float]:  # a key not in _LAUNCH_TABLE, at rows[i]
+        return _launches(tuple(int(v) for v in parts[i]), partial(_record_at, columns, int(rows[i])))
+
+    counts = _LAUNCH_TABLE.values(parts, count)
     m = (np.asarray(columns["global_batch_size"])[rows]
          / (np.asarray(columns["dp"])[rows] * np.asarray(columns["micro_batch_size"])[rows]))
-    return _host_seconds(counts[codes].T, m, recompute, _col(new, "cuda_graphs"), hw["host_s"], hw["coll_s"])
+    return _host_seconds(counts.T, m, recompute, _col(new, "cuda_graphs"), hw["host_s"], hw["coll_s"])
 
 
 def _record_at(columns: Mapping[str, Any], i: int) -> dict[str, Any]:
@@ -265,8 +273,7 @@ def moe_host_of_record(record: Mapping[str, Any], new: np.ndarray, recompute: np
     bits = (ep > 1, experts > ep, new[EXPERT_TP, 0] > 1, record["tp"] > 1,
             new[MOE_SHARED_EXPERT_INTERMEDIATE_SIZE, 0] > 0)
     key = (sum(int(bit) << j for j, bit in enumerate(bits)),
-           *(_STABLE.setdefault((name, python_scalar(record[name])), len(_STABLE))
-             for name in _LAUNCH_COLUMNS))
+           *(stable_code(name, record[name]) for name in _LAUNCH_COLUMNS))
     counts = _launches(key, lambda: {k: record[k] for k in _JOB_KEYS})
     m = record["global_batch_size"] / (record["dp"] * record["micro_batch_size"])
     # Python numbers through the same formula as a table's arrays: the same IEEE operations
@@ -285,25 +292,6 @@ def _host_seconds(counts: Any, m: Vec, recompute: Vec, cuda_graphs: Vec, host_s:
     dense = DENSE_MLP_LAUNCHES[0] * (1 + full) + DENSE_MLP_LAUNCHES[1]
     out = maximum(launches - dense, 0.0) * host_s + collectives * coll_s
     return where(cuda_graphs > 0, 0.0, out)
-
-
-_STABLE: dict[tuple[str, Any], int] = {}  # (column, value) -> a code that lasts the process
-
-
-def _stable_codes(column: Any, name: str, rows: np.ndarray) -> np.ndarray:
-    """Codes of a column's values at `rows` that are the same in every call."""
-    codes, uniques = pd.factorize(_values(column, rows))
-    values = ([column.uniques[int(u)] for u in uniques] if hasattr(column, "uniques")
-              else uniques)
-    table = np.array([_STABLE.setdefault((name, python_scalar(u)), len(_STABLE)) for u in values],
-                     dtype=np.uint64)
-    return table[codes]
-
-
-def _values(column: Any, rows: np.ndarray) -> np.ndarray:
-    if hasattr(column, "uniques"):
-        return np.asarray(column.codes)[rows]
-    return np.asarray(column)[rows]
 
 
 def _launches(key: tuple[int, ...], record: Callable[[], dict[str, Any]]) -> tuple[float, float, float]:
