@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from simulator.jit import njit
-from surrogate.physics import Vec, floor, maximum, where
+from surrogate.one_f_one_b import one_f_one_b_excess_s
+from surrogate.physics import RECOMPUTE, SCHEDULES, Vec, floor, maximum, where
 from surrogate.slots import (
     DP,
     FIRST_STAGE_LAYERS,
@@ -29,8 +30,14 @@ from surrogate.slots import (
     NUM_LAYERS,
     NUM_QUERY_GROUPS,
     PP,
+    RECOMPUTE_CODE,
+    SCHEDULE,
     TP,
+    VIRTUAL_STAGES,
 )
+
+_GPIPE = float(SCHEDULES.index("gpipe"))
+_FULL = float(RECOMPUTE.index("full"))  # full recompute: the backward re-runs the forward
 
 
 class StageSplit(NamedTuple):
@@ -64,7 +71,9 @@ def stage_split(f: Any, new: Any) -> StageSplit:
 def uneven_time_s(f: Any, split: StageSplit, layer_s: Vec, head_s: Vec, mtp_s: Vec) -> Vec:
     """Seconds an uneven split or multi-token prediction adds to the dense form's pipeline
     (negative where the split evens out the stages). A pipeline of stages taking S_i per
-    micro-batch runs sum_i S_i + (m - 1) max_i S_i (fill, then the busiest stage's steady state).
+    micro-batch runs sum_i S_i + (m - 1) max_i S_i (fill, then the busiest stage's steady state)
+    as GPipe, and as 1F1B where the last stage is the busiest; a busier earlier stage hides
+    the others' fill under 1F1B, which `surrogate.one_f_one_b` walks.
     The dense form charges every stage `mean` layers plus the head (`head_s`: the output layer
     and loss), its last stage; the split's stages take first, middle and last + head layer-times
     of `layer_s` (one layer, one micro-batch, forward and backward), the last also the MTP depths
@@ -74,9 +83,15 @@ def uneven_time_s(f: Any, split: StageSplit, layer_s: Vec, head_s: Vec, mtp_s: V
     first = where(split.uneven, split.first, split.mean)
     middle = where(split.uneven, split.middle, split.mean)
     last = where(split.uneven, split.last, split.mean)
-    busiest = maximum(maximum(first, middle) * layer_s, last * layer_s + head_s + mtp_s)
-    return where(split.uneven | (mtp_s > 0),
-                 (m - 1) * (busiest - (split.mean * layer_s + head_s)) + mtp_s, 0.0)
+    last_s = last * layer_s + head_s + mtp_s
+    busiest = maximum(maximum(first, middle) * layer_s, last_s)
+    active = split.uneven | (mtp_s > 0)
+    formula = where(active, (m - 1) * (busiest - (split.mean * layer_s + head_s)) + mtp_s, 0.0)
+    # under 1F1B a busier first or middle stage hides the others' fill (surrogate.one_f_one_b)
+    walk = active & (f[VIRTUAL_STAGES] == 1) & (f[SCHEDULE] != _GPIPE)
+    share = where(f[RECOMPUTE_CODE] == _FULL, 0.25, 1.0 / 3.0)  # a forward's share: F / (F + B)
+    return formula + one_f_one_b_excess_s(first * layer_s, middle * layer_s, last_s, f[PP], m, share,
+                                          walk)
 
 
 @njit(inline=True)

@@ -12,9 +12,11 @@ import pytest
 
 from simulator import job_from_dict
 from simulator.job.catalog import load_model
+from simulator.job.enums import Schedule
 from simulator.job.specs import ClusterSpec, Job, ParallelPlan, TrainingSpec
 from simulator.job.validation import validate_job
 from simulator.simulate import simulate
+from simulator.timeline.engine import round_plan, run_pipeline
 from surrogate.encoding import feature_matrix
 from surrogate.features import job_to_record
 from surrogate.hardware import catalog_hardware
@@ -99,23 +101,29 @@ def _split(first: int | None, last: int | None = None) -> Job:
         "pp": 4, "first_stage_layers": first, "last_stage_layers": last})}))
 
 
-@pytest.mark.parametrize(("first", "last"), [(11, None), (14, 6), (5, 5)])
+@pytest.mark.parametrize(("first", "last"), [(11, None), (14, 6), (5, 5), (5, 11)])
 def test_an_uneven_pipeline_split_costs_its_busiest_stage(first: int, last: int | None) -> None:
     """Megatron's first / last stage layer counts (simulator.job.partition): the busiest stage
-    sets the steady state ((m - 1) times its excess over the dense form's stage: mean layers and
-    the head, its last stage's), and
-    its layers' states and activations set the peak. The baseline used to charge every split as
-    the even one (uneven MoE rows sat at +0.67 log against it)."""
+    sets the steady state, and its layers' states and activations set the peak. Under 1F1B the
+    split's pipeline takes what the simulator's engine takes for its stages (first, middle and
+    last + head layer-times), where the dense form charges every stage its mean layers and the
+    head; the baseline used to charge every split as the even one (uneven MoE rows sat at +0.67
+    log against it), then every split as GPipe's chain sum S + (m - 1) max S, which a busy first
+    stage beats (surrogate.one_f_one_b)."""
     even, uneven = _split(None), _split(first, last)
     f = _features([even, uneven])
     rest = 32 - first - (last or 0)
     middle = rest // (4 - 1 - (last is not None))
     layer = f["time_layer_s"][0]
     head = f["time_stage_mb_s"][0] - 8 * layer  # the dense form's stage: 8 layers and the head
-    busiest = max(max(first, middle) * layer, (last or middle) * layer + head)
+    stages = np.array([first, middle, middle, last or middle]) * layer
+    stages[-1] += head
     m = even.num_microbatches
+    timeline = run_pipeline(round_plan(Schedule.ONE_F_ONE_B, 4, m, 1), stages[:, None] / 3,
+                            stages[:, None] * 2 / 3, np.zeros(4))
+    dense = stages.sum() + (m - 1) * (8 * layer + head)  # the sum kept, the steady state even
     est = np.exp(f["est_log_time_s"])
-    assert est[1] - est[0] == pytest.approx((m - 1) * (busiest - 8 * layer - head), rel=1e-4)
+    assert est[1] - est[0] == pytest.approx(float(timeline.end.max()) - dense, rel=1e-4)
     exact = [simulate(j) for j in (even, uneven)]
     exact_time = exact[1].iteration_time_s / exact[0].iteration_time_s
     assert est[1] / est[0] == pytest.approx(exact_time, rel=0.06)
