@@ -63,7 +63,9 @@ log = logging.getLogger(__name__)
 # LL / LL128 / Simple rings and NVLS inside a domain, per-bucket ring and tree latencies of the
 # experts' gradient reduction), the recipe's rate for the experts' grouped GEMMs and their
 # quantize kernels (surrogate.quantize_terms)
-SCHEMA_VERSION = 24
+# 25: an uneven 1F1B pipeline's makespan walked in the simulator's 1F1B order where the last
+# stage is not the busiest (surrogate.one_f_one_b; GPipe's chain sum S + (m - 1) max S before)
+SCHEMA_VERSION = 25
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}
