@@ -218,9 +218,10 @@ def expert_tail_s(f: Any, new: Any, experts_per_gpu: Vec, expert_dp: Vec, shardi
     ring = _group_ring_s(hw, grad, group, calls, where(sharded, 0.0, 1.0))
     all_reduce = where(inside, domain_all_reduce_s(hw, grad, n, intra, calls),
                        minimum(ring, crossing_tree_s(hw, grad, n, k, intra, g * nic, calls)))
-    # the parameters' all-gather: in the same buckets with overlap_param_gather, else one call
-    gathers = where(new[OVERLAP_PARAM_GATHER] > 0, calls, 1.0)
-    gather_s = _group_ring_s(hw, gather, group, gathers, 0.0)
+    # the parameters' all-gather, one call; none under overlap_param_gather, which moves it to
+    # the next forwards (simulator.timeline.param_gather: param_gather_terms.param_gather_shift_s
+    # charges the waits; charged here in the buckets as well until schema 25, twice in all)
+    gather_s = where(new[OVERLAP_PARAM_GATHER] > 0, 0.0, _group_ring_s(hw, gather, group, 1.0, 0.0))
     nccl = where(sharded, ring + gather_s, all_reduce)
     reduce = where(n > 1, where(hw.ll_max_Bps > 0, nccl, calibrated), 0.0)
     backward = dense[D_STAGE_MB] / f[VIRTUAL_STAGES] * (2 / 3)

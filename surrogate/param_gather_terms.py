@@ -33,18 +33,21 @@ from surrogate.timing import collective_s, dp_placement, grad_buckets
 
 
 @njit(inline=True)
-def param_gather_shift_s(r: Rows, opg: Any, stage: Vec, stage_mb_s: Vec, experts_one: Vec,
-                         experts_bucket: Vec) -> Vec:
+def param_gather_shift_s(r: Rows, opg: Any, stage: Vec, bucketed: Vec, stage_mb_s: Vec,
+                         experts_one: Vec, experts_bucket: Vec) -> Vec:
     """Seconds the parameter gather under the next forward would add to the dense estimate
     (negative: save) on rows with `opg`; zero elsewhere. `r`: the rows as the dense form reads
-    them (their own fields, not `surrogate.extended.effective_fields`); `stage`, `stage_mb_s`:
-    the dense form's stage parameters and one micro-batch's stage time; `experts_one`,
-    `experts_bucket`: the routed experts' gather in one call and per bucket (0 on dense rows)."""
+    them (their own fields, not `surrogate.extended.effective_fields`); `stage`: the stage's
+    parameters gathered over dp (a MoE row's outside its routed experts), `bucketed`: all the
+    stage's parameters, which size the gradient buckets (simulator.job.buckets), `stage_mb_s`:
+    one micro-batch's stage time; `experts_one`, `experts_bucket`: the routed experts' gather
+    over expert_dp in one call and per bucket (0 on dense rows)."""
     d, p, v = r.d, r.p, r.v
-    gather = collective_s(r, 2.0 * stage, d, dp_placement(r), r.gpn, 1.0, True) + experts_one
+    dense_gather = collective_s(r, 2.0 * stage, d, dp_placement(r), r.gpn, 1.0, True)
+    gather = dense_gather + experts_one  # what a chunk's first forward waits for, whole
     element = where(r.bf16 > 0, 4.0, 2.0)  # the gradients the buckets are sized by
     overlapped = 1.0  # the flag requires overlapped reduction
-    n0 = maximum(grad_buckets(stage * element, d, v, element, overlapped) - (v - 1), 1.0)
+    n0 = maximum(grad_buckets(bucketed * element, d, v, element, overlapped) - (v - 1), 1.0)
     forward = stage_mb_s / v / 3  # one chunk's forward of one micro-batch
     # each of the first chunk's buckets is its own all-gather, paying its latency
     g0 = collective_s(r, 2.0 * stage / v, d, dp_placement(r), r.gpn, n0, True) / n0 + experts_bucket
@@ -52,5 +55,7 @@ def param_gather_shift_s(r: Rows, opg: Any, stage: Vec, stage_mb_s: Vec, experts
     first = g0 + (n0 - 1) * maximum(0.0, g0 - f0)
     exposed = where(v > 1, gather / v, first + (p - 1) * gather)
     beside = maximum(gather - minimum(exposed, gather), 0.0)
-    shift = exposed + r.hw.comm_slowdown * beside - gather
+    # less what the dense form's tail charged for the gather (the experts' tail leaves theirs
+    # out under overlap_param_gather, as the simulator's tail: dp_terms.expert_tail_s)
+    shift = exposed + r.hw.comm_slowdown * beside - dense_gather
     return where(opg & (d > 1), shift, 0.0)
