@@ -390,14 +390,17 @@ def moe_layer_terms(f: Any, new: Any, tokens: Vec, a2a_s: Vec, copies: Vec, hw: 
     if skips(moe):
         return 0.0, 0.0
     pair = dispatch_s(f, new, tokens, a2a_s, hw)  # one direction's
-    hidden = maximum(0.0, pair.hideable - 2 / 3 * layer_c) + maximum(0.0, pair.hideable - layer_c / 3)
     # full recompute runs the layer's forward again before its backward: one more direction's
     # dispatch and combine, and the experts' forward GEMMs (a third of their three passes)
     full = f[RECOMPUTE_CODE] == _FULL
-    comm = (where(new[MOE_OVERLAP_EP_COMM] > 0, hidden, 2 * pair.hideable) + 2 * pair.exposed
-            + where(full, pair.hideable + pair.exposed, 0.0))
     gpu = (_expert_gemm_s(f, new, tokens, hw, gemm_peak) * where(full, 4 / 3, 1.0)
            + token_shuffle_s(f, new, tokens, copies, hw))
+    # the other direction's compute is the MoE layer's, its experts' extra time included (the
+    # dense form's layer alone until schema 25: a 128-expert layer's overlap hid 2x too little)
+    busy = layer_c + gpu
+    hidden = maximum(0.0, pair.hideable - 2 / 3 * busy) + maximum(0.0, pair.hideable - busy / 3)
+    comm = (where(new[MOE_OVERLAP_EP_COMM] > 0, hidden, 2 * pair.hideable) + 2 * pair.exposed
+            + where(full, pair.hideable + pair.exposed, 0.0))
     return where(moe, comm, 0.0), where(moe, gpu, 0.0)
 
 

@@ -293,3 +293,27 @@ def test_a_moe_rows_overlapped_gather_is_its_own_parameters_each_once(
     names, x = feature_matrix(pd.DataFrame([job_to_record(job)]), {gpu: catalog_hardware(gpu)})
     estimate = float(np.exp(x[0, names.index("est_log_time_s")]))
     assert estimate == pytest.approx(simulate(job).iteration_time_s, rel=0.15)
+
+
+def test_the_combined_1f1b_overlap_hides_the_all_to_alls_under_the_moe_layers_compute() -> None:
+    """With moe_overlap_ep_comm a forward's all-to-alls hide under the other micro-batch's
+    backward of the whole layer, the experts' GEMMs included (simulator.costs.blocks,
+    OTHER_DIRECTION). The closed form hid them under the dense form's layer alone, and saved
+    0.56x what the simulator saves on a 128-expert model on 32 H200s (0.75x now: the layer's
+    context-parallel attention is still left out of what hides them)."""
+    def times(overlap: bool) -> tuple[float, float]:
+        job = job_from_dict({
+            "model": {"preset": "qwen3-30b-a3b", "seq_length": 16384},
+            "training": {"global_batch_size": 304, "micro_batch_size": 2, "precision": "fp8",
+                         "fp8_recipe": "tensorwise", "flash_attention": True,
+                         "moe_overlap_ep_comm": overlap},
+            "parallel": {"tp": 2, "pp": 1, "cp": 8, "ep": 16, "expert_tp": 2,
+                         "sequence_parallel": True, "distributed_optimizer": True,
+                         "overlap_grad_reduce": True},
+            "cluster": {"gpu": "h200-141gb", "num_gpus": 32}})
+        names, x = feature_matrix(pd.DataFrame([job_to_record(job)]),
+                                  {"h200-141gb": catalog_hardware("h200-141gb")})
+        return float(np.exp(x[0, names.index("est_log_time_s")])), simulate(job).iteration_time_s
+
+    (closed_on, exact_on), (closed_off, exact_off) = times(True), times(False)
+    assert closed_off - closed_on == pytest.approx(exact_off - exact_on, rel=0.3)
