@@ -64,7 +64,10 @@ log = logging.getLogger(__name__)
 # experts' gradient reduction), the recipe's rate for the experts' grouped GEMMs and their
 # quantize kernels (surrogate.quantize_terms)
 # 25: an uneven 1F1B pipeline's makespan walked in the simulator's 1F1B order where the last
-# stage is not the busiest (surrogate.one_f_one_b; GPipe's chain sum S + (m - 1) max S before)
+# stage is not the busiest (surrogate.one_f_one_b; GPipe's chain sum S + (m - 1) max S before);
+# a MoE row's overlapped parameter gather of its own parameters, once (param_gather_terms); the
+# combined-1F1B overlap under the MoE layer's compute; the experts' weight gradients' traffic
+# into the gradient buffer (moe_terms._gemm_s)
 SCHEMA_VERSION = 25
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "

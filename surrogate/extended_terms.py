@@ -230,9 +230,11 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     overlap = where(new[TP_COMM_OVERLAP] > 0, dense[D_TP_OVERLAP_SAVING], 0.0)
     # a MoE layer's dispatch and combine (their combined-1F1B overlap), its experts' extra GPU
     # time and its extra host launches (surrogate.moe_terms)
+    grad_element, buffer_s = grad_dtype_s(f, new, re, stage)
     moe_layer_comm, moe_layer_gpu = moe_layer_terms(f, new, tokens, comm.a2a_s, copies_sent, hw,
                                                     dense[D_LAYER_COMPUTE],
-                                                    where(low, peak_lp * lp_eff, hw.peak_bf16))
+                                                    where(low, peak_lp * lp_eff, hw.peak_bf16),
+                                                    grad_element)
     moe_layer_gpu = moe_layer_gpu + expert_quantize_s(re, new, tokens, aux, level, low)
     moe_layer_host = aux[A_MOE_HOST]
     moe_comm = moe_layer_comm * n_moe / L
@@ -246,7 +248,6 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     cp_comm = where(comm.ring, ring_exposed_s(new[CP], comm.kv_s, dense[D_ATTENTION]),
                     where(new[CP_COMM_TYPE] == _ALL_GATHER, 3 + again, 2 + again) * comm.cp_s)
     est = aux[A_EST_TIME]
-    grad_element, buffer_s = grad_dtype_s(f, new, re, stage)
     tree = dp_correction(f, new, dense, hw, re, grad_element) + buffer_s
     # a layer's windows take max(GPU + blocking comm, host dispatch) (surrogate.timing._window):
     # what the recipe, the tp overlap and CUDA graphs save on the GPU stops at the host's floor

@@ -340,17 +340,21 @@ def _launches_of(record: dict[str, Any]) -> tuple[float, float, float]:
 
 
 @njit
-def _gemm_s(hw: Hardware, peak: Vec, m: Vec, n: Vec, k: Vec) -> Vec:
+def _gemm_s(hw: Hardware, peak: Vec, m: Vec, n: Vec, k: Vec, accumulate: Vec) -> Vec:
     """Forward, data- and weight-gradient GEMMs of Y[m,n] = X[m,k] W[k,n] at the FLOP rate
     `peak` (16 bits, or a recipe's rate: timing.projection_gemms): the simulator's roofline
-    with its tile / wave / depth efficiency, one launch gap each."""
+    with its tile / wave / depth efficiency, one launch gap each. The weight gradient reads and
+    writes `accumulate` more bytes per weight (Megatron's gradient-accumulation fusion adds it
+    into the gradient buffer: simulator.graph.primitives.gemm's `accumulate_bytes`)."""
     eff = gemm_efficiency(1.0, m, n, k, hw.num_sms, hw.gemm_max, hw.k_half)
     flops, traffic = 2.0 * m * n * k, (m * k + k * n + m * n) * 2.0
-    return 3 * (maximum(flops / (peak * eff), traffic / hw.hbm_Bps) + hw.launch_s)
+    one = maximum(flops / (peak * eff), traffic / hw.hbm_Bps) + hw.launch_s
+    wgrad = maximum(flops / (peak * eff), (traffic + k * n * accumulate) / hw.hbm_Bps) + hw.launch_s
+    return 2 * one + wgrad
 
 
 @njit(inline=True)
-def _expert_gemm_s(f: Any, new: Any, tokens: Vec, hw: Hardware, peak: Vec) -> Vec:
+def _expert_gemm_s(f: Any, new: Any, tokens: Vec, hw: Hardware, peak: Vec, grad_bytes: Vec) -> Vec:
     """Seconds per MoE layer and micro-batch that the experts' grouped GEMMs take beyond what
     the dense form charged for them (MoE rows only). The dense form prices the routed experts as
     one dense MLP of top-k x moe_ffn split over tp, on the rank's b s / cp tokens; the simulator
@@ -363,29 +367,36 @@ def _expert_gemm_s(f: Any, new: Any, tokens: Vec, hw: Hardware, peak: Vec) -> Ve
     dense MLP of their own rows, which left that factor and expert_tp's gathered rows out).
     Both at `peak`, the recipe's GEMM rate under low precision (the simulator quantizes the
     experts' GEMMs as the dense ones: charged at 16 bits until schema 24, FP4 MoE rows on B200
-    with tp 4 sat at -0.57 log)."""
+    with tp 4 sat at -0.57 log). Each weight gradient is accumulated into the `grad_bytes`
+    buffer (read and written: 2 grad_bytes per weight where it wrote 2), which the dense form
+    leaves out: with few rows per expert that traffic, not the FLOPs, sets the weight gradients'
+    time (3.8x the forward's bytes for 32 local experts of Qwen3-235B on H100, where the closed
+    form was 0.61x the simulator)."""
     experts, topk = new[NUM_EXPERTS], new[MOE_ROUTER_TOPK]
     ep, etp, h, t = new[EP], new[EXPERT_TP], f[HIDDEN_SIZE], f[TP]
     gated = where(f[GATED_MLP] > 0, 2.0, 1.0)
     ffn = new[MOE_FFN_HIDDEN_SIZE] / maximum(etp, 1.0)
     rows = maximum(tokens * topk * etp * ep / experts, 1.0)  # per local expert
     local = experts / ep
-    grouped = local * (_gemm_s(hw, peak, rows, ffn * gated, h) + _gemm_s(hw, peak, rows, h, ffn))
+    accumulate = 2.0 * grad_bytes - 2.0
+    grouped = local * (_gemm_s(hw, peak, rows, ffn * gated, h, accumulate)
+                       + _gemm_s(hw, peak, rows, h, ffn, accumulate))
     charged_ffn = topk * new[MOE_FFN_HIDDEN_SIZE] / t
     charged_rows = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH] / new[CP]
-    charged = (_gemm_s(hw, peak, charged_rows, charged_ffn * gated, h)
-               + _gemm_s(hw, peak, charged_rows, h, charged_ffn))
+    charged = (_gemm_s(hw, peak, charged_rows, charged_ffn * gated, h, 0.0)
+               + _gemm_s(hw, peak, charged_rows, h, charged_ffn, 0.0))
     return maximum(grouped - charged, 0.0)
 
 
 @njit(inline=True)
 def moe_layer_terms(f: Any, new: Any, tokens: Vec, a2a_s: Vec, copies: Vec, hw: Hardware,
-                    layer_c: Vec, gemm_peak: Vec) -> tuple[Vec, Vec]:
+                    layer_c: Vec, gemm_peak: Vec, grad_bytes: Vec) -> tuple[Vec, Vec]:
     """Per MoE layer and micro-batch (zero on dense rows): the dispatcher's exposed collectives
     (with the combined-1F1B overlap, simulator.costs.blocks: a forward's all-to-alls hide under
     the other micro-batch's backward compute, 2/3 of the layer's, a backward's under its
     forward, 1/3) and the experts' extra GPU time (grouped GEMMs, token shuffles). Its host
-    launches are a lookup per launch key (`moe_host_s`). `gemm_peak`: the experts' GEMM rate."""
+    launches are a lookup per launch key (`moe_host_s`). `gemm_peak`: the experts' GEMM rate,
+    `grad_bytes`: their gradients' (`_expert_gemm_s`)."""
     moe = new[NUM_EXPERTS] > 0
     if skips(moe):
         return 0.0, 0.0
@@ -393,7 +404,7 @@ def moe_layer_terms(f: Any, new: Any, tokens: Vec, a2a_s: Vec, copies: Vec, hw: 
     # full recompute runs the layer's forward again before its backward: one more direction's
     # dispatch and combine, and the experts' forward GEMMs (a third of their three passes)
     full = f[RECOMPUTE_CODE] == _FULL
-    gpu = (_expert_gemm_s(f, new, tokens, hw, gemm_peak) * where(full, 4 / 3, 1.0)
+    gpu = (_expert_gemm_s(f, new, tokens, hw, gemm_peak, grad_bytes) * where(full, 4 / 3, 1.0)
            + token_shuffle_s(f, new, tokens, copies, hw))
     # the other direction's compute is the MoE layer's, its experts' extra time included (the
     # dense form's layer alone until schema 25: a 128-expert layer's overlap hid 2x too little)
