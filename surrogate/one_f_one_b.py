@@ -25,17 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from simulator.jit import njit
+from simulator.jit import HAVE_NUMBA, njit
 from surrogate.physics import Vec
 
 STEADY_AFTER = 3  # the walk covers min(m, STEADY_AFTER * p + 1) micro-batches
 
 
 @njit
-def one_f_one_b_excess_s(first: Vec, middle: Vec, last: Vec, p: Vec, m: Vec, forward_share: Vec,
-                         walk: Any) -> Vec:
-    """`one_f_one_b_s` less the formula sum_i S_i + (m - 1) max_i S_i, where `walk` (one row's
-    bool, or per row of arrays); 0 elsewhere and where the last stage is the busiest."""
+def _excess_s(first: Vec, middle: Vec, last: Vec, p: Vec, m: Vec, forward_share: Vec,
+              walk: Any) -> Vec:
+    """`one_f_one_b_excess_s` compiled: one row, or a table's rows one by one."""
     if isinstance(first, float):
         return _excess(first, middle, last, p, m, forward_share) if walk else 0.0
     out = np.zeros(first.shape[0])
@@ -43,6 +42,72 @@ def one_f_one_b_excess_s(first: Vec, middle: Vec, last: Vec, p: Vec, m: Vec, for
         if walk[i]:
             out[i] = _excess(first[i], middle[i], last[i], p[i], m[i], forward_share[i])
     return out
+
+
+def _excess_table_s(first: Vec, middle: Vec, last: Vec, p: Vec, m: Vec, forward_share: Vec,
+                    walk: Any) -> Vec:
+    """`one_f_one_b_excess_s` in Python without numba: a table's walked rows grouped by their
+    stages and walked micro-batches, each group walked at once over numpy columns (the order of
+    a walk depends on those two alone; each row sees the IEEE operations of its own walk)."""
+    if isinstance(first, float):
+        return _excess(first, middle, last, p, m, forward_share) if walk else 0.0
+    stages, micro = (np.asarray(p) + 0.5).astype(np.int64), (np.asarray(m) + 0.5).astype(np.int64)
+    busiest = np.where(stages > 2, np.maximum(np.maximum(first, middle), last), np.maximum(first, last))
+    walked = np.minimum(micro, STEADY_AFTER * stages + 1)
+    todo = np.asarray(walk) & (stages >= 2) & (last < busiest)
+    out = np.zeros(len(first))
+    for n_stages, n_walked in sorted(set(zip(stages[todo].tolist(), walked[todo].tolist(), strict=True))):
+        rows = np.flatnonzero(todo & (stages == n_stages) & (walked == n_walked))
+        times = np.repeat(middle[rows, None], n_stages, axis=1)
+        times[:, n_stages - 1] = last[rows]
+        times[:, 0] = first[rows]
+        total = (_walk_rows(times, n_walked, forward_share[rows])
+                 + (micro[rows] - n_walked) * times.max(axis=1))
+        formula = (first[rows] + (n_stages - 2) * middle[rows] + last[rows]
+                   + (micro[rows] - 1) * busiest[rows])
+        out[rows] = total - formula
+    return out
+
+
+def _walk_rows(times: np.ndarray, m: int, forward_share: np.ndarray) -> np.ndarray:
+    """`_walk` of rows of stage times at once (rows x stages)."""
+    p = times.shape[1]
+    forward_end = np.zeros((p, m, times.shape[0]))
+    backward_end = np.zeros((p, m, times.shape[0]))
+    done = np.zeros((2, p, m), dtype=bool)
+    clock = np.zeros((p, times.shape[0]))
+    nxt = [0] * p
+    left = 2 * p * m
+    while left > 0:
+        for sweep in range(2):
+            for k in range(p):
+                s = k if sweep == 0 else p - 1 - k
+                warm = min(p - s - 1, m)
+                while nxt[s] < 2 * m:
+                    backward, j = _op(nxt[s], warm, m)
+                    if backward:
+                        ready, known = ((backward_end[s + 1, j], done[1, s + 1, j]) if s < p - 1
+                                        else (forward_end[s, j], done[0, s, j]))
+                    else:
+                        ready, known = ((forward_end[s - 1, j], done[0, s - 1, j]) if s > 0
+                                        else (np.zeros(times.shape[0]), True))
+                    if not known:
+                        break
+                    share = 1.0 - forward_share if backward else forward_share
+                    end = np.maximum(clock[s], ready) + times[:, s] * share
+                    (backward_end if backward else forward_end)[s, j] = end
+                    done[int(backward), s, j] = True
+                    clock[s] = end
+                    nxt[s] += 1
+                    left -= 1
+    return clock.max(axis=0)
+
+
+# a table without numba walks its rows in groups; compiled, row by row (`_excess_s`)
+one_f_one_b_excess_s: Any = _excess_s if HAVE_NUMBA else _excess_table_s
+one_f_one_b_excess_s.__doc__ = """`one_f_one_b_s` less the formula sum_i S_i + (m - 1) max_i S_i
+    where `walk` (one row's bool, or per row of arrays); 0 elsewhere and where the last stage is
+    the busiest."""
 
 
 @njit
