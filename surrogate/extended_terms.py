@@ -271,9 +271,7 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
                                                              dense, hw)
     # a feature of every row, a term of MoE rows' estimate only (surrogate.param_gather_terms:
     # as a term of dense rows the held-out MAPE grew)
-    # a MoE row's MLP: the dense form's dense-equivalent one out, the dense layers' MLPs and the
-    # GPU's routed experts in, each at its group's bytes per parameter
-    kernel_mlp = 3 * h * active_ffn / t  # what the dense form counted per layer
+    kernel_mlp = 3 * h * active_ffn / t  # the MLP the dense form counted per layer
     dense_mlp = (L - n_moe) * 3 * h * f[FFN_HIDDEN_SIZE] / t / L
     # the stage's parameters outside the routed experts, gathered over dp (the experts' over
     # expert_dp: experts_one); the dense-equivalent MLP gathered over dp, as until schema 25,
@@ -292,6 +290,8 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     sharded = level >= _OPTIM_LEVEL
     dense_shard = where(re.dopt > 0, d, 1.0)
     optimizer_shard = where(sharded, ranks, 1.0)
+    # a MoE row's states: the dense-equivalent MLP out (kernel_mlp), the dense layers' MLPs
+    # (dense_mlp) and the GPU's routed experts in, each at its group's bytes per parameter
     experts_layer = per_gpu_experts * p / L
     moe_delta = where(n_moe > 0, L / p * (
         dense_mlp * (6 + 12 / optimizer_shard) + experts_layer * (6 + 12 / where(sharded, expert_dp, 1.0))
