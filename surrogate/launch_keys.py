@@ -18,7 +18,7 @@ codes are checked against those its key was stored with, and two keys that fold 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -58,8 +58,8 @@ class KeyedCache:
 
     `values(parts, compute)`: the (rows, width) values of rows whose keys are the rows of the
     (rows, k) uint64 `parts`; `compute(i)` gives the values of a key not met before from its
-    first row `i`. At most `max_keys` keys are kept (then it starts afresh: values are functions
-    of their keys, so forgetting them changes no result).
+    first row `i`. Past `max_keys` keys it starts afresh from the batch's own keys (values are
+    functions of their keys, so forgetting them changes no result).
     """
 
     def __init__(self, width: int, what: str, max_keys: int = 8192) -> None:
@@ -67,42 +67,58 @@ class KeyedCache:
         self.clear()
 
     def clear(self) -> None:
-        self._keys = np.empty(0, dtype=np.uint64)  # sorted
-        self._parts = np.empty((0, 0), dtype=np.uint64)
-        self._values = np.empty((0, self.width))
+        self._state = _State(np.empty(0, dtype=np.uint64), np.empty((0, 0), dtype=np.uint64),
+                             np.empty((0, self.width)))
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._state.keys)
 
     def values(self, parts: np.ndarray, compute: Callable[[int], Any]) -> np.ndarray:
         key = fold(parts)
         distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         if (parts != parts[first][inverse]).any():
             raise DataError(f"two {self.what} share a surrogate hash key; report this table")
-        pos = self._find(distinct, parts[first])
+        state = self._state  # one snapshot: a batch's threads share the cache
+        pos = self._find(state, distinct, parts[first])
         missing = np.flatnonzero(pos < 0)
-        if len(missing):
-            new = np.array([compute(int(first[j])) for j in missing], dtype=float).reshape(-1, self.width)
-            self._insert(distinct[missing], parts[first[missing]], new)
-            pos = self._find(distinct, parts[first])
-        return self._values[pos[inverse]]
+        if not len(missing):
+            return state.values[pos[inverse]]
+        table = np.empty((len(distinct), self.width))  # the batch's keys' values
+        hit = pos >= 0
+        table[hit] = state.values[pos[hit]]
+        table[missing] = np.array([compute(int(first[j])) for j in missing],
+                                  dtype=float).reshape(-1, self.width)
+        # replaced whole (another thread's insert may be lost: values are functions of keys)
+        self._state = self._inserted(state, distinct, parts[first], table, missing)
+        return table[inverse]
 
-    def _find(self, keys: np.ndarray, parts: np.ndarray) -> np.ndarray:
-        """Index of each key in the cache, -1 where absent (stored codes checked)."""
-        if not len(self._keys):
+    def _find(self, state: _State, keys: np.ndarray, parts: np.ndarray) -> np.ndarray:
+        """Index of each key in `state`, -1 where absent (stored codes checked)."""
+        if not len(state.keys):
             return np.full(len(keys), -1)
-        pos = np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)
-        found = self._keys[pos] == keys
-        if self._parts.shape[1] == parts.shape[1] and (self._parts[pos[found]] != parts[found]).any():
+        pos = np.minimum(np.searchsorted(state.keys, keys), len(state.keys) - 1)
+        found = state.keys[pos] == keys
+        if state.parts.shape[1] == parts.shape[1] and (state.parts[pos[found]] != parts[found]).any():
             raise DataError(f"two {self.what} share a surrogate hash key; report this table")
         return np.where(found, pos, -1)
 
-    def _insert(self, keys: np.ndarray, parts: np.ndarray, values: np.ndarray) -> None:
-        if len(self._keys) + len(keys) > self.max_keys or self._parts.shape[1] != parts.shape[1]:
-            self.clear()
-            self._parts = np.empty((0, parts.shape[1]), dtype=np.uint64)
-        keys = np.concatenate([self._keys, keys])
-        order = np.argsort(keys, kind="stable")
-        self._keys = keys[order]
-        self._parts = np.concatenate([self._parts, parts])[order]
-        self._values = np.concatenate([self._values, values])[order]
+    def _inserted(self, state: _State, keys: np.ndarray, parts: np.ndarray, values: np.ndarray,
+                  missing: np.ndarray) -> _State:
+        """`state` with the batch's `missing` keys added; where that would overfill it (or its
+        keys have another width), the batch's sorted `keys` alone."""
+        if (len(state.keys) + len(missing) > self.max_keys
+                or state.parts.shape[1] != parts.shape[1]):
+            return _State(keys, parts, values)
+        merged = np.concatenate([state.keys, keys[missing]])
+        order = np.argsort(merged, kind="stable")
+        return _State(merged[order], np.concatenate([state.parts, parts[missing]])[order],
+                      np.concatenate([state.values, values[missing]])[order])
+
+
+class _State(NamedTuple):
+    """The cache's sorted keys, their stored codes and values (replaced together, never edited:
+    a thread reading while another inserts sees one whole state)."""
+
+    keys: np.ndarray
+    parts: np.ndarray
+    values: np.ndarray

@@ -53,6 +53,17 @@ def test_a_full_cache_starts_afresh_with_the_same_results() -> None:
     assert cache.values(parts[:3], lambda i: (float(i),)).tolist() == first.tolist()
 
 
+def test_a_batch_that_overfills_the_cache_keeps_the_values_of_the_keys_it_had_found() -> None:
+    """Starting afresh must keep the batch's known keys as well as its new ones: it kept the new
+    ones only, and the known ones read the last stored value."""
+    cache = KeyedCache(1, "test keys", max_keys=4)
+    cache.values(_parts([1, 2, 3], [0, 0, 0]), lambda i: (float(i + 1),))
+    parts = _parts([1, 2, 3, 7, 8], [0, 0, 0, 0, 0])
+    got = cache.values(parts, lambda i: (float(parts[i, 0]),))
+    assert got.ravel().tolist() == [1.0, 2.0, 3.0, 7.0, 8.0]
+    assert cache.values(parts, lambda i: (-1.0,)).ravel().tolist() == [1.0, 2.0, 3.0, 7.0, 8.0]
+
+
 def test_two_keys_that_fold_alike_are_refused() -> None:
     # fold() of (a, b) is (a * 1_000_003 + 0) * 1_000_003 + b + 1: (0, 1_000_003) equals (1, 0)
     parts = _parts([0, 1], [1_000_003, 0])
@@ -73,3 +84,24 @@ def test_stable_codes_are_the_same_for_a_factorized_column_and_a_plain_one() -> 
         stable_codes(factorized, "precision_test", rows).tolist()
     assert stable_codes(np.array([True, False, True]), "flag_test", np.arange(3)).tolist() == \
         stable_codes(Factorized(np.array([1, 0, 1]), (False, True)), "flag_test", np.arange(3)).tolist()
+
+
+def test_threads_sharing_the_cache_each_get_their_own_keys_values() -> None:
+    """A batch's row chunks look their keys up on threads (surrogate.model._predict_table), all
+    in the one process-wide cache: one thread's insert must never hand another a half-replaced
+    cache (an IndexError, or another key's values)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = KeyedCache(1, "test keys", max_keys=64)
+
+    def batch(seed: int) -> bool:
+        rng = np.random.default_rng(seed)
+        for _ in range(100):
+            parts = _parts(rng.integers(0, 50, 200).tolist(), rng.integers(0, 3, 200).tolist())
+            got = cache.values(parts, lambda i, p=parts: (float(p[i, 0] * 10 + p[i, 1]),))
+            if not np.array_equal(got.ravel(), (parts[:, 0] * 10 + parts[:, 1]).astype(float)):
+                return False
+        return True
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(batch, range(8)))
