@@ -13,10 +13,12 @@ p - 1 - s warm-up forwards on stage s, then one forward and one backward, then t
 backwards; a forward waits for the previous stage's, a backward for the next stage's) for a
 first stage, p - 2 equal middle stages and a last stage, without transfer delays (the closed
 form charges those apart). After 3p + 1 micro-batches every further one adds the busiest
-stage's time (the steady state), so the walk stops there, at most 6p^2 + 2p ops (~6 us on 16
+stage's time (the steady state), so the walk stops there, at most 6p^2 + 2p ops (~10 us on 16
 stages): within 0.4% of the engine on random stage times, tests/surrogate_tests/
 test_one_f_one_b.py. Where the last stage is the busiest the formula is exact (the same test),
-and `one_f_one_b_excess_s` walks only the other rows.
+and `one_f_one_b_excess_s` walks only the other rows. The order of the ops (`_order`) depends
+on p and m alone; a row is timed along it (`_walk`), and without numba a table's rows of the
+same p and m together (`_walk_rows`).
 """
 
 from __future__ import annotations
@@ -70,36 +72,18 @@ def _excess_table_s(first: Vec, middle: Vec, last: Vec, p: Vec, m: Vec, forward_
 
 
 def _walk_rows(times: np.ndarray, m: int, forward_share: np.ndarray) -> np.ndarray:
-    """`_walk` of rows of stage times at once (rows x stages)."""
+    """`_walk` of rows of stage times at once (rows x stages): the same order, each row's own
+    IEEE operations."""
     p = times.shape[1]
-    forward_end = np.zeros((p, m, times.shape[0]))
-    backward_end = np.zeros((p, m, times.shape[0]))
-    done = np.zeros((2, p, m), dtype=bool)
+    ends = np.zeros((2, p, m, times.shape[0]))  # forward, backward
     clock = np.zeros((p, times.shape[0]))
-    nxt = [0] * p
-    left = 2 * p * m
-    while left > 0:
-        for sweep in range(2):
-            for k in range(p):
-                s = k if sweep == 0 else p - 1 - k
-                warm = min(p - s - 1, m)
-                while nxt[s] < 2 * m:
-                    backward, j = _op(nxt[s], warm, m)
-                    if backward:
-                        ready, known = ((backward_end[s + 1, j], done[1, s + 1, j]) if s < p - 1
-                                        else (forward_end[s, j], done[0, s, j]))
-                    else:
-                        ready, known = ((forward_end[s - 1, j], done[0, s - 1, j]) if s > 0
-                                        else (np.zeros(times.shape[0]), True))
-                    if not known:
-                        break
-                    share = 1.0 - forward_share if backward else forward_share
-                    end = np.maximum(clock[s], ready) + times[:, s] * share
-                    (backward_end if backward else forward_end)[s, j] = end
-                    done[int(backward), s, j] = True
-                    clock[s] = end
-                    nxt[s] += 1
-                    left -= 1
+    for s, backward, j in _order(p, m).tolist():
+        if backward:
+            ready = ends[1, s + 1, j] if s < p - 1 else ends[0, s, j]
+        else:
+            ready = ends[0, s - 1, j] if s > 0 else 0.0
+        share = 1.0 - forward_share if backward else forward_share
+        clock[s] = ends[backward, s, j] = np.maximum(clock[s], ready) + times[:, s] * share
     return clock.max(axis=0)
 
 
@@ -136,36 +120,53 @@ def one_f_one_b_s(first: float, middle: float, last: float, p: int, m: int,
 
 @njit
 def _walk(times: np.ndarray, m: int, forward_share: float) -> float:
-    """The engine's 1F1B makespan of `m` micro-batches on stages taking `times` each."""
+    """The engine's 1F1B makespan of `m` micro-batches on stages taking `times` each: each op
+    starts when its stage is free and its input has arrived (the previous stage's forward, the
+    next stage's backward; the last stage's backward follows its own forward)."""
     p = times.shape[0]
-    forward_end = np.full((p, m), -1.0)
-    backward_end = np.full((p, m), -1.0)
+    ends = np.zeros((2, p, m))  # forward, backward
     clock = np.zeros(p)
+    order = _order(p, m)
+    for i in range(order.shape[0]):
+        s, backward, j = order[i, 0], order[i, 1], order[i, 2]
+        if backward:
+            ready = ends[1, s + 1, j] if s < p - 1 else ends[0, s, j]
+        else:
+            ready = ends[0, s - 1, j] if s > 0 else 0.0
+        share = 1.0 - forward_share if backward else forward_share
+        end = max(clock[s], ready) + times[s] * share
+        ends[backward, s, j] = end
+        clock[s] = end
+    return clock.max()
+
+
+@njit
+def _order(p: int, m: int) -> np.ndarray:
+    """(2 p m, 3) ops as (stage, is a backward, micro-batch) in an order that runs each after
+    its input and after its stage's previous op (simulator.timeline.schedule._one_f_one_b on
+    every stage): sweeps down the stages for the forwards, up for the backwards."""
+    done = np.zeros((2, p, m), dtype=np.bool_)
+    order = np.empty((2 * p * m, 3), dtype=np.int64)
     nxt = np.zeros(p, dtype=np.int64)  # each stage's next op in its order
-    left = 2 * p * m
-    while left > 0:
-        for sweep in range(2):  # forwards flow down the stages, backwards up
+    n = 0
+    while n < 2 * p * m:
+        for sweep in range(2):
             for k in range(p):
                 s = k if sweep == 0 else p - 1 - k
                 warm = min(p - s - 1, m)
                 while nxt[s] < 2 * m:
                     backward, j = _op(nxt[s], warm, m)
                     if backward:
-                        ready = backward_end[s + 1, j] if s < p - 1 else forward_end[s, j]
+                        known = done[1, s + 1, j] if s < p - 1 else done[0, s, j]
                     else:
-                        ready = forward_end[s - 1, j] if s > 0 else 0.0
-                    if ready < 0.0:
+                        known = done[0, s - 1, j] if s > 0 else True
+                    if not known:
                         break
-                    share = 1.0 - forward_share if backward else forward_share
-                    end = max(clock[s], ready) + times[s] * share
-                    if backward:
-                        backward_end[s, j] = end
-                    else:
-                        forward_end[s, j] = end
-                    clock[s] = end
+                    done[int(backward), s, j] = True
+                    order[n, 0], order[n, 1], order[n, 2] = s, int(backward), j
+                    n += 1
                     nxt[s] += 1
-                    left -= 1
-    return clock.max()
+    return order
 
 
 @njit(inline=True)

@@ -11,7 +11,13 @@ import pytest
 
 from simulator.job.enums import Schedule
 from simulator.timeline.engine import round_plan, run_pipeline
-from surrogate.one_f_one_b import STEADY_AFTER, one_f_one_b_excess_s, one_f_one_b_s
+from surrogate.one_f_one_b import (
+    STEADY_AFTER,
+    _excess_s,
+    _excess_table_s,
+    one_f_one_b_excess_s,
+    one_f_one_b_s,
+)
 
 
 def _engine(stages: np.ndarray, m: int, forward_share: float) -> float:
@@ -77,3 +83,18 @@ def test_rows_of_a_table_are_walked_as_one_row_each() -> None:
     table = one_f_one_b_excess_s(*columns)
     assert table.tolist() == [one_f_one_b_excess_s(*row) for row in rows]
     assert table[2] == 0.0 and table[3] == 0.0  # the last stage the busiest; not walked
+
+
+def test_a_table_without_numba_walks_each_row_as_the_compiled_row_walk() -> None:
+    """The numpy path (no numba) walks a table's rows of equal stages and micro-batches together;
+    each row gets the compiled row walk's number to the bit (tests run with numba, so this is
+    where that path is checked)."""
+    cases = _cases(60, 2)
+    columns = [np.array(c, dtype=float) for c in zip(*cases, strict=True)]
+    p, first, middle, last, m, share = columns
+    walk = np.arange(len(cases)) % 5 != 0
+    table = _excess_table_s(first, middle, last, p, m, share, walk)
+    rows = [_excess_s(float(first[i]), float(middle[i]), float(last[i]), float(p[i]), float(m[i]),
+                      float(share[i]), bool(walk[i])) for i in range(len(cases))]
+    assert table.tolist() == rows
+    assert any(r != 0.0 for r in rows)
