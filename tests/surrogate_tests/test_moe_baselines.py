@@ -216,8 +216,9 @@ def _mixtral_tp4(precision: str, **recipe: str) -> Any:
         "cluster": {"gpu": "b200", "num_gpus": 4}})
 
 
-def _estimate(job: Any) -> float:
-    names, x = feature_matrix(pd.DataFrame([job_to_record(job)]), {"b200": catalog_hardware("b200")})
+def _estimate(job: Any, gpu: str = "b200") -> float:
+    """The closed form's iteration seconds of one job (`est_log_time_s`) on `gpu`."""
+    names, x = feature_matrix(pd.DataFrame([job_to_record(job)]), {gpu: catalog_hardware(gpu)})
     return float(np.exp(x[0, names.index("est_log_time_s")]))
 
 
@@ -290,9 +291,7 @@ def test_a_moe_rows_overlapped_gather_is_its_own_parameters_each_once(
                      "sequence_parallel": gpu == "gb200", "data_parallel_sharding": "optim",
                      "overlap_grad_reduce": True, "overlap_param_gather": True},
         "cluster": {"gpu": gpu, "num_gpus": gpus}})
-    names, x = feature_matrix(pd.DataFrame([job_to_record(job)]), {gpu: catalog_hardware(gpu)})
-    estimate = float(np.exp(x[0, names.index("est_log_time_s")]))
-    assert estimate == pytest.approx(simulate(job).iteration_time_s, rel=0.15)
+    assert _estimate(job, gpu) == pytest.approx(simulate(job).iteration_time_s, rel=0.15)
 
 
 def test_the_combined_1f1b_overlap_hides_the_all_to_alls_under_the_moe_layers_compute() -> None:
@@ -311,9 +310,7 @@ def test_the_combined_1f1b_overlap_hides_the_all_to_alls_under_the_moe_layers_co
                          "sequence_parallel": True, "distributed_optimizer": True,
                          "overlap_grad_reduce": True},
             "cluster": {"gpu": "h200-141gb", "num_gpus": 32}})
-        names, x = feature_matrix(pd.DataFrame([job_to_record(job)]),
-                                  {"h200-141gb": catalog_hardware("h200-141gb")})
-        return float(np.exp(x[0, names.index("est_log_time_s")])), simulate(job).iteration_time_s
+        return _estimate(job, "h200-141gb"), simulate(job).iteration_time_s
 
     (closed_on, exact_on), (closed_off, exact_off) = times(True), times(False)
     assert closed_off - closed_on == pytest.approx(exact_off - exact_on, rel=0.3)
@@ -334,9 +331,7 @@ def test_the_experts_weight_gradients_accumulate_into_the_gradient_buffer() -> N
             "parallel": {"tp": 2, "pp": 1, "ep": 4, "sequence_parallel": True,
                          "distributed_optimizer": True, "overlap_grad_reduce": True},
             "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 16}})
-        names, x = feature_matrix(pd.DataFrame([job_to_record(job)]),
-                                  {"h100-sxm-80gb": catalog_hardware("h100-sxm-80gb")})
-        return float(np.exp(x[0, names.index("est_log_time_s")])), simulate(job).iteration_time_s
+        return _estimate(job, "h100-sxm-80gb"), simulate(job).iteration_time_s
 
     (closed32, exact32), (closed16, exact16) = times(True), times(False)
     assert closed32 - closed16 == pytest.approx(exact32 - exact16, rel=0.1)
