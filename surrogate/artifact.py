@@ -68,7 +68,13 @@ log = logging.getLogger(__name__)
 # a MoE row's overlapped parameter gather of its own parameters, once (param_gather_terms); the
 # combined-1F1B overlap under the MoE layer's compute; the experts' weight gradients' traffic
 # into the gradient buffer (moe_terms._gemm_s)
-SCHEMA_VERSION = 25
+# 26: a grouped GEMM's tiles fill the SMs together, each pass at its own shape, reading the
+# recipe's operand bytes (moe_terms._gemm_s, as simulator.graph.moe.experts); an uneven split's
+# or a MoE model's leading dense layers' stage times and tails (pipeline_terms.stage_times,
+# uneven_tail_s); a MoE row's dense gradients (outside the routed experts) reduced and stepped
+# over dp, and the experts' reduction hidden in what the dense one leaves of the last backward
+# (dp_terms.dp_correction, expert_tail_s)
+SCHEMA_VERSION = 26
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

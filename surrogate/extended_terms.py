@@ -41,7 +41,14 @@ from surrogate.physics import (
     skips,
     where,
 )
-from surrogate.pipeline_terms import layer_params_per_gpu, stage_split, uneven_memory_bytes, uneven_time_s
+from surrogate.pipeline_terms import (
+    layer_params_per_gpu,
+    stage_split,
+    stage_times,
+    uneven_memory_bytes,
+    uneven_tail_s,
+    uneven_time_s,
+)
 from surrogate.quantize_terms import expert_quantize_s, quantize_s
 from surrogate.records import CHOICES
 from surrogate.slots import (
@@ -61,12 +68,14 @@ from surrogate.slots import (
     CUDA_GRAPHS,
     D_ACTIVATIONS,
     D_ATTENTION,
+    D_DP_EXPOSED,
     D_EST_LOG_MEMORY,
     D_EST_LOG_TIME,
     D_HOST_EXCESS,
     D_LAYER,
     D_LAYER_COMPUTE,
     D_LAYER_HOST,
+    D_OPTIMIZER,
     D_STAGE_MB,
     D_STAGE_PARAMS,
     D_TP_OVERLAP_SAVING,
@@ -234,7 +243,8 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     moe_layer_comm, moe_layer_gpu = moe_layer_terms(f, new, tokens, comm.a2a_s, copies_sent, hw,
                                                     dense[D_LAYER_COMPUTE],
                                                     where(low, peak_lp * lp_eff, hw.peak_bf16),
-                                                    grad_element)
+                                                    grad_element,
+                                                    where(low & (element > 0), element, 2.0))
     moe_layer_gpu = moe_layer_gpu + expert_quantize_s(re, new, tokens, aux, level, low)
     moe_layer_host = aux[A_MOE_HOST]
     moe_comm = moe_layer_comm * n_moe / L
@@ -248,7 +258,14 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     cp_comm = where(comm.ring, ring_exposed_s(new[CP], comm.kv_s, dense[D_ATTENTION]),
                     where(new[CP_COMM_TYPE] == _ALL_GATHER, 3 + again, 2 + again) * comm.cp_s)
     est = aux[A_EST_TIME]
-    tree = dp_correction(f, new, dense, hw, re, grad_element) + buffer_s
+    # the stage's parameters outside the routed experts (reduced and gathered over dp; the
+    # experts' over expert_dp: `expert_tail_s`): the dense form counted the MLP a token meets per
+    # layer (kernel_mlp) where its MoE layers hold only their dense layers' MLPs (dense_mlp)
+    kernel_mlp = 3 * h * active_ffn / t
+    dense_mlp = (L - n_moe) * 3 * h * f[FFN_HIDDEN_SIZE] / t / L
+    non_expert = where(n_moe > 0, stage - L / p * (kernel_mlp - dense_mlp), stage)
+    tree, dense_comm = dp_correction(f, new, dense, hw, re, grad_element, non_expert)
+    tree = tree + buffer_s
     # a layer's windows take max(GPU + blocking comm, host dispatch) (surrogate.timing._window):
     # what the recipe, the tp overlap and CUDA graphs save on the GPU stops at the host's floor
     # (cp's exchange and a MoE layer's dispatch and experts are GPU time and blocking comm in
@@ -266,21 +283,24 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     head_s = maximum(dense[D_STAGE_MB] - L / p * dense[D_LAYER], 0.0)
     # multi-token prediction's depths run on the last stage after the model's layers
     mtp_s = new[MTP_NUM_LAYERS] * (dense[D_LAYER] + per_layer + head_s)
-    uneven_s = uneven_time_s(f, split, dense[D_LAYER] + per_layer, head_s, mtp_s)
+    dense_layer = maximum(busy, host_floor)
+    times = stage_times(new, split, mean_layer, moe_layer, dense_layer, n_moe)
+    uneven_s = uneven_time_s(f, new, split, times, mean_layer, head_s, mtp_s)
     experts_tail, experts_one, experts_bucket = expert_tail_s(f, new, per_gpu_experts, expert_dp, level,
-                                                             dense, hw)
+                                                             dense, hw, dense_comm)
     # a feature of every row, a term of MoE rows' estimate only (surrogate.param_gather_terms:
     # as a term of dense rows the held-out MAPE grew)
-    kernel_mlp = 3 * h * active_ffn / t  # the MLP the dense form counted per layer
-    dense_mlp = (L - n_moe) * 3 * h * f[FFN_HIDDEN_SIZE] / t / L
-    # the stage's parameters outside the routed experts, gathered over dp (the experts' over
-    # expert_dp: experts_one); the dense-equivalent MLP gathered over dp, as until schema 25,
-    # made MoE rows' gathers 5x the simulator's (a Mixtral on 2,048 GB200s: 43 ms vs 8.5 ms)
-    non_expert = where(n_moe > 0, stage - L / p * (kernel_mlp - dense_mlp), stage)
+    # the non-expert parameters gathered over dp (the experts' over expert_dp: experts_one);
+    # the dense-equivalent MLP gathered over dp, as until schema 25, made MoE rows' gathers 5x
+    # the simulator's (a Mixtral on 2,048 GB200s: 43 ms vs 8.5 ms)
     gather_shift = param_gather_shift_s(r, new[OVERLAP_PARAM_GATHER] > 0, non_expert,
                                         non_expert + per_gpu_experts, dense[D_STAGE_MB],
                                         experts_one, experts_bucket)
-    time = maximum(est + tree + layers * per_layer + uneven_s + experts_tail
+    # an uneven split's largest stage reduces and steps more parameters after its last backward
+    layer_params = layer_params_per_gpu(f, where(n_moe > 0, active_ffn, f[FFN_HIDDEN_SIZE]))
+    tail_s = uneven_tail_s(f, new, split, times, dense[D_DP_EXPOSED] + dense[D_OPTIMIZER] + tree,
+                           experts_tail, stage, layer_params, n_moe)
+    time = maximum(est + tree + layers * per_layer + uneven_s + experts_tail + tail_s
                    + where(n_moe > 0, gather_shift, 0.0), 0.2 * est)
     # Megatron shards the optimizer over the data-parallel group with context parallelism (dp x
     # cp, simulator.graph.params.optimizer_shards) and the routed experts' over expert_dp; the
@@ -313,7 +333,6 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     # the uneven split's largest stage: its layers' states (per parameter as the stage's) and
     # their saved activations (surrogate.pipeline_terms)
     per_param = (dense[D_WEIGHT_STATES] + shard_delta + weight_copies + held * stage) / stage
-    layer_params = layer_params_per_gpu(f, where(n_moe > 0, active_ffn, f[FFN_HIDDEN_SIZE]))
     edge = per_param * maximum(stage - split.mean * layer_params, 0.0)  # the embedding's
     memory_delta = memory_delta + uneven_memory_bytes(
         f, split, layer_params * per_param + moe_delta / split.mean, act, edge)

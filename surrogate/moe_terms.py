@@ -340,21 +340,32 @@ def _launches_of(record: dict[str, Any]) -> tuple[float, float, float]:
 
 
 @njit
-def _gemm_s(hw: Hardware, peak: Vec, m: Vec, n: Vec, k: Vec, accumulate: Vec) -> Vec:
-    """Forward, data- and weight-gradient GEMMs of Y[m,n] = X[m,k] W[k,n] at the FLOP rate
-    `peak` (16 bits, or a recipe's rate: timing.projection_gemms): the simulator's roofline
-    with its tile / wave / depth efficiency, one launch gap each. The weight gradient reads and
-    writes `accumulate` more bytes per weight (Megatron's gradient-accumulation fusion adds it
-    into the gradient buffer: simulator.graph.primitives.gemm's `accumulate_bytes`)."""
-    eff = gemm_efficiency(1.0, m, n, k, hw.num_sms, hw.gemm_max, hw.k_half)
-    flops, traffic = 2.0 * m * n * k, (m * k + k * n + m * n) * 2.0
-    one = maximum(flops / (peak * eff), traffic / hw.hbm_Bps) + hw.launch_s
-    wgrad = maximum(flops / (peak * eff), (traffic + k * n * accumulate) / hw.hbm_Bps) + hw.launch_s
-    return 2 * one + wgrad
+def _gemm_s(hw: Hardware, peak: Vec, batch: Vec, m: Vec, n: Vec, k: Vec, accumulate: Vec,
+            operand: Vec) -> Vec:
+    """Forward, data- and weight-gradient GEMMs of `batch` problems Y[m,n] = X[m,k] W[k,n] at
+    the FLOP rate `peak` (16 bits, or a recipe's rate: timing.projection_gemms), as the
+    simulator costs a grouped GEMM (simulator.graph.moe.experts: one op of `batch` problems, one
+    kernel each): its roofline with the tile / wave / depth efficiency of each pass's shape
+    (forward m x n deep k, data gradient m x k deep n, weight gradient n x k deep m) over all
+    `batch` problems' tiles, one launch gap per problem, operands of `operand` bytes per element
+    (a recipe's format with its scales; 16-bit outputs: simulator.graph.primitives.gemm). The
+    weight gradient reads and writes `accumulate` more bytes per weight (Megatron's gradient-
+    accumulation fusion adds it into the gradient buffer: primitives.gemm's `accumulate_bytes`).
+    Until schema 26 each expert's tiles filled the SMs alone: 128 experts of 256 rows each ran
+    at a sixth of the waves the simulator's grouped GEMM fills, and weights were 16-bit."""
+    flops = 2.0 * batch * m * n * k
+    launches = batch * hw.launch_s
+    total = 0.0 * flops
+    for rows, cols, depth, out in ((m, n, k, 2.0), (m, k, n, 2.0), (n, k, m, 2.0 + accumulate)):
+        eff = gemm_efficiency(batch, rows, cols, depth, hw.num_sms, hw.gemm_max, hw.k_half)
+        traffic = batch * ((rows * depth + depth * cols) * operand + rows * cols * out)
+        total = total + maximum(flops / (peak * eff), traffic / hw.hbm_Bps) + launches
+    return total
 
 
 @njit(inline=True)
-def _expert_gemm_s(f: Any, new: Any, tokens: Vec, hw: Hardware, peak: Vec, grad_bytes: Vec) -> Vec:
+def _expert_gemm_s(f: Any, new: Any, tokens: Vec, hw: Hardware, peak: Vec, grad_bytes: Vec,
+                   operand: Vec) -> Vec:
     """Seconds per MoE layer and micro-batch that the experts' grouped GEMMs take beyond what
     the dense form charged for them (MoE rows only). The dense form prices the routed experts as
     one dense MLP of top-k x moe_ffn split over tp, on the rank's b s / cp tokens; the simulator
@@ -371,7 +382,9 @@ def _expert_gemm_s(f: Any, new: Any, tokens: Vec, hw: Hardware, peak: Vec, grad_
     buffer (read and written: 2 grad_bytes per weight where it wrote 2), which the dense form
     leaves out: with few rows per expert that traffic, not the FLOPs, sets the weight gradients'
     time (3.8x the forward's bytes for 32 local experts of Qwen3-235B on H100, where the closed
-    form was 0.61x the simulator)."""
+    form was 0.61x the simulator). The grouped GEMMs read the recipe's `operand` bytes per
+    element: with 128 experts on a GPU their weights, not their FLOPs, set the forward's time,
+    and 16-bit operands charged an FP8 DeepSeek-V3 layer on H200 1.4x the simulator's."""
     experts, topk = new[NUM_EXPERTS], new[MOE_ROUTER_TOPK]
     ep, etp, h, t = new[EP], new[EXPERT_TP], f[HIDDEN_SIZE], f[TP]
     gated = where(f[GATED_MLP] > 0, 2.0, 1.0)
@@ -379,24 +392,24 @@ def _expert_gemm_s(f: Any, new: Any, tokens: Vec, hw: Hardware, peak: Vec, grad_
     rows = maximum(tokens * topk * etp * ep / experts, 1.0)  # per local expert
     local = experts / ep
     accumulate = 2.0 * grad_bytes - 2.0
-    grouped = local * (_gemm_s(hw, peak, rows, ffn * gated, h, accumulate)
-                       + _gemm_s(hw, peak, rows, h, ffn, accumulate))
+    grouped = (_gemm_s(hw, peak, local, rows, ffn * gated, h, accumulate, operand)
+               + _gemm_s(hw, peak, local, rows, h, ffn, accumulate, operand))
     charged_ffn = topk * new[MOE_FFN_HIDDEN_SIZE] / t
     charged_rows = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH] / new[CP]
-    charged = (_gemm_s(hw, peak, charged_rows, charged_ffn * gated, h, 0.0)
-               + _gemm_s(hw, peak, charged_rows, h, charged_ffn, 0.0))
+    charged = (_gemm_s(hw, peak, 1.0, charged_rows, charged_ffn * gated, h, 0.0, 2.0)
+               + _gemm_s(hw, peak, 1.0, charged_rows, h, charged_ffn, 0.0, 2.0))
     return maximum(grouped - charged, 0.0)
 
 
 @njit(inline=True)
 def moe_layer_terms(f: Any, new: Any, tokens: Vec, a2a_s: Vec, copies: Vec, hw: Hardware,
-                    layer_c: Vec, gemm_peak: Vec, grad_bytes: Vec) -> tuple[Vec, Vec]:
+                    layer_c: Vec, gemm_peak: Vec, grad_bytes: Vec, operand: Vec) -> tuple[Vec, Vec]:
     """Per MoE layer and micro-batch (zero on dense rows): the dispatcher's exposed collectives
     (with the combined-1F1B overlap, simulator.costs.blocks: a forward's all-to-alls hide under
     the other micro-batch's backward compute, 2/3 of the layer's, a backward's under its
     forward, 1/3) and the experts' extra GPU time (grouped GEMMs, token shuffles). Its host
     launches are a lookup per launch key (`moe_host_s`). `gemm_peak`: the experts' GEMM rate,
-    `grad_bytes`: their gradients' (`_expert_gemm_s`)."""
+    `grad_bytes`: their gradients', `operand`: their operands' bytes per element (`_expert_gemm_s`)."""
     moe = new[NUM_EXPERTS] > 0
     if skips(moe):
         return 0.0, 0.0
@@ -404,7 +417,7 @@ def moe_layer_terms(f: Any, new: Any, tokens: Vec, a2a_s: Vec, copies: Vec, hw: 
     # full recompute runs the layer's forward again before its backward: one more direction's
     # dispatch and combine, and the experts' forward GEMMs (a third of their three passes)
     full = f[RECOMPUTE_CODE] == _FULL
-    gpu = (_expert_gemm_s(f, new, tokens, hw, gemm_peak, grad_bytes) * where(full, 4 / 3, 1.0)
+    gpu = (_expert_gemm_s(f, new, tokens, hw, gemm_peak, grad_bytes, operand) * where(full, 4 / 3, 1.0)
            + token_shuffle_s(f, new, tokens, copies, hw))
     # the other direction's compute is the MoE layer's, its experts' extra time included (the
     # dense form's layer alone until schema 25: a 128-expert layer's overlap hid 2x too little)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from simulator.jit import njit
 from surrogate.one_f_one_b import one_f_one_b_excess_s
-from surrogate.physics import RECOMPUTE, SCHEDULES, Vec, floor, maximum, where
+from surrogate.physics import RECOMPUTE, SCHEDULES, Vec, floor, maximum, minimum, where
 from surrogate.slots import (
     DP,
     FIRST_STAGE_LAYERS,
@@ -26,6 +26,8 @@ from surrogate.slots import (
     HIDDEN_SIZE,
     LAST_STAGE_LAYERS,
     MICRO_BATCH_SIZE,
+    MOE_FIRST_DENSE_LAYERS,
+    MOE_LAYER_FREQ,
     NUM_ATTENTION_HEADS,
     NUM_LAYERS,
     NUM_QUERY_GROUPS,
@@ -67,31 +69,62 @@ def stage_split(f: Any, new: Any) -> StageSplit:
                       mean, uneven)
 
 
+class StageTimes(NamedTuple):
+    """One micro-batch's forward and backward on the first, a middle and the last stage (the
+    last without its head), and the routed-expert layers the first and last stage hold."""
+
+    first: Vec
+    middle: Vec
+    last: Vec
+    first_moe: Vec
+    middle_moe: Vec
+    last_moe: Vec
+
+
 @njit(inline=True)
-def uneven_time_s(f: Any, split: StageSplit, layer_s: Vec, head_s: Vec, mtp_s: Vec) -> Vec:
-    """Seconds an uneven split or multi-token prediction adds to the dense form's pipeline
-    (negative where the split evens out the stages). A pipeline of stages taking S_i per
-    micro-batch runs sum_i S_i + (m - 1) max_i S_i (fill, then the busiest stage's steady state)
-    as GPipe, and as 1F1B where the last stage is the busiest; a busier earlier stage hides
-    the others' fill under 1F1B, which `surrogate.one_f_one_b` walks.
-    The dense form charges every stage `mean` layers plus the head (`head_s`: the output layer
-    and loss), its last stage; the split's stages take first, middle and last + head layer-times
-    of `layer_s` (one layer, one micro-batch, forward and backward), the last also the MTP depths
+def stage_times(new: Any, split: StageSplit, mean_s: Vec, moe_s: Vec, dense_s: Vec, n_moe: Vec) -> StageTimes:
+    """`StageTimes` of layers of their own kind: a MoE model's leading dense layers
+    (`moe_first_dense_layers`: DeepSeek-V3's 3, Kimi K2's 1) sit on the first stage and the
+    rest are MoE every `moe_layer_freq`-th layer (spread evenly here), a MoE layer taking
+    `moe_s` and a dense one `dense_s`; a dense model's every layer `mean_s`. The mean layer
+    (the dense form's) made a first stage of 12 DeepSeek-V3 layers, 3 of them dense, as slow
+    as 12 mean ones: with every expert on each GPU (ep 1) a MoE layer is ~10x a dense one and
+    the stage was charged 1.2x its time (-0.22 log against the simulator)."""
+    freq = maximum(new[MOE_LAYER_FREQ], 1.0)
+    lead = minimum(new[MOE_FIRST_DENSE_LAYERS], split.first)
+    pattern_s = moe_s / freq + dense_s * (1.0 - 1.0 / freq)  # a layer past the leading ones
+    moe = n_moe > 0
+    first = where(moe, lead * dense_s + (split.first - lead) * pattern_s, split.first * mean_s)
+    middle = where(moe, split.middle * pattern_s, split.middle * mean_s)
+    last = where(moe, split.last * pattern_s, split.last * mean_s)
+    return StageTimes(first, middle, last, where(moe, (split.first - lead) / freq, 0.0),
+                      where(moe, split.middle / freq, 0.0), where(moe, split.last / freq, 0.0))
+
+
+@njit(inline=True)
+def uneven_time_s(f: Any, new: Any, split: StageSplit, times: StageTimes, mean_s: Vec, head_s: Vec,
+                  mtp_s: Vec) -> Vec:
+    """Seconds the stages' own layers (an uneven split, a MoE model's leading dense layers) or
+    multi-token prediction add to the dense form's pipeline (negative where they even out the
+    stages). A pipeline of stages taking S_i per micro-batch runs sum_i S_i + (m - 1) max_i S_i
+    (fill, then the busiest stage's steady state) as GPipe, and as 1F1B where the last stage is
+    the busiest; a busier earlier stage hides the others' fill under 1F1B, which
+    `surrogate.one_f_one_b` walks.
+    The dense form charges every stage `mean` layers of `mean_s` (one layer, one micro-batch,
+    forward and backward) plus the head (`head_s`: the output layer and loss), its last stage;
+    the stages take `times` (`stage_times`), the last also the head and the MTP depths
     (`mtp_s`: each a layer and its own output layer and loss, simulator.graph.mtp). The sum
     differs by `mtp_s`, the steady state by (m - 1) times the busiest stage's excess."""
     m = f[GLOBAL_BATCH_SIZE] / (f[DP] * f[MICRO_BATCH_SIZE])
-    first = where(split.uneven, split.first, split.mean)
-    middle = where(split.uneven, split.middle, split.mean)
-    last = where(split.uneven, split.last, split.mean)
-    last_s = last * layer_s + head_s + mtp_s
-    busiest = maximum(maximum(first, middle) * layer_s, last_s)
-    active = split.uneven | (mtp_s > 0)
-    formula = where(active, (m - 1) * (busiest - (split.mean * layer_s + head_s)) + mtp_s, 0.0)
+    last_s = times.last + head_s + mtp_s
+    busiest = maximum(maximum(times.first, times.middle), last_s)
+    led = (new[MOE_FIRST_DENSE_LAYERS] > 0) & (f[PP] > 1)
+    active = split.uneven | (mtp_s > 0) | led
+    formula = where(active, (m - 1) * (busiest - (split.mean * mean_s + head_s)) + mtp_s, 0.0)
     # under 1F1B a busier first or middle stage hides the others' fill (surrogate.one_f_one_b)
     walk = active & (f[VIRTUAL_STAGES] == 1) & (f[SCHEDULE] != _GPIPE)
     share = where(f[RECOMPUTE_CODE] == _FULL, 0.25, 1.0 / 3.0)  # a forward's share: F / (F + B)
-    return formula + one_f_one_b_excess_s(first * layer_s, middle * layer_s, last_s, f[PP], m, share,
-                                          walk)
+    return formula + one_f_one_b_excess_s(times.first, times.middle, last_s, f[PP], m, share, walk)
 
 
 @njit(inline=True)
@@ -125,3 +158,36 @@ def layer_params_per_gpu(f: Any, ffn: Vec) -> Vec:
     sharded = h * qkv_out + h * h + h * up_out + ffn * h + bias * (qkv_out + up_out)
     replicated = bias * 2 * h + 2 * h * (2 - gated)
     return sharded / t + replicated
+
+
+@njit(inline=True)
+def uneven_tail_s(f: Any, new: Any, split: StageSplit, times: StageTimes, dense_tail_s: Vec,
+                  expert_tail_s: Vec, stage: Vec, layer_params: Vec, n_moe: Vec) -> Vec:
+    """Seconds the stages' own layers (`uneven_time_s`) add to the iteration's tail: the
+    simulator ends the iteration at the latest stage's end plus its own tail (simulator.simulate:
+    max over stages of end + tail: the gradient reduction, the parameter gather and the optimizer
+    step of that stage's parameters), and the dense form charges the tail of a stage of `mean`
+    layers. A stage of more layers holds more parameters and reduces them after its last
+    backward: a DeepSeek-V3 with 16 layers on the first of 16 stages reduces 4.2x the mean
+    stage's expert gradients (sampled on 4,096 B200s: 2.2 s exposed where the mean stage's tail
+    was 0.2 s).
+
+    `dense_tail_s`: the dense form's tail of the mean stage (exposed dp communication, the
+    optimizer step and their corrections), `stage` its parameters, `layer_params` a layer's
+    there; `expert_tail_s`: the routed experts' tail of the mean stage (`n_moe` / pp MoE
+    layers), in proportion to a stage's MoE layers. Under 1F1B the first stage ends last; a
+    middle stage runs its last backward one first-stage backward earlier (2/3 of its time),
+    the last stage after the first and the middle ones' backward, which its tail must outlast
+    to matter. Negative where the first stage, which ends last, holds fewer layers than the
+    mean and no other stage's tail outlasts it."""
+    mean_moe = n_moe / f[PP]
+    dense_per = dense_tail_s * layer_params / maximum(stage, 1.0)  # per layer more
+    expert_per = expert_tail_s / maximum(mean_moe, 1e-9)  # per MoE layer more
+    first = (split.first - split.mean) * dense_per + (times.first_moe - mean_moe) * expert_per
+    middle = ((split.middle - split.mean) * dense_per + (times.middle_moe - mean_moe) * expert_per
+              - times.first * (2.0 / 3.0))
+    last = ((split.last - split.mean) * dense_per + (times.last_moe - mean_moe) * expert_per
+            - (times.first + (f[PP] - 2) * times.middle) * (2.0 / 3.0))
+    latest = maximum(maximum(first, where(f[PP] > 2, middle, first)), last)
+    active = split.uneven | ((new[MOE_FIRST_DENSE_LAYERS] > 0) & (f[PP] > 1))
+    return where(active, latest, 0.0)

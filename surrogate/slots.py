@@ -64,6 +64,8 @@ LAST_STAGE_LAYERS = NEW_COLUMNS.index("last_stage_layers")
 OVERLAP_PARAM_GATHER = NEW_COLUMNS.index("overlap_param_gather")
 NVLINK_DOMAIN = NEW_COLUMNS.index("nvlink_domain")
 MTP_NUM_LAYERS = NEW_COLUMNS.index("mtp_num_layers")
+MOE_FIRST_DENSE_LAYERS = NEW_COLUMNS.index("moe_first_dense_layers")
+MOE_LAYER_FREQ = NEW_COLUMNS.index("moe_layer_freq")
 
 # The dense physics features the extended physics reads (surrogate.kernel.PHYSICS_FEATURES,
 # as the feature matrix holds them: float32 read back as float64), a (DENSE_READ, rows) matrix.
@@ -72,11 +74,12 @@ DENSE_READ: tuple[str, ...] = (
     "time_layer_compute_s", "time_host_excess_s", "time_tp_comm_s", "time_attention_s",
     "hw_peak_bf16", "time_dp_comm_s", "time_stage_mb_s", "time_layer_s", "time_layer_host_s",
     "time_recompute_s", "time_tp_overlap_saving_s", "activation_bytes", "weight_state_bytes",
-    "gemm_efficiency", "layer_saved_bytes")
+    "gemm_efficiency", "layer_saved_bytes", "time_dp_exposed_s", "time_optimizer_s")
 D_PARAMS, D_MODEL_FLOPS, D_STAGE_PARAMS, D_EST_LOG_TIME, D_EST_LOG_MEMORY = range(5)
 D_LAYER_COMPUTE, D_HOST_EXCESS, D_TP_COMM, D_ATTENTION, D_PEAK_BF16 = range(5, 10)
 D_DP_COMM, D_STAGE_MB, D_LAYER, D_LAYER_HOST, D_RECOMPUTE = range(10, 15)
 D_TP_OVERLAP_SAVING, D_ACTIVATIONS, D_WEIGHT_STATES, D_GEMM_EFFICIENCY, D_LAYER_SAVED = range(15, 20)
+D_DP_EXPOSED, D_OPTIMIZER = range(20, 22)
 
 # Per-model values (surrogate.extended.model_values), a (MODEL_VALUES, rows) matrix.
 MODEL_VALUES: tuple[str, ...] = ("moe_layers", "active_ffn", "routed_params", "params_all",
