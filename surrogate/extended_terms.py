@@ -288,12 +288,12 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     uneven_s = uneven_time_s(f, new, split, times, mean_layer, head_s, mtp_s)
     experts_tail, experts_one, experts_bucket = expert_tail_s(f, new, per_gpu_experts, expert_dp, level,
                                                              dense, hw, dense_comm)
-    # a feature of every row, a term of MoE rows' estimate only (surrogate.param_gather_terms:
-    # as a term of dense rows the held-out MAPE grew)
-    # the non-expert parameters gathered over dp (the experts' over expert_dp: experts_one);
+    # overlap_param_gather's waits in the next forwards, on the effective rows the dense form's
+    # tail gather ran on (surrogate.param_gather_terms); the non-expert parameters gathered over
+    # dp (the experts' over expert_dp: experts_one);
     # the dense-equivalent MLP gathered over dp, as until schema 25, made MoE rows' gathers 5x
     # the simulator's (a Mixtral on 2,048 GB200s: 43 ms vs 8.5 ms)
-    gather_shift = param_gather_shift_s(r, new[OVERLAP_PARAM_GATHER] > 0, non_expert,
+    gather_shift = param_gather_shift_s(re, new[OVERLAP_PARAM_GATHER] > 0, non_expert,
                                         non_expert + per_gpu_experts, dense[D_STAGE_MB],
                                         experts_one, experts_bucket)
     # an uneven split's largest stage reduces and steps more parameters after its last backward
@@ -301,7 +301,7 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     tail_s = uneven_tail_s(f, new, split, times, dense[D_DP_EXPOSED] + dense[D_OPTIMIZER] + tree,
                            experts_tail, stage, layer_params, n_moe)
     time = maximum(est + tree + layers * per_layer + uneven_s + experts_tail + tail_s
-                   + where(n_moe > 0, gather_shift, 0.0), 0.2 * est)
+                   + gather_shift, 0.2 * est)
     # Megatron shards the optimizer over the data-parallel group with context parallelism (dp x
     # cp, simulator.graph.params.optimizer_shards) and the routed experts' over expert_dp; the
     # dense form's rows shard it over dp where their effective rows have the distributed

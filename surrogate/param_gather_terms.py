@@ -1,11 +1,13 @@
-"""A feature for Megatron-Core's `--overlap-param-gather` (`overlap_param_gather`): what it
-changes in the closed form's time, as physics. On dense rows it is a feature of the trees, not a
-term of the estimate: added to the estimate, the held-out error grew (bench/bench_surrogate.py
-on runs/samples/moe-cp-40k-s11, 2026-11-27: 5.74% with the term, 5.29% as a feature; schema 24,
-dense rows without cp: 2.21% -> 2.34% over 6 splits). On MoE rows, whose experts' gathers over
-expert_dp it includes since schema 24 (`experts_one`, `experts_bucket`), it is also a term
-(surrogate.extended_terms): the MoE rows with the flag went from +0.018 / 0.101 to +0.001 /
-0.086 (log residual mean / std), the 6-split MAPE unchanged (2.21%).
+"""Megatron-Core's `--overlap-param-gather` (`overlap_param_gather`) in the closed form: what
+it changes in the closed form's time, as physics, a term of every row's estimate since schema 26
+(and a feature). Until then it was a term of MoE rows only: computed on the rows' own fields, a
+GB200's 4-GPU trays made every data-parallel gather cross the network where the simulator keeps
+it in the NVL72 domain, and on dense rows the term made the held-out error grow (2.21% -> 2.34%
+over 6 splits, schema 24). On the effective rows (`surrogate.extended.effective_fields`: the
+NVLink domain as the node, as the dense form's own tail gather that it replaces) dense rows
+with the flag went from +0.030 / 0.078 to +0.003 / 0.045 (log residual mean / std, B200, not
+interleaved), and the 6-split MAPE from 1.89% to 1.83% (runs/samples/moe-cp-40k-s15). On MoE
+rows it includes the experts' gathers over expert_dp (`experts_one`, `experts_bucket`).
 
 The simulator (simulator.timeline.param_gather) takes the distributed optimizer's parameter
 all-gather out of the tail and makes each chunk's first forward wait for what has not arrived.
@@ -36,8 +38,8 @@ from surrogate.timing import collective_s, dp_placement, grad_buckets
 def param_gather_shift_s(r: Rows, opg: Any, stage: Vec, bucketed: Vec, stage_mb_s: Vec,
                          experts_one: Vec, experts_bucket: Vec) -> Vec:
     """Seconds the parameter gather under the next forward would add to the dense estimate
-    (negative: save) on rows with `opg`; zero elsewhere. `r`: the rows as the dense form reads
-    them (their own fields, not `surrogate.extended.effective_fields`); `stage`: the stage's
+    (negative: save) on rows with `opg`; zero elsewhere. `r`: the effective rows the dense form
+    ran on (`surrogate.extended.effective_fields`); `stage`: the stage's
     parameters gathered over dp (a MoE row's outside its routed experts), `bucketed`: all the
     stage's parameters, which size the gradient buckets (simulator.job.buckets), `stage_mb_s`:
     one micro-batch's stage time; `experts_one`, `experts_bucket`: the routed experts' gather
