@@ -74,7 +74,8 @@ log = logging.getLogger(__name__)
 # uneven_tail_s); a MoE row's dense gradients (outside the routed experts) reduced and stepped
 # over dp, and the experts' reduction hidden in what the dense one leaves of the last backward
 # (dp_terms.dp_correction, expert_tail_s); overlap_param_gather's waits a term of every row,
-# on the effective rows (the NVLink domain as the node: param_gather_terms)
+# on the effective rows (the NVLink domain as the node: param_gather_terms); tp_comm_overlap's
+# saving beside a recipe's faster GEMMs (extended_terms.lowp_saving_s)
 SCHEMA_VERSION = 26
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "

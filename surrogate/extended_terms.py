@@ -113,7 +113,10 @@ from surrogate.slots import (
     VIRTUAL_STAGES,
 )
 from surrogate.timing import (
+    DT,
+    _tp_comm,
     projection_gemms,
+    tp_comm_s,
 )
 
 # codes the compiled formulas compare with (numba reads module constants, not dict lookups)
@@ -192,21 +195,33 @@ def _comm_terms(f: Any, new: Any, models: Any, copies: Vec, hw: Hardware, dims: 
 
 
 @njit(inline=True)
-def lowp_saving_s(re: Rows, low: Any, rate: Vec) -> Vec:
+def lowp_saving_s(re: Rows, low: Any, rate: Vec, overlap: Any) -> tuple[Vec, Vec]:
     """Seconds per layer and micro-batch a low-precision recipe saves on the GPU: the layer's four
     projections (forward, data and weight gradients, and the forward again under full recompute)
     at the recipe's GEMM rate `rate` (its peak times its measured GEMM efficiency) instead of the
     16-bit one, each GEMM at its own shape's tile / wave / depth efficiency and memory bound
     (surrogate.timing.projection_gemms). Attention's core and the elementwise kernels stay 16-bit
     (simulator.graph.quantize). A share of the layer's time (0.75 of it at the recipe's speed-up,
-    until 2026-11-27) left small GEMMs, which gain less, 12% too fast in log terms on average."""
+    until 2026-11-27) left small GEMMs, which gain less, 12% too fast in log terms on average.
+    Also, where `overlap` (tp_comm_overlap), what the faster GEMMs hide less of the tp
+    collectives beside them (TE's userbuffers, `surrogate.timing._tp_comm`): the dense form's
+    saving is priced beside 16-bit GEMMs."""
     if skips(low):
-        return 0.0
+        return 0.0, 0.0
     bf16, lp = projection_gemms(re, re.peak), projection_gemms(re, rate)
     forward_16 = bf16.qkv_f + bf16.proj_f + bf16.up_f + bf16.down_f
     forward_lp = lp.qkv_f + lp.proj_f + lp.up_f + lp.down_f
     saving = (forward_16 + bf16.backward) - (forward_lp + lp.backward)
-    return where(low, saving + where(re.recompute == 2, forward_16 - forward_lp, 0.0), 0.0)
+    full = re.recompute == 2
+    lost = 0.0 * saving
+    if not skips(overlap):
+        one = tp_comm_s(re, re.b * re.s * re.h * DT)
+        at16 = _tp_comm(re, one, bf16.qkv_f, bf16.proj_f, bf16.up_f, bf16.down_f)
+        atlp = _tp_comm(re, one, lp.qkv_f, lp.proj_f, lp.up_f, lp.down_f)
+        lost = ((at16.overlap_saving - atlp.overlap_saving) * (1 + full)
+                + at16.overlap_saving_b - atlp.overlap_saving_b)
+    return (where(low, saving + where(full, forward_16 - forward_lp, 0.0), 0.0),
+            where(low & overlap, lost, 0.0))
 
 
 @njit
@@ -234,9 +249,9 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     stage = dense[D_STAGE_PARAMS]
     slots = f[GLOBAL_BATCH_SIZE] / (d * b) + (p - 1) / f[VIRTUAL_STAGES]
     layers = L / p * slots  # layer-micro-batch steps on the critical path
-    lowp = lowp_saving_s(re, low, peak_lp * lp_eff)
+    lowp, overlap_lost = lowp_saving_s(re, low, peak_lp * lp_eff, new[TP_COMM_OVERLAP] > 0)
     graphs = where(new[CUDA_GRAPHS] > 0, dense[D_HOST_EXCESS], 0.0)
-    overlap = where(new[TP_COMM_OVERLAP] > 0, dense[D_TP_OVERLAP_SAVING], 0.0)
+    overlap = where(new[TP_COMM_OVERLAP] > 0, dense[D_TP_OVERLAP_SAVING] - overlap_lost, 0.0)
     # a MoE layer's dispatch and combine (their combined-1F1B overlap), its experts' extra GPU
     # time and its extra host launches (surrogate.moe_terms)
     grad_element, buffer_s = grad_dtype_s(f, new, re, stage)
