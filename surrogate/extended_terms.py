@@ -303,11 +303,11 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     uneven_s = uneven_time_s(f, new, split, times, mean_layer, head_s, mtp_s)
     experts_tail, experts_one, experts_bucket = expert_tail_s(f, new, per_gpu_experts, expert_dp, level,
                                                              dense, hw, dense_comm)
-    # overlap_param_gather's waits in the next forwards, on the effective rows the dense form's
-    # tail gather ran on (surrogate.param_gather_terms); the non-expert parameters gathered over
-    # dp (the experts' over expert_dp: experts_one);
-    # the dense-equivalent MLP gathered over dp, as until schema 25, made MoE rows' gathers 5x
-    # the simulator's (a Mixtral on 2,048 GB200s: 43 ms vs 8.5 ms)
+    # overlap_param_gather's waits in the next forwards (surrogate.param_gather_terms), on the
+    # effective rows the dense form's tail gather ran on: the non-expert parameters over dp, the
+    # experts' over expert_dp (experts_one); the dense-equivalent MLP gathered over dp, as until
+    # schema 25, made MoE rows' gathers 5x the simulator's (a Mixtral on 2,048 GB200s: 43 ms vs
+    # 8.5 ms)
     gather_shift = param_gather_shift_s(re, new[OVERLAP_PARAM_GATHER] > 0, non_expert,
                                         non_expert + per_gpu_experts, dense[D_STAGE_MB],
                                         experts_one, experts_bucket)
