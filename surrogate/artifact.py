@@ -75,7 +75,10 @@ log = logging.getLogger(__name__)
 # over dp, and the experts' reduction hidden in what the dense one leaves of the last backward
 # (dp_terms.dp_correction, expert_tail_s); overlap_param_gather's waits a term of every row,
 # on the effective rows (the NVLink domain as the node: param_gather_terms)
-SCHEMA_VERSION = 26
+# 27: the memory closed form follows the simulator's 2026-11-28 sources: the output layer's cached
+# placeholder weight gradient and Megatron's sequence-parallel gather buffer on the last stage
+# (physics.memory)
+SCHEMA_VERSION = 27
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

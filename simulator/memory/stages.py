@@ -45,6 +45,7 @@ from simulator.job.param_bytes import param_bytes
 from simulator.job.partition import stage_layers
 from simulator.job.specs import GiB, Job
 from simulator.memo import Memo, Pinned
+from simulator.memory.global_buffer import global_buffer_bytes
 from simulator.memory.parallel_terms import (
     ParallelTerms,
     chunk_moe_activation_bytes,
@@ -91,6 +92,7 @@ class StageMemory:
     low_precision_weights_bytes: float = 0.0  # FP8/FP4 weight copies, transposes and scales
     fsdp_unsharded_bytes: float = 0.0  # whole parameters / gradients of the FSDP units in flight
     te_dummy_wgrads_bytes: float = 0.0  # TE's cached placeholder weight gradients (te_dummy)
+    global_buffer_bytes: float = 0.0  # Megatron's all-gather buffer of the output layer's input
 
     @property
     def allocated_bytes(self) -> float:
@@ -102,7 +104,8 @@ class StageMemory:
                 + self.expert_gradients_bytes + self.expert_optimizer_states_bytes
                 + self.moe_activations_bytes + self.moe_dispatch_buffers_bytes
                 + self.cp_kv_buffers_bytes + self.low_precision_weights_bytes
-                + self.fsdp_unsharded_bytes + self.te_dummy_wgrads_bytes)
+                + self.fsdp_unsharded_bytes + self.te_dummy_wgrads_bytes
+                + self.global_buffer_bytes)
 
     @property
     def allocator_reserved_bytes(self) -> float:
@@ -132,7 +135,7 @@ class StageMemory:
 SHOWN_WHEN_HELD = frozenset({"expert_weights_bytes", "expert_gradients_bytes",
                              "expert_optimizer_states_bytes", "moe_activations_bytes",
                              "moe_dispatch_buffers_bytes", "cp_kv_buffers_bytes",
-                             "te_dummy_wgrads_bytes"})
+                             "te_dummy_wgrads_bytes", "global_buffer_bytes"})
 
 
 def chunk_activation_bytes(job: Job, graph: JobGraph) -> np.ndarray:
@@ -224,7 +227,8 @@ def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
         static={"weights_bytes": states.weights, "optimizer_states_bytes": states.optimizer_states,
                 "low_precision_weights_bytes": states.low_precision_weights,
                 "fsdp_unsharded_bytes": states.fsdp_unsharded,
-                "te_dummy_wgrads_bytes": dummy_wgrad_bytes(job)},
+                "te_dummy_wgrads_bytes": dummy_wgrad_bytes(job),
+                "global_buffer_bytes": global_buffer_bytes(job)},
         grads_in_flight=in_flight, grads_all=grads * (1 + (not fw.persistent_grad_buffer
                                                           and job.dp > 1)),
         main=states.main_gradients,
@@ -264,7 +268,8 @@ def _parallel_moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
         static={"weights_bytes": weights,
                 "optimizer_states_bytes": (pb.master_weights + pb.optimizer_states) * n / shard,
                 "low_precision_weights_bytes": q.bytes_per_param * (q.dense + q.experts),
-                "fsdp_unsharded_bytes": zero, "te_dummy_wgrads_bytes": dummy_wgrad_bytes(job)},
+                "fsdp_unsharded_bytes": zero, "te_dummy_wgrads_bytes": dummy_wgrad_bytes(job),
+                "global_buffer_bytes": global_buffer_bytes(job)},
         grads_in_flight=pb.gradients * n, grads_all=pb.gradients * n,
         main=pb.main_gradients * n / shard + extra.expert_main_gradients,
         act=in_flight_peak(plan, act_chunks, m), amp_forward=zero, amp_saved=zero,
@@ -329,14 +334,17 @@ def stage_memory_table(job: Job, graph: JobGraph, plan: RoundPlan) -> MemoryTabl
         allocated = allocated + lowp + fsdp
     if dummy.any():
         allocated = allocated + dummy
+    buffer = mo.static["global_buffer_bytes"]
+    if buffer.any():
+        allocated = allocated + buffer
     moments = [names[i] for i in peak.tolist()]
     stages = tuple(
         StageMemory(ws, g, mg, st, a, amp, loss, w, emb, WORKSPACE_BYTES, context, moment,
                     low_precision_weights_bytes=lp, fsdp_unsharded_bytes=fs,
-                    te_dummy_wgrads_bytes=dw)
-        for ws, st, (g, mg, a, amp, loss, w, emb), moment, lp, fs, dw
+                    te_dummy_wgrads_bytes=dw, global_buffer_bytes=gb)
+        for ws, st, (g, mg, a, amp, loss, w, emb), moment, lp, fs, dw, gb
         in zip(weights.tolist(), states.tolist(), chosen.tolist(), moments, lowp.tolist(),
-               fsdp.tolist(), dummy.tolist(), strict=True))
+               fsdp.tolist(), dummy.tolist(), buffer.tolist(), strict=True))
     return MemoryTable(stages, allocated, allocated + context)
 
 
@@ -377,6 +385,7 @@ def _parallel_table(job: Job, mo: _Moments) -> MemoryTable:
             context, names[int(peak[i])], float(x.expert_weights[i]), eg,
             float(x.expert_optimizer_states[i]), ma, db, kb,
             low_precision_weights_bytes=float(mo.static["low_precision_weights_bytes"][i]),
-            te_dummy_wgrads_bytes=float(mo.static["te_dummy_wgrads_bytes"][i])))
+            te_dummy_wgrads_bytes=float(mo.static["te_dummy_wgrads_bytes"][i]),
+            global_buffer_bytes=float(mo.static["global_buffer_bytes"][i])))
     allocated = np.array([s.allocated_bytes for s in stages])
     return MemoryTable(tuple(stages), allocated, allocated + context)
