@@ -77,7 +77,8 @@ log = logging.getLogger(__name__)
 # on the effective rows (the NVLink domain as the node: param_gather_terms)
 # 27: the memory closed form follows the simulator's 2026-11-28 sources: the output layer's cached
 # placeholder weight gradient and Megatron's sequence-parallel gather buffer on the last stage
-# (physics.memory)
+# (physics.memory), no unpermute copies saved
+# (moe_terms.saved_activations_bytes)
 SCHEMA_VERSION = 27
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "

@@ -199,6 +199,7 @@ class _Moments:
     table_grad: np.ndarray
     extra: ParallelTerms | None = None  # experts and context parallelism
     moe_act: np.ndarray | None = None  # the MoE part of `act`
+    head_held: np.ndarray | None = None  # the head's saved bytes in `act`, one micro-batch's at most
 
 
 def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
@@ -276,7 +277,18 @@ def _parallel_moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
         head_forward=last * graph.head.forward_transient_bytes,
         head_backward=last * graph.head.working_bytes, working=working, table_grad=zero,
         extra=extra,
-        moe_act=in_flight_part(plan, act_chunks, chunk_moe_activation_bytes(job, graph), m))
+        moe_act=in_flight_part(plan, act_chunks, chunk_moe_activation_bytes(job, graph), m),
+        head_held=_head_held(job, graph, plan, act_chunks))
+
+
+def _head_held(job: Job, graph: JobGraph, plan: RoundPlan, act_chunks: np.ndarray) -> np.ndarray:
+    """(p,) what the output block's saved tensors add to each stage's activation peak, at most one
+    micro-batch's: a layer's transient buffers are freed before the head's forward of its
+    micro-batch and allocated again only after the head's backward freed them."""
+    head = np.zeros_like(act_chunks)
+    head[-1, -1] = graph.head.saved_bytes
+    held = in_flight_part(plan, act_chunks, head, job.num_microbatches)
+    return np.minimum(held, graph.head.saved_bytes)
 
 
 def stage_memory(job: Job, graph: JobGraph, plan: RoundPlan) -> list[StageMemory]:
@@ -357,24 +369,32 @@ def _parallel_table(job: Job, mo: _Moments) -> MemoryTable:
     # one layer's transient communication buffer: the larger of the two kinds
     dispatch = np.where(x.dispatch_buffers >= x.kv_buffers, x.dispatch_buffers, 0.0)
     kv = np.where(x.dispatch_buffers >= x.kv_buffers, 0.0, x.kv_buffers)
-    loss_b = np.where(mo.head_backward > mo.working, mo.head_backward, 0.0)
-    in_flight = dict(gradients_bytes=mo.grads_in_flight, activations_bytes=mo.act - mo.moe_act,
-                     expert_gradients_bytes=x.expert_gradients, moe_activations_bytes=mo.moe_act,
-                     moe_dispatch_buffers_bytes=dispatch, cp_kv_buffers_bytes=kv)
-    candidates = {
-        "forward": dict(in_flight, loss_temporaries_bytes=mo.head_forward),
-        "backward": dict(in_flight, loss_temporaries_bytes=loss_b,
-                         working_bytes=np.where(mo.head_backward > mo.working, 0.0, mo.working)),
-        "optimizer": dict(gradients_bytes=mo.grads_all, main_gradients_bytes=mo.main,
-                          expert_gradients_bytes=x.expert_gradients),
-    }
+    assert mo.head_held is not None
+    dense_act = mo.act - mo.moe_act
+    in_flight = dict(gradients_bytes=mo.grads_in_flight, expert_gradients_bytes=x.expert_gradients,
+                     moe_activations_bytes=mo.moe_act)
+    # While a layer runs (its communication buffers, its recomputed activations) the stage does
+    # not hold its micro-batch's output-block tensors: the head's forward comes after the last
+    # layer's, and its backward frees them before the last layer's backward (`_head_held`).
+    in_layer = dict(in_flight, activations_bytes=dense_act - mo.head_held,
+                    moe_dispatch_buffers_bytes=dispatch, cp_kv_buffers_bytes=kv)
+    candidates = (
+        ("forward", dict(in_flight, activations_bytes=dense_act,
+                         loss_temporaries_bytes=mo.head_forward)),
+        ("forward", in_layer),
+        ("backward", dict(in_flight, activations_bytes=dense_act,
+                          loss_temporaries_bytes=mo.head_backward)),
+        ("backward", dict(in_layer, working_bytes=mo.working)),
+        ("optimizer", dict(gradients_bytes=mo.grads_all, main_gradients_bytes=mo.main,
+                           expert_gradients_bytes=x.expert_gradients)),
+    )
     keys = ("gradients_bytes", "main_gradients_bytes", "activations_bytes",
             "loss_temporaries_bytes", "working_bytes", "expert_gradients_bytes",
             "moe_activations_bytes", "moe_dispatch_buffers_bytes", "cp_kv_buffers_bytes")
-    terms = np.array([[c.get(k, zero) for k in keys] for c in candidates.values()])
+    terms = np.array([[c.get(k, zero) for k in keys] for _, c in candidates])
     peak = terms.sum(axis=1).argmax(axis=0)
     chosen = terms[peak, :, np.arange(p)]  # (stage, term)
-    names = tuple(candidates)
+    names = tuple(name for name, _ in candidates)
     context = job.hardware.reserved_memory_GiB * GiB
     stages = []
     for i in range(p):

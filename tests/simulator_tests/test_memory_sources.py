@@ -3,6 +3,8 @@ c188b533), each checked against a hand formula from the source (docs/memory.md):
 
 - TE's fused cross-entropy (`training.cross_entropy_fusion: te`) keeps the 16-bit logits, which
   hold the gradient in place, and an fp32 loss per token; no fp32 softmax, no fp32 copy.
+- The MoE unpermute keeps nothing: the probabilities are applied in the experts' activation.
+- A layer's transient buffers and the output block's tensors are never held at the same moment.
 - The output layer gathers its sequence-parallel input into Megatron's global buffer, kept.
 """
 
@@ -64,6 +66,28 @@ def test_te_cross_entropy_changes_memory_not_time() -> None:
 def test_te_cross_entropy_is_refused_outside_megatron_core(framework: str) -> None:
     with pytest.raises(ConfigError, match="cross_entropy_fusion"):
         make_job(training={"cross_entropy_fusion": "te", "framework": framework})
+
+
+def test_moe_layer_saves_router_and_experts_but_not_the_unpermuted_copies() -> None:
+    """ep 8, dropless and balanced: 2048 tokens x top-2 over 8 experts leave 4096 copies on each
+    rank's one expert. Saved (bytes): the router's input 2 t h and fp32 scores 4 t E, fc1's input
+    2 n h, the SwiGLU's input 2 n 2f, fc2's input 2 n f; the unpermute (a gather by index since
+    the probabilities moved into the activation) saves nothing."""
+    layer = build_graph(_job(MINI_MOE, {"ep": 8}, 8)).layer
+    t, n, h, f, e = 2048, 4096, 1024, 2048, 8
+    assert layer.moe_saved_bytes == pytest.approx(
+        2 * t * h + 4 * t * e + 2 * n * h + 2 * n * 2 * f + 2 * n * f)
+    unpermute = [op for op in layer.forward if op.name == "moe.unpermute"]
+    assert len(unpermute) == 1 and unpermute[0].saved_bytes == 0
+
+
+def test_layer_buffers_are_not_held_with_the_output_blocks_tensors() -> None:
+    """One stage, whose loss outweighs a layer's all-to-all buffers: the peak is the loss's, with
+    no buffer; the first of two stages has no output block and peaks with one layer's buffers."""
+    one = simulate(_job(MINI_MOE, {"ep": 8}, 8)).stages[0].memory
+    assert one.moe_dispatch_buffers_bytes == 0 and one.loss_temporaries_bytes > 0
+    first = simulate(_job(MINI_MOE, {"ep": 4, "pp": 2}, 8)).stages[0].memory
+    assert first.moe_dispatch_buffers_bytes > 0
 
 
 def test_sequence_parallel_output_layer_keeps_its_gather_buffer_on_the_last_stage() -> None:
