@@ -4,6 +4,8 @@ c188b533), each checked against a hand formula from the source (docs/memory.md):
 - TE's fused cross-entropy (`training.cross_entropy_fusion: te`) keeps the 16-bit logits, which
   hold the gradient in place, and an fp32 loss per token; no fp32 softmax, no fp32 copy.
 - The MoE unpermute keeps nothing: the probabilities are applied in the experts' activation.
+- Ulysses (`a2a`) context parallelism keeps the attention's output in the head-split layout beside
+  the projection's input.
 - A layer's transient buffers and the output block's tensors are never held at the same moment.
 - The output layer gathers its sequence-parallel input into Megatron's global buffer, kept.
 """
@@ -79,6 +81,18 @@ def test_moe_layer_saves_router_and_experts_but_not_the_unpermuted_copies() -> N
         2 * t * h + 4 * t * e + 2 * n * h + 2 * n * 2 * f + 2 * n * f)
     unpermute = [op for op in layer.forward if op.name == "moe.unpermute"]
     assert len(unpermute) == 1 and unpermute[0].saved_bytes == 0
+
+
+def test_a2a_context_parallel_attention_keeps_its_output_in_the_head_split_layout() -> None:
+    """cp 2 over 4096 tokens, 16 heads of 64 (4 K/V groups), tp 1: the rank's 2048 tokens' Q, K,
+    V (2 t (16 + 2 x 4) 64) and output (2 t 16 x 64), and the fp32 log-sum-exp of 8 heads over the
+    whole 4096 tokens."""
+    job = _job(LLAMA, {"cp": 2, "cp_comm_type": "a2a"}, 2)
+    core = [op for op in build_graph(job).layer.forward if op.name.endswith(".attention")]
+    t, d = 2048, 64
+    assert len(core) == 1
+    assert core[0].saved_bytes == pytest.approx(
+        2 * t * (16 + 2 * 4) * d + 2 * t * 16 * d + 4 * 8 * 4096)
 
 
 def test_layer_buffers_are_not_held_with_the_output_blocks_tensors() -> None:
