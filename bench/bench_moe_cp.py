@@ -62,7 +62,8 @@ def _int(x: Any) -> int | None:
 def simumax_job(r: pd.Series) -> dict[str, Any]:
     """A job of one SimuMax row: the run's truncated depth, its launcher's settings (module
     docstring of the data's README: bf16, distributed optimizer, no recompute, TE attention,
-    DeepSeek rows with capacity 1 + padding and the alltoall dispatcher)."""
+    DeepSeek rows with capacity 1 + padding and the alltoall dispatcher; `_cef` cases with TE's fused
+    cross-entropy, per SimuMax's docs/strategy.md)."""
     layers = int(r.num_layers_run)
     model: dict[str, Any] = dict(
         LLAMA, name=r.model, num_layers=layers, hidden_size=int(r.hidden),
@@ -72,6 +73,8 @@ def simumax_job(r: pd.Series) -> dict[str, Any]:
         model["kv_channels"] = int(r.head_dim)
     training: dict[str, Any] = dict(global_batch_size=int(r.gbs), micro_batch_size=int(r.mbs),
                                     precision="bf16", flash_attention=True)
+    if str(r.case).endswith("_cef"):  # --cross-entropy-loss-fusion --cross-entropy-fusion-impl te
+        training["cross_entropy_fusion"] = "te"
     parallel: dict[str, Any] = dict(
         tp=int(r.tp), pp=int(r.pp), dp=int(r.dp), cp=int(r.cp),
         sequence_parallel=int(r.tp) > 1, distributed_optimizer=True)

@@ -24,7 +24,8 @@ PUBLISHED = ROOT / "data" / "published"
 
 ASSUMED = {
     "simumax": "as its launchers state: Megatron-LM, bf16, distributed optimizer, no recompute, "
-               "flash attention, no overlaps; the model truncated to num_layers_run",
+               "flash attention, no overlaps, TE's fused cross-entropy on the _cef cases; the model "
+               "truncated to num_layers_run",
     "torchtitan": "framework torchtitan is not modelled: simulated with Megatron-Core's layer "
                   "under FSDP ZeRO-3 (optim_grads_params), float8 = TE tensorwise",
     "published": "settings the tables leave out take the Megatron perf recipes' defaults: "
@@ -79,7 +80,9 @@ def simumax() -> list[Row]:
         tp, pp, vp = int(r["tp"]), int(r["pp"]), int(r["vp"] or 1)
         job = {"model": model,
                "training": {"global_batch_size": int(r["gbs"]), "micro_batch_size": int(r["mbs"]),
-                            "precision": "bf16", "recompute": "none", "flash_attention": True},
+                            "precision": "bf16", "recompute": "none", "flash_attention": True,
+                            # `_cef`: --cross-entropy-loss-fusion --cross-entropy-fusion-impl te
+                            **({"cross_entropy_fusion": "te"} if r["case"].endswith("_cef") else {})},
                "parallel": {"tp": tp, "pp": pp, "dp": int(r["dp"]), "sequence_parallel": tp > 1,
                             "distributed_optimizer": True,
                             **({"virtual_stages": vp, "schedule": "interleaved_1f1b"} if vp > 1 else {})},

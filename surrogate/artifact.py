@@ -76,7 +76,11 @@ log = logging.getLogger(__name__)
 # (dp_terms.dp_correction, expert_tail_s); overlap_param_gather's waits a term of every row,
 # on the effective rows (the NVLink domain as the node: param_gather_terms); tp_comm_overlap's
 # saving beside a recipe's faster GEMMs (extended_terms.lowp_saving_s)
-SCHEMA_VERSION = 26
+# 27: the memory closed form follows the simulator's 2026-11-28 sources: the output layer's cached
+# placeholder weight gradient and Megatron's sequence-parallel gather buffer on the last stage
+# (physics.memory), no unpermute copies saved
+# (moe_terms.saved_activations_bytes)
+SCHEMA_VERSION = 27
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

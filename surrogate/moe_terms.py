@@ -433,14 +433,14 @@ def moe_layer_terms(f: Any, new: Any, tokens: Vec, a2a_s: Vec, copies: Vec, hw: 
 def saved_activations_bytes(f: Any, new: Any, tokens: Vec, copies: Vec, dense: Any) -> Vec:
     """Bytes a MoE layer saves for its backward beyond the dense form's MLP of the same FFN
     (simulator.graph.moe: the experts' first GEMM keeps its input, one row per computed copy
-    where the dense MLP keeps one per token; the weighted unpermute keeps its input copies for
-    the probabilities' gradient), per MoE layer and micro-batch, times the layer-micro-batches
-    the dense form holds at its peak (full recompute keeps only each layer's input: none)."""
+    where the dense MLP keeps one per token; the unpermute keeps nothing, the probabilities being
+    applied in the experts' activation), per MoE layer and micro-batch, times the
+    layer-micro-batches the dense form holds at its peak (full recompute keeps only each layer's
+    input: none). `copies`: kept for the callers' signature."""
     h = f[HIDDEN_SIZE]
     topk, etp = new[MOE_ROUTER_TOPK], new[EXPERT_TP]
-    flex = new[MOE_TOKEN_DISPATCHER] == _FLEX
     computed = tokens * topk * etp
-    extra = 2.0 * h * (maximum(computed - tokens, 0.0) + where(flex, computed, tokens * copies))
+    extra = 2.0 * h * maximum(computed - tokens, 0.0)
     held = dense[D_ACTIVATIONS] / maximum(dense[D_LAYER_SAVED], 1.0)
     not_full = f[RECOMPUTE_CODE] != _FULL
     return where((new[NUM_EXPERTS] > 0) & not_full, held * extra, 0.0)

@@ -479,10 +479,13 @@ def memory(r: Rows, params: StageParams) -> Memory:
     first_act = first_act + one * (flight.head_last - 1) * head_saved
     logits16 = 2 * T * params.vocab_p / r.t  # the loss's 16-bit logits / gradient
     dummy = te_dummy_elements(r) * 2.0
+    # the output layer's placeholder (simulator.memory.te_dummy) and, under sequence parallelism,
+    # its gathered input's buffer (simulator.memory.global_buffer), on the last stage
+    output_dummy = 2.0 * params.vocab_p / r.t * r.h + where(r.sp > 0, 2.0 * T * r.h, 0.0)
     first = _peak_moment(r, per_param, main_grad_copy, shard, act.working, params.first, first_act,
-                         one * logits16, dummy)
+                         one * logits16, dummy + one * output_dummy)
     last = _peak_moment(r, per_param, main_grad_copy, shard, act.working, params.last, last_act,
-                        logits16, dummy)
+                        logits16, dummy + output_dummy)
     return Memory(maximum(first, last), first, last, maximum(first_act, last_act),
                   per_param * maximum(params.first, params.last), act.saved, act.working)
 

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from simulator.jit import njit
 from surrogate.one_f_one_b import one_f_one_b_excess_s
-from surrogate.physics import RECOMPUTE, SCHEDULES, Vec, floor, maximum, minimum, where
+from surrogate.physics import RECOMPUTE, SCHEDULES, Vec, ceil, floor, maximum, minimum, where
 from surrogate.slots import (
     DP,
     FIRST_STAGE_LAYERS,
@@ -34,8 +34,11 @@ from surrogate.slots import (
     PP,
     RECOMPUTE_CODE,
     SCHEDULE,
+    SEQ_LENGTH,
+    SEQUENCE_PARALLEL,
     TP,
     VIRTUAL_STAGES,
+    VOCAB_SIZE,
 )
 
 _GPIPE = float(SCHEDULES.index("gpipe"))
@@ -135,15 +138,31 @@ def uneven_memory_bytes(f: Any, split: StageSplit, layer_state_bytes: Vec, activ
     of saved activations in all) and the embedding's states (`edge_bytes`; the last stage holds
     the output layer's, counted alike). Under 1F1B stage i holds (p - i)/p of the first stage's
     micro-batches in flight (simulator.memory.stages), so a middle stage counts (p - 1)/p and
-    the last 1/p of the first stage's activations per layer; the largest stage is the peak."""
+    the last 1/p of the first stage's activations per layer; the largest stage is the peak. The
+    last stage also holds the output block's own memory (`output_layer_buffers_bytes`)."""
     p = f[PP]
     per_layer_act = activation_bytes / maximum(split.mean, 1e-9)
     first = split.first * (layer_state_bytes + per_layer_act) + edge_bytes
     middle = split.middle * (layer_state_bytes + per_layer_act * (p - 1) / p)
-    last = split.last * (layer_state_bytes + per_layer_act / p) + edge_bytes
+    last = (split.last * (layer_state_bytes + per_layer_act / p) + edge_bytes
+            + output_layer_buffers_bytes(f))
     even = split.mean * (layer_state_bytes + per_layer_act) + edge_bytes
     largest = maximum(maximum(first, middle), last)
     return where(split.uneven, largest - even, 0.0)
+
+
+@njit(inline=True)
+def output_layer_buffers_bytes(f: Any) -> Vec:
+    """What the last stage holds for its output block beyond a stage of layers: the loss's fp32
+    softmax and, while it is made, the 16-bit logits (6 bytes per token and vocabulary entry of
+    the rank, simulator.graph.head), the 16-bit placeholder of the output weight, (padded
+    vocabulary / tp) x h (simulator.memory.te_dummy), and Megatron's buffer of the output layer's
+    gathered input under sequence parallelism, b s h (simulator.memory.global_buffer)."""
+    t, h = f[TP], f[HIDDEN_SIZE]
+    vocab = ceil(f[VOCAB_SIZE] / (128 * t)) * 128 / 1.0  # padded, per rank
+    tokens = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH]
+    gathered = where((f[SEQUENCE_PARALLEL] > 0) & (t > 1), tokens, 0.0)
+    return 6.0 * tokens * vocab + 2.0 * (vocab + gathered) * h
 
 
 @njit(inline=True)

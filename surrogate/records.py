@@ -100,6 +100,8 @@ _UNHELD: dict[tuple[str, str], Any] = {
        for k in ("moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
                  "moe_grouped_gemm", "moe_load_imbalance",
                  "fp8_param_gather", "first_last_layers_bf16", "fp8_dot_product_attention",
+                 # TE's fused cross-entropy (memory only, simulator.graph.head): not a column (yet)
+                 "cross_entropy_fusion",
                  # the master weights' dtype: not a column (yet)
                  "main_params_dtype")},
     **{("parallel", k): ParallelPlan.model_fields[k].default

@@ -147,7 +147,13 @@ def _a2a_ops(core: _Core, c: ShapeContext, dims: HeadDims, group: CommGroup) -> 
 
 def ulysses_core(c: ShapeContext, dims: HeadDims, n: int, group: CommGroup,
                  window: int | None) -> AttentionCore:
-    """`a2a`: attention of the whole sequence on heads / n heads between two all-to-alls."""
+    """`a2a`: attention of the whole sequence on heads / n heads between two all-to-alls. It
+    keeps the received Q, K, V, the log-sum-exp and its own output in the head-split layout: the
+    all-to-all back writes a new tensor for the projection, which keeps that one too, so the
+    layer holds the attention's output twice (TE 2.11 `context_parallel.py::
+    AttnFuncWithCPAndQKVOA2A.forward`: `out_part = out_` before `flash_attn_a2a_communicate(out_,
+    ..., before_attn=False)`, whose result is a fresh `torch.empty_like` + `.contiguous()`, and
+    `f16_tensors = (q_part, k_part, v_part, out_part)` saved; lines 3485-3582 at c188b533)."""
     core = _Core()
     S = c.s * n
     local = dims.split(n)
@@ -155,7 +161,7 @@ def ulysses_core(c: ShapeContext, dims: HeadDims, n: int, group: CommGroup,
                                                               min(S, window + 1))
     inputs = dims.qkv_bytes(c.tokens, c.dt)
     core.add(flash_pair(f"{NAME}.attention", c, local, S, skv, pairs,
-                        inputs + lse_bytes(c, local, S)))
+                        inputs + lse_bytes(c, local, S) + dims.out_bytes(c.tokens, c.dt)))
     _a2a_ops(core, c, dims, group)
     return core.done(inputs, inputs)  # the received Q, K, V of the whole sequence
 

@@ -1,7 +1,23 @@
 """The output block: final norm, the vocab-parallel logits GEMM, Megatron's vocab-parallel
-cross-entropy on fp32 logits, the loss, and the output weight's gradient."""
+cross-entropy on fp32 logits, the loss, and the output weight's gradient.
+
+With `training.cross_entropy_fusion: te` (Megatron-Core's `--cross-entropy-loss-fusion
+--cross-entropy-fusion-impl te`) the loss is Transformer Engine's `parallel_cross_entropy`, whose
+memory differs (TE 2.11 `transformer_engine/pytorch/triton/cross_entropy.py::
+cross_entropy_forward`, lines 26-102, and `cross_entropy.py::CrossEntropyFunction`): no fp32 copy
+of the logits; the kernels write the gradient into the 16-bit logits in place and the function
+saves them (`ctx.save_for_backward(inp.detach())`), so the forward keeps 16-bit logits instead of
+an fp32 softmax; besides them only the fp32 per-token loss and the m/d/X_y statistics (3 fp32 a
+token, all-gathered over tp). Its backward scales them in place (`element_mul_kernel`). What is
+then transient is the output layer's backward (Megatron-Core `tensor_parallel/layers.py`, lines
+521-546 at 23e00ed): the input gradient over the whole sequence (`grad_output.matmul(weight)`) and,
+with sequence parallelism, its reduce-scattered share. The fused loss's kernel time is not
+modelled: the unfused kernels stand in (NOTES.md: a model of TE's kernels made the measured step
+times worse)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from simulator.graph.embedding import tied_on_one_stage, vocab_shard
 from simulator.graph.ops import Block, CommGroup, CommOp, Op, OpKind, Phase
@@ -15,7 +31,7 @@ from simulator.graph.primitives import (
     small_kernels,
 )
 from simulator.graph.tp_comm import column_parallel
-from simulator.job.enums import CollectiveKind
+from simulator.job.enums import CollectiveKind, CrossEntropyFusion
 from simulator.job.specs import Job
 
 # ... vocab-parallel cross-entropy on fp32 logits: cast, max, subtract, exp, sum, divide (full
@@ -63,10 +79,28 @@ def build_head(job: Job) -> Block:
                        for i, numel in enumerate(norm_params))]
     if not tied_on_one_stage(job) and not c.fused_accumulation:
         params.append(grad_accum_op("logits.grad_accum", vocab * c.h, c.grad_bytes))
+    logits16 = c.dt * c.tokens * vocab
+    if job.training.cross_entropy_fusion is CrossEntropyFusion.TE:
+        saved_ce, forward_extra, backward_extra = te_cross_entropy_bytes(job, vocab)
+        ce_f = replace(ce_f, saved_bytes=saved_ce)
+    else:
+        # the 16-bit logits live while their fp32 copy is made; the backward works in place on
+        # the fp32 softmax and casts the gradient back to 16 bits (VocabParallelCrossEntropy)
+        forward_extra = backward_extra = logits16
     fwd = (norm_f, logits_f, ce_f, loss_f)
     saved = sum(op.saved_bytes for op in fwd)
-    # the 16-bit logits live while their fp32 copy is made; the backward works in place on the
-    # fp32 softmax and casts the gradient back to 16 bits (VocabParallelCrossEntropy)
-    logits16 = c.dt * c.tokens * vocab
     return Block(fwd, (loss_b, ce_b, *logits_b, *params, norm_b), (), tuple(comm),
-                 logits_c.backward, (), saved, logits16, logits16)
+                 logits_c.backward, (), saved, backward_extra, forward_extra)
+
+
+def te_cross_entropy_bytes(job: Job, vocab: int) -> tuple[float, float, float]:
+    """Transformer Engine's fused cross-entropy (module docstring): what its forward saves (the
+    16-bit logits holding the gradient, the fp32 per-token loss), what else is alive at the end of
+    its forward (m/d/X_y, 3 fp32 a token, and their tp all-gather), and what the output layer's
+    backward allocates while the logits' gradient is alive (the input gradient of the whole
+    sequence, and its reduce-scattered share under sequence parallelism)."""
+    c = shape_context(job)
+    saved = c.dt * c.tokens * vocab + FP32 * c.tokens
+    statistics = 3 * FP32 * c.tokens * (1 + (c.t if c.t > 1 else 0))
+    grad_input = c.dt * c.tokens * c.h * (1 + (1 / c.t if c.sp and c.t > 1 else 0))
+    return saved, statistics, grad_input

@@ -144,6 +144,16 @@ class TokenDispatcher(StrEnum):
     FLEX = "flex"  # DeepEP / HybridEP: each token sent once per destination rank, fused permute
 
 
+class CrossEntropyFusion(StrEnum):
+    """Megatron-Core's `--cross-entropy-loss-fusion` with `--cross-entropy-fusion-impl`
+    (`models/common/language_module/language_module.py::compute_language_model_loss`).
+    Megatron's `native` fusion keeps the fp32 softmax for the backward as the unfused loss does
+    (`fusions/fused_cross_entropy.py`, `save_for_backward(exp_logits, ...)`): state `none`."""
+
+    NONE = "none"  # tensor_parallel.vocab_parallel_cross_entropy on an fp32 copy of the logits
+    TE = "te"  # Transformer Engine's parallel_cross_entropy: the gradient in the 16-bit logits
+
+
 class RouterScore(StrEnum):
     """Megatron-Core's `--moe-router-score-function`."""
 

@@ -133,6 +133,8 @@ class FrameworkSemantics:
     # iteration besides the optimizer's (Megatron-Core's DDP: zeroing and the NaN check)
     te_dummy_wgrads: bool = False  # Transformer Engine's linears cache a placeholder weight
     # gradient per weight shape when they accumulate into the main gradient (simulator.memory.te_dummy)
+    sp_global_buffer: bool = False  # the output layer gathers its sequence-parallel input into
+    # a buffer kept for the process (simulator.memory.global_buffer)
 
     def param_bytes(self, precision: Precision) -> ParamBytes:
         """Bytes per parameter of each role for `precision` (see the module docstring)."""
@@ -151,7 +153,7 @@ FRAMEWORKS: dict[Framework, FrameworkSemantics] = {
         pads_vocab=True, all_forwards_first_when_m_equals_p=False, grad_stats_all_reduce=True,
         p2p_scatter_gather=False, eager_autocast=False, persistent_grad_buffer=True,
         async_tp_grad_allreduce=True, host_launch_cost=MEGATRON_HOST, megatron_core_buckets=True,
-        grad_buffer_passes=2, te_dummy_wgrads=True),
+        grad_buffer_passes=2, te_dummy_wgrads=True, sp_global_buffer=True),
     Framework.MEGATRON_DEEPSPEED: FrameworkSemantics(
         gradient_accumulation_fusion=False, fp32_parameters=False, fp32_main_grad_copy_fp16=False,
         pads_vocab=True, all_forwards_first_when_m_equals_p=True, grad_stats_all_reduce=True,

@@ -21,6 +21,7 @@ from simulator.errors import ConfigError
 from simulator.job.enums import (
     Activation,
     CpCommType,
+    CrossEntropyFusion,
     CudaGraphs,
     DataParallelSharding,
     Fp4Recipe,
@@ -125,6 +126,8 @@ class TrainingSpec(Frozen):
     optimizer: Optimizer = Optimizer.ADAM
     framework: Framework = Framework.MEGATRON_LM
     fused_softmax: bool = True  # the stack has Megatron's compiled scale-mask-softmax kernels
+    # the loss's cross-entropy (enums.CrossEntropyFusion; memory only: simulator.graph.head)
+    cross_entropy_fusion: CrossEntropyFusion = CrossEntropyFusion.NONE
     gradient_accumulation_fusion: bool | None = None  # None: the framework's default
     train_tokens: PositiveFloat | None = None  # token budget for time/cost to train
     # Mixture of experts (Megatron-Core's argument names):

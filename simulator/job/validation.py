@@ -9,7 +9,14 @@ from __future__ import annotations
 import itertools
 
 from simulator.errors import ConfigError
-from simulator.job.enums import CudaGraphs, DataParallelSharding, Framework, Recompute, Schedule
+from simulator.job.enums import (
+    CrossEntropyFusion,
+    CudaGraphs,
+    DataParallelSharding,
+    Framework,
+    Recompute,
+    Schedule,
+)
 from simulator.job.framework import semantics
 from simulator.job.limits import size_problems
 from simulator.job.moe_cp_rules import moe_cp_problems
@@ -206,7 +213,9 @@ def _overlap_problems(job: Job) -> list[str]:
                         f"set {' and '.join(missing)}, or remove it")
     megatron_only = {"parallel.tp_comm_overlap": p.tp_comm_overlap,
                      "training.cuda_graphs": t.cuda_graphs is not CudaGraphs.NONE,
-                     f"training.precision={t.precision.value}": t.precision.is_low}
+                     f"training.precision={t.precision.value}": t.precision.is_low,
+                     "training.cross_entropy_fusion=te":
+                         t.cross_entropy_fusion is not CrossEntropyFusion.NONE}
     if p.overlap_param_gather and t.framework is not Framework.MEGATRON_LM:
         problems.append(f"parallel.overlap_param_gather=true is Megatron-Core's distributed "
                         f"optimizer setting, not {t.framework.value}'s; remove it or use "

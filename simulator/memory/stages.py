@@ -45,6 +45,7 @@ from simulator.job.param_bytes import param_bytes
 from simulator.job.partition import stage_layers
 from simulator.job.specs import GiB, Job
 from simulator.memo import Memo, Pinned
+from simulator.memory.global_buffer import global_buffer_bytes
 from simulator.memory.parallel_terms import (
     ParallelTerms,
     chunk_moe_activation_bytes,
@@ -91,6 +92,7 @@ class StageMemory:
     low_precision_weights_bytes: float = 0.0  # FP8/FP4 weight copies, transposes and scales
     fsdp_unsharded_bytes: float = 0.0  # whole parameters / gradients of the FSDP units in flight
     te_dummy_wgrads_bytes: float = 0.0  # TE's cached placeholder weight gradients (te_dummy)
+    global_buffer_bytes: float = 0.0  # Megatron's all-gather buffer of the output layer's input
 
     @property
     def allocated_bytes(self) -> float:
@@ -102,7 +104,8 @@ class StageMemory:
                 + self.expert_gradients_bytes + self.expert_optimizer_states_bytes
                 + self.moe_activations_bytes + self.moe_dispatch_buffers_bytes
                 + self.cp_kv_buffers_bytes + self.low_precision_weights_bytes
-                + self.fsdp_unsharded_bytes + self.te_dummy_wgrads_bytes)
+                + self.fsdp_unsharded_bytes + self.te_dummy_wgrads_bytes
+                + self.global_buffer_bytes)
 
     @property
     def allocator_reserved_bytes(self) -> float:
@@ -132,7 +135,7 @@ class StageMemory:
 SHOWN_WHEN_HELD = frozenset({"expert_weights_bytes", "expert_gradients_bytes",
                              "expert_optimizer_states_bytes", "moe_activations_bytes",
                              "moe_dispatch_buffers_bytes", "cp_kv_buffers_bytes",
-                             "te_dummy_wgrads_bytes"})
+                             "te_dummy_wgrads_bytes", "global_buffer_bytes"})
 
 
 def chunk_activation_bytes(job: Job, graph: JobGraph) -> np.ndarray:
@@ -196,6 +199,7 @@ class _Moments:
     table_grad: np.ndarray
     extra: ParallelTerms | None = None  # experts and context parallelism
     moe_act: np.ndarray | None = None  # the MoE part of `act`
+    head_held: np.ndarray | None = None  # the head's saved bytes in `act`, one micro-batch's at most
 
 
 def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
@@ -224,7 +228,8 @@ def _moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
         static={"weights_bytes": states.weights, "optimizer_states_bytes": states.optimizer_states,
                 "low_precision_weights_bytes": states.low_precision_weights,
                 "fsdp_unsharded_bytes": states.fsdp_unsharded,
-                "te_dummy_wgrads_bytes": dummy_wgrad_bytes(job)},
+                "te_dummy_wgrads_bytes": dummy_wgrad_bytes(job),
+                "global_buffer_bytes": global_buffer_bytes(job)},
         grads_in_flight=in_flight, grads_all=grads * (1 + (not fw.persistent_grad_buffer
                                                           and job.dp > 1)),
         main=states.main_gradients,
@@ -264,14 +269,26 @@ def _parallel_moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
         static={"weights_bytes": weights,
                 "optimizer_states_bytes": (pb.master_weights + pb.optimizer_states) * n / shard,
                 "low_precision_weights_bytes": q.bytes_per_param * (q.dense + q.experts),
-                "fsdp_unsharded_bytes": zero, "te_dummy_wgrads_bytes": dummy_wgrad_bytes(job)},
+                "fsdp_unsharded_bytes": zero, "te_dummy_wgrads_bytes": dummy_wgrad_bytes(job),
+                "global_buffer_bytes": global_buffer_bytes(job)},
         grads_in_flight=pb.gradients * n, grads_all=pb.gradients * n,
         main=pb.main_gradients * n / shard + extra.expert_main_gradients,
         act=in_flight_peak(plan, act_chunks, m), amp_forward=zero, amp_saved=zero,
         head_forward=last * graph.head.forward_transient_bytes,
         head_backward=last * graph.head.working_bytes, working=working, table_grad=zero,
         extra=extra,
-        moe_act=in_flight_part(plan, act_chunks, chunk_moe_activation_bytes(job, graph), m))
+        moe_act=in_flight_part(plan, act_chunks, chunk_moe_activation_bytes(job, graph), m),
+        head_held=_head_held(job, graph, plan, act_chunks))
+
+
+def _head_held(job: Job, graph: JobGraph, plan: RoundPlan, act_chunks: np.ndarray) -> np.ndarray:
+    """(p,) what the output block's saved tensors add to each stage's activation peak, at most one
+    micro-batch's: a layer's transient buffers are freed before the head's forward of its
+    micro-batch and allocated again only after the head's backward freed them."""
+    head = np.zeros_like(act_chunks)
+    head[-1, -1] = graph.head.saved_bytes
+    held = in_flight_part(plan, act_chunks, head, job.num_microbatches)
+    return np.minimum(held, graph.head.saved_bytes)
 
 
 def stage_memory(job: Job, graph: JobGraph, plan: RoundPlan) -> list[StageMemory]:
@@ -329,14 +346,17 @@ def stage_memory_table(job: Job, graph: JobGraph, plan: RoundPlan) -> MemoryTabl
         allocated = allocated + lowp + fsdp
     if dummy.any():
         allocated = allocated + dummy
+    buffer = mo.static["global_buffer_bytes"]
+    if buffer.any():
+        allocated = allocated + buffer
     moments = [names[i] for i in peak.tolist()]
     stages = tuple(
         StageMemory(ws, g, mg, st, a, amp, loss, w, emb, WORKSPACE_BYTES, context, moment,
                     low_precision_weights_bytes=lp, fsdp_unsharded_bytes=fs,
-                    te_dummy_wgrads_bytes=dw)
-        for ws, st, (g, mg, a, amp, loss, w, emb), moment, lp, fs, dw
+                    te_dummy_wgrads_bytes=dw, global_buffer_bytes=gb)
+        for ws, st, (g, mg, a, amp, loss, w, emb), moment, lp, fs, dw, gb
         in zip(weights.tolist(), states.tolist(), chosen.tolist(), moments, lowp.tolist(),
-               fsdp.tolist(), dummy.tolist(), strict=True))
+               fsdp.tolist(), dummy.tolist(), buffer.tolist(), strict=True))
     return MemoryTable(stages, allocated, allocated + context)
 
 
@@ -349,24 +369,32 @@ def _parallel_table(job: Job, mo: _Moments) -> MemoryTable:
     # one layer's transient communication buffer: the larger of the two kinds
     dispatch = np.where(x.dispatch_buffers >= x.kv_buffers, x.dispatch_buffers, 0.0)
     kv = np.where(x.dispatch_buffers >= x.kv_buffers, 0.0, x.kv_buffers)
-    loss_b = np.where(mo.head_backward > mo.working, mo.head_backward, 0.0)
-    in_flight = dict(gradients_bytes=mo.grads_in_flight, activations_bytes=mo.act - mo.moe_act,
-                     expert_gradients_bytes=x.expert_gradients, moe_activations_bytes=mo.moe_act,
-                     moe_dispatch_buffers_bytes=dispatch, cp_kv_buffers_bytes=kv)
-    candidates = {
-        "forward": dict(in_flight, loss_temporaries_bytes=mo.head_forward),
-        "backward": dict(in_flight, loss_temporaries_bytes=loss_b,
-                         working_bytes=np.where(mo.head_backward > mo.working, 0.0, mo.working)),
-        "optimizer": dict(gradients_bytes=mo.grads_all, main_gradients_bytes=mo.main,
-                          expert_gradients_bytes=x.expert_gradients),
-    }
+    assert mo.head_held is not None
+    dense_act = mo.act - mo.moe_act
+    in_flight = dict(gradients_bytes=mo.grads_in_flight, expert_gradients_bytes=x.expert_gradients,
+                     moe_activations_bytes=mo.moe_act)
+    # While a layer runs (its communication buffers, its recomputed activations) the stage does
+    # not hold its micro-batch's output-block tensors: the head's forward comes after the last
+    # layer's, and its backward frees them before the last layer's backward (`_head_held`).
+    in_layer = dict(in_flight, activations_bytes=dense_act - mo.head_held,
+                    moe_dispatch_buffers_bytes=dispatch, cp_kv_buffers_bytes=kv)
+    candidates = (
+        ("forward", dict(in_flight, activations_bytes=dense_act,
+                         loss_temporaries_bytes=mo.head_forward)),
+        ("forward", in_layer),
+        ("backward", dict(in_flight, activations_bytes=dense_act,
+                          loss_temporaries_bytes=mo.head_backward)),
+        ("backward", dict(in_layer, working_bytes=mo.working)),
+        ("optimizer", dict(gradients_bytes=mo.grads_all, main_gradients_bytes=mo.main,
+                           expert_gradients_bytes=x.expert_gradients)),
+    )
     keys = ("gradients_bytes", "main_gradients_bytes", "activations_bytes",
             "loss_temporaries_bytes", "working_bytes", "expert_gradients_bytes",
             "moe_activations_bytes", "moe_dispatch_buffers_bytes", "cp_kv_buffers_bytes")
-    terms = np.array([[c.get(k, zero) for k in keys] for c in candidates.values()])
+    terms = np.array([[c.get(k, zero) for k in keys] for _, c in candidates])
     peak = terms.sum(axis=1).argmax(axis=0)
     chosen = terms[peak, :, np.arange(p)]  # (stage, term)
-    names = tuple(candidates)
+    names = tuple(name for name, _ in candidates)
     context = job.hardware.reserved_memory_GiB * GiB
     stages = []
     for i in range(p):
@@ -377,6 +405,7 @@ def _parallel_table(job: Job, mo: _Moments) -> MemoryTable:
             context, names[int(peak[i])], float(x.expert_weights[i]), eg,
             float(x.expert_optimizer_states[i]), ma, db, kb,
             low_precision_weights_bytes=float(mo.static["low_precision_weights_bytes"][i]),
-            te_dummy_wgrads_bytes=float(mo.static["te_dummy_wgrads_bytes"][i])))
+            te_dummy_wgrads_bytes=float(mo.static["te_dummy_wgrads_bytes"][i]),
+            global_buffer_bytes=float(mo.static["global_buffer_bytes"][i])))
     allocated = np.array([s.allocated_bytes for s in stages])
     return MemoryTable(tuple(stages), allocated, allocated + context)

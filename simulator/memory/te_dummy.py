@@ -9,14 +9,22 @@ distinct linear-weight shape of its stage: the attention's projections, the MLP'
 experts' fc1 and fc2, the routed experts' per-expert fc1 and fc2 (TE's grouped linears do the
 same), split over tp (expert_tp for the experts) as the weights are. Layers of one kind share
 their shapes, so the term grows with the layer's width, not with the depth: on SimuMax's Llama 3
-405B rows at tp 1 it is 5.9 GiB a GPU. Megatron's own output layer (not a TE module) builds its
-placeholder per backward and frees it, so it is not cached here.
+405B rows at tp 1 it is 5.9 GiB a GPU.
+
+Megatron-Core's own output layer (a `ColumnParallelLinear`, not a TE module) takes its placeholder
+from the same cache whenever TE is installed: `megatron/core/tensor_parallel/layers.py`
+(`LinearWithGradAccumulationAndAsyncCommunication.backward`, lines 579-594 at Megatron-LM
+23e00ed, core_r0.14.0: `if HAVE_TE: grad_weight = get_dummy_wgrad(list(weight.main_grad.shape),
+input.dtype)`). So the last stage also holds one 16-bit (padded vocabulary / tp, hidden) tensor
+-- 1.96 GiB for Llama 3 405B at tp 2 -- shared with the multi-token-prediction heads, which call
+the same output layer.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from simulator.graph.embedding import vocab_shard
 from simulator.graph.primitives import gradient_accumulation_fused
 from simulator.job.framework import semantics
 from simulator.job.layer_pattern import LayerKind, layer_kinds, stage_kind_counts
@@ -53,6 +61,11 @@ def kind_shapes(model: ModelSpec, kind: LayerKind, tp: int, expert_tp: int) -> s
     return shapes | _mlp_shapes(model, model.moe_ffn, expert_tp)
 
 
+def output_layer_shape(job: Job) -> Shape:
+    """The output layer's weight on one GPU: (padded vocabulary / tp, hidden)."""
+    return (vocab_shard(job), job.model.hidden_size)
+
+
 def holds_dummy_wgrads(job: Job) -> bool:
     """Megatron-Core on TE with its gradient accumulation fused (not Megatron-FSDP's sharded
     gradient buffers, which are not modelled here)."""
@@ -74,8 +87,10 @@ def dummy_wgrad_bytes(job: Job) -> np.ndarray:
         for kind, n in zip(kinds, counts[:, stage].tolist(), strict=True):
             if n > 0:
                 shapes |= kind_shapes(m, kind, tp, job.expert_tp)
-        if stage == p - 1 and m.mtp_num_layers:  # its layer, and the 2h -> h projection
-            shapes |= kind_shapes(m, layer_kinds(m)[-1], tp, job.expert_tp)
-            shapes.add((m.hidden_size // tp, 2 * m.hidden_size))
+        if stage == p - 1:
+            shapes.add(output_layer_shape(job))
+            if m.mtp_num_layers:  # its layer, and the 2h -> h projection
+                shapes |= kind_shapes(m, layer_kinds(m)[-1], tp, job.expert_tp)
+                shapes.add((m.hidden_size // tp, 2 * m.hidden_size))
         out[stage] = element * sum(r * c for r, c in shapes)
     return out

@@ -175,7 +175,10 @@ def test_memory_of_an_expert_parallel_layout_term_by_term() -> None:
     dense = layers * (attention + router) + 2 * vocab * h + h
     assert mem.weights_bytes == pytest.approx(2 * dense)
     assert mem.optimizer_states_bytes == pytest.approx(12 * dense / 8)
-    assert mem.moe_activations_bytes > 0 and mem.moe_dispatch_buffers_bytes > 0
+    assert mem.moe_activations_bytes > 0
+    # one stage: the loss's moment, when no layer's all-to-all buffers are alive, is the larger
+    # (tests/simulator_tests/test_memory_sources.py)
+    assert mem.moe_dispatch_buffers_bytes == 0 and mem.loss_temporaries_bytes > 0
 
 
 def test_more_expert_parallelism_holds_fewer_experts_and_shards_their_states() -> None:

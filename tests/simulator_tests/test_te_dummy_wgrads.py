@@ -1,8 +1,13 @@
 """Transformer Engine caches one 16-bit placeholder weight gradient per distinct linear-weight
 shape (simulator.memory.te_dummy): the bytes follow from the layer's shapes written out here,
-not from the simulator's parameter counts, and do not grow with the depth."""
+not from the simulator's parameter counts, and do not grow with the depth. Megatron-Core's output
+layer takes its placeholder from the same cache when TE is installed (`tensor_parallel/layers.py`,
+`get_dummy_wgrad(list(weight.main_grad.shape), input.dtype)`): one (padded vocabulary / tp,
+hidden) tensor on the last stage."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
@@ -32,9 +37,19 @@ def _llama_shapes_bytes(tp: int) -> float:
     return 2.0 * (qkv + proj + fc1 + fc2)
 
 
+def _output_layer_bytes(vocab: int, h: int, tp: int) -> float:
+    """Megatron pads the vocabulary to a multiple of 128 x tp (`--make-vocab-size-divisible-by`)."""
+    padded = math.ceil(vocab / (128 * tp)) * 128 * tp
+    return 2.0 * padded // tp * h
+
+
+def _llama_last_stage_bytes(tp: int) -> float:
+    return _llama_shapes_bytes(tp) + _output_layer_bytes(128256, 4096, tp)
+
+
 @pytest.mark.parametrize("tp", [1, 2, 8])
 def test_one_placeholder_per_shape_split_over_tp(tp):
-    assert dummy_wgrad_bytes(_job(LLAMA_8B, tp=tp)).tolist() == [_llama_shapes_bytes(tp)]
+    assert dummy_wgrad_bytes(_job(LLAMA_8B, tp=tp)).tolist() == [_llama_last_stage_bytes(tp)]
 
 
 def test_depth_does_not_add_placeholders():
@@ -42,8 +57,14 @@ def test_depth_does_not_add_placeholders():
     assert dummy_wgrad_bytes(_job(deeper))[0] == dummy_wgrad_bytes(_job(LLAMA_8B))[0]
 
 
-def test_every_pipeline_stage_holds_its_own():
-    assert dummy_wgrad_bytes(_job(LLAMA_8B, pp=2)).tolist() == [_llama_shapes_bytes(1)] * 2
+def test_every_pipeline_stage_holds_its_own_and_the_last_the_output_layers():
+    assert dummy_wgrad_bytes(_job(LLAMA_8B, pp=2)).tolist() == [_llama_shapes_bytes(1),
+                                                                 _llama_last_stage_bytes(1)]
+
+
+def test_the_output_layer_placeholder_at_tp_8_has_the_padded_vocabulary():
+    """128256 is no multiple of 128 x 8: the table has 129024 rows, 16128 a rank."""
+    assert _output_layer_bytes(128256, 4096, 8) == 2.0 * 16128 * 4096
 
 
 def test_experts_add_their_per_expert_shapes_over_expert_tp():
@@ -51,7 +72,8 @@ def test_experts_add_their_per_expert_shapes_over_expert_tp():
     h = 4096
     attention = 2.0 * ((4096 + 2048) * h + h * 4096)
     experts = 2.0 * (2 * 1536 * h + h * 1536)
-    assert dummy_wgrad_bytes(_job(moe, ep=8))[0] == pytest.approx(attention + experts)
+    output = _output_layer_bytes(128256, h, 1)
+    assert dummy_wgrad_bytes(_job(moe, ep=8))[0] == pytest.approx(attention + experts + output)
 
 
 @pytest.mark.parametrize("framework", ["megatron-deepspeed", "pytorch"])
@@ -67,7 +89,7 @@ def test_without_fused_accumulation_there_is_no_placeholder():
 
 def test_the_peak_carries_them():
     with_them = simulate(_job(LLAMA_8B)).stages[0].memory
-    assert with_them.te_dummy_wgrads_bytes == _llama_shapes_bytes(1)
+    assert with_them.te_dummy_wgrads_bytes == _llama_last_stage_bytes(1)
     assert with_them.allocated_bytes == pytest.approx(
         sum(v for k, v in with_them.to_dict().items()
             if k.endswith("_bytes") and k not in ("allocated_bytes", "allocator_reserved_bytes",
@@ -81,4 +103,5 @@ def test_equal_shapes_share_one_placeholder():
            "ffn_hidden_size": 8192, "vocab_size": 50257, "seq_length": 2048}
     h, tp = 2048, 4
     qkv, proj, mlp = 3 * h // tp * h, h * h // tp, h * h
-    assert dummy_wgrad_bytes(_job(gpt, tp=tp)).tolist() == [2.0 * (qkv + proj + mlp)]
+    output = 50688 // tp * h  # 50257 padded to a multiple of 512
+    assert dummy_wgrad_bytes(_job(gpt, tp=tp)).tolist() == [2.0 * (qkv + proj + mlp + output)]

@@ -35,8 +35,12 @@ def moe_mlp(job: Job, c: ShapeContext, parts: LayerParts, acc: int) -> None:
     if r.local_experts > 1 and not flex:
         parts.add(permute(c, "moe.unsort_chunks", r.computed, r.computed))
     unpermute_in = r.computed if flex else sent
-    # the weighted sum of each token's copies keeps them for the probabilities' gradient
-    parts.add(permute(c, "moe.unpermute", unpermute_in, r.tokens, c.dt * unpermute_in * c.h))
+    # The unpermute only sums each token's copies (its backward gathers them back by index): the
+    # routing probabilities are applied in the experts' activation since Megatron-LM 2659630721
+    # ("Memory efficient token permutation", Apr 2025): `token_dispatcher.py::combine_postprocess`
+    # calls `unpermute` without probs and `experts.py::TEGroupedMLP.forward` weights the SwiGLU
+    # (`weighted_bias_swiglu_impl`), which keeps its input as the unweighted one did (core_r0.14.0).
+    parts.add(permute(c, "moe.unpermute", unpermute_in, r.tokens))
     parts.mlp_fwd_comm += [*comm.dispatch, *comm.combine]
     parts.mlp_bwd_comm += [*comm.combine_bwd, *comm.dispatch_bwd]
     if m.moe_shared_expert_intermediate_size:
