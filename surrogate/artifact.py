@@ -80,7 +80,15 @@ log = logging.getLogger(__name__)
 # placeholder weight gradient and Megatron's sequence-parallel gather buffer on the last stage
 # (physics.memory), no unpermute copies saved
 # (moe_terms.saved_activations_bytes)
-SCHEMA_VERSION = 27
+# 28: a MoE layout's memory: the routed experts hold the optimizer's dtype settings' bytes (their
+# sharded roles over expert_dp) and the recipe's weight copies; a MoE layer saves its router's
+# and shared experts' inputs, the router's scores and, without sequence parallelism, its experts'
+# whole intermediates per tp rank (moe_terms.saved_activations_bytes), counted on the dense
+# form's first and last stage by their micro-batches in flight, none under full recompute; an
+# uneven split's stages hold the first stage's activations per layer without the loss's (and
+# the output block's buffers per context share), against the larger even stage
+# (pipeline_terms.uneven_memory_bytes)
+SCHEMA_VERSION = 28
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

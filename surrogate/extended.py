@@ -45,7 +45,7 @@ from surrogate.columns import factorize, row_groups, value_at
 from surrogate.dp_terms import plain_tree_correction
 from surrogate.extended_terms import extended_row
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
-from surrogate.memory_terms import state_bytes_delta, state_bytes_of_record
+from surrogate.memory_terms import StateBytes, state_bytes_delta, state_bytes_of_record
 from surrogate.moe_terms import (
     moe_host_of_record,
     moe_host_table_s,
@@ -65,6 +65,7 @@ from surrogate.slots import (
     A_EST_MEMORY,
     A_EST_TIME,
     A_HELD,
+    A_HELD_SHARDED,
     A_LEVEL,
     A_MAIN,
     A_MOE_HOST,
@@ -313,12 +314,12 @@ def lookups(c: Mapping[str, Any], fields: np.ndarray, new: np.ndarray, dense: np
 
 
 def _with_states(out: np.ndarray, fields: np.ndarray, new: np.ndarray, dense: np.ndarray,
-                 state_bytes: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+                 state_bytes: Callable[[np.ndarray, np.ndarray, np.ndarray], StateBytes],
                  level: np.ndarray) -> np.ndarray:
     """`out` with the lookups a table and a record share: the sharding `level`, the memory
     settings' bytes per parameter (`state_bytes`: a table's grouping or one record's) and the
     dense baselines' exponentials."""
-    out[A_HELD], out[A_MAIN] = state_bytes(fields, new, level)
+    out[A_HELD], out[A_MAIN], out[A_HELD_SHARDED] = state_bytes(fields, new, level)
     out[A_LEVEL] = level
     out[A_EST_TIME] = np.exp(dense[D_EST_LOG_TIME])
     out[A_EST_MEMORY] = np.exp(dense[D_EST_LOG_MEMORY])

@@ -32,10 +32,12 @@ from surrogate.param_gather_terms import param_gather_shift_s
 from surrogate.physics import (
     OPTIMIZER_BYTES_PER_PARAM,
     PRECISIONS,
+    RECOMPUTE,
     Hardware,
     Rows,
     Vec,
     floor,
+    in_flight,
     maximum,
     minimum,
     skips,
@@ -56,6 +58,7 @@ from surrogate.slots import (
     A_EST_MEMORY,
     A_EST_TIME,
     A_HELD,
+    A_HELD_SHARDED,
     A_LEVEL,
     A_LP_COPIES,
     A_LP_EFF,
@@ -75,6 +78,9 @@ from surrogate.slots import (
     D_LAYER,
     D_LAYER_COMPUTE,
     D_LAYER_HOST,
+    D_LAYER_SAVED,
+    D_MEM_FIRST,
+    D_MEM_LAST,
     D_OPTIMIZER,
     D_STAGE_MB,
     D_STAGE_PARAMS,
@@ -125,6 +131,7 @@ _P2P = float(CHOICES["cp_comm_type"].index("p2p"))
 _A2A = float(CHOICES["cp_comm_type"].index("a2a"))
 _ALL_GATHER = float(CHOICES["cp_comm_type"].index("all_gather"))
 _OPTIM_LEVEL = float(DataParallelSharding.OPTIM.level)
+_FULL = float(RECOMPUTE.index("full"))
 _FP16 = float(PRECISIONS.index("fp16"))
 
 @njit
@@ -331,26 +338,46 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     moe_delta = where(n_moe > 0, L / p * (
         dense_mlp * (6 + 12 / optimizer_shard) + experts_layer * (6 + 12 / where(sharded, expert_dp, 1.0))
         - kernel_mlp * (6 + 12 / dense_shard)), 0.0)
-    moe_delta = moe_delta + saved_activations_bytes(f, new, tokens, copies_sent, dense) * n_moe / L
+    moe_states = moe_delta
+    # the MoE layers' extra saved activations on the dense form's first and last stage (their
+    # layer-micro-batches in flight: physics.in_flight), against the larger of the two
+    flight = in_flight(re)
+    per_chunk = re.L / (re.p * re.v)
+    moe_saved = where(f[RECOMPUTE_CODE] != _FULL, saved_activations_bytes(f, new, tokens), 0.0) * n_moe / L
+    mem_first, mem_last = dense[D_MEM_FIRST], dense[D_MEM_LAST]
+    moe_delta = moe_delta + (maximum(mem_first + flight.first * per_chunk * moe_saved,
+                                     mem_last + flight.last * per_chunk * moe_saved)
+                             - maximum(mem_first, mem_last))
     shard_delta = (stage - where(n_moe > 0, L / p * kernel_mlp, 0.0)) * (
         OPTIMIZER_BYTES_PER_PARAM * (1 / optimizer_shard - 1 / dense_shard)
         - where(level >= 3, 6.0, where(level >= 2, 4.0, 0.0)) * (1 - 1 / ranks))
     # 16-bit gradients / Adam moments; the main-gradient copy only where the optimizer moment
     # (the dense form's copy: fp16 only) outgrows the activations (physics.memory's moments)
     held, main = aux[A_HELD], aux[A_MAIN]
+    # the routed experts hold the settings' bytes too, their sharded roles over expert_dp
+    # (simulator.memory.parallel_terms), and keep the recipe's weight copies (q.experts)
+    experts_stage = where(n_moe > 0, L / p * experts_layer, 0.0)
+    held_experts = held - aux[A_HELD_SHARDED] * (1 / optimizer_shard
+                                                 - 1 / where(sharded, expert_dp, 1.0))
     dense_copy = where(f[PRECISION] == _FP16, 4.0, 0.0) * stage / dense_shard
     act = dense[D_ACTIVATIONS]
-    states = held * stage + (maximum(act, dense_copy + main * stage) - maximum(act, dense_copy))
+    states = (held * non_expert + held_experts * experts_stage
+              + (maximum(act, dense_copy + main * stage) - maximum(act, dense_copy)))
     quantized = low & (element > 0)
-    weight_copies = where(quantized, element * copies, where(low, 1.0, 0.0)) * stage
+    copy_bytes = where(quantized, element * copies, where(low, 1.0, 0.0))
+    weight_copies = copy_bytes * (non_expert + experts_stage)
     memory_delta = (moe_delta + shard_delta + weight_copies + states
                     + quantized_activations_delta(f, new, dense, element, quantized, active_ffn))
     # the uneven split's largest stage: its layers' states (per parameter as the stage's) and
     # their saved activations (surrogate.pipeline_terms)
-    per_param = (dense[D_WEIGHT_STATES] + shard_delta + weight_copies + held * stage) / stage
+    # what the routed experts' own bytes per parameter change against the dense form's MLP
+    moe_held = (held + copy_bytes) * (non_expert - stage) + (held_experts + copy_bytes) * experts_stage
+    per_param = (dense[D_WEIGHT_STATES] + shard_delta + (copy_bytes + held) * stage) / stage
     edge = per_param * maximum(stage - split.mean * layer_params, 0.0)  # the embedding's
+    layer_act = flight.first / re.v * (dense[D_LAYER_SAVED] + moe_saved)  # a first-stage layer's
     memory_delta = memory_delta + uneven_memory_bytes(
-        f, split, layer_params * per_param + moe_delta / split.mean, act, edge)
+        f, split, layer_params * per_param + (moe_states + moe_held) / split.mean, layer_act, edge,
+        new[CP])
     mem = aux[A_EST_MEMORY]
     memory = maximum(mem + memory_delta, 0.3 * mem)
     forward = models[M_FORWARD]

@@ -87,15 +87,18 @@ def _deltas_of_codes(p: int, g: int, m1: int, m2: int, r8: int, r4: int) -> tupl
                         CHOICES["exp_avg_sq_dtype"][m2])
 
 
-def state_bytes_of_record(f: np.ndarray, new: np.ndarray,
-                          level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+StateBytes = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def state_bytes_of_record(f: np.ndarray, new: np.ndarray, level: np.ndarray) -> StateBytes:
     """`state_bytes_delta` of one record's (rows, 1) matrices, without a table's grouping."""
     codes = (int(f[PRECISION, 0]), *(int(new[i, 0]) for i in _MEMORY_ROWS))
     if codes[1:4] == _DEFAULT_MEMORY_CODES:
-        return np.zeros(1), np.zeros(1)
-    held, main = _per_rank(*_deltas_of_codes(*codes), float(level[0]), float(f[DP, 0]),
+        return np.zeros(1), np.zeros(1), np.zeros(1)
+    repl, sharded, copy = _deltas_of_codes(*codes)
+    held, main = _per_rank(repl, sharded, copy, float(level[0]), float(f[DP, 0]),
                            float(new[_CP_ROW, 0]))
-    return np.array([held]), np.array([main])
+    return np.array([held]), np.array([main]), np.array([sharded])
 
 
 def _per_rank(repl: Vec, sharded: Vec, copy: Vec, level: Vec, dp: Vec, cp: Vec) -> tuple[Vec, Vec]:
@@ -106,18 +109,19 @@ def _per_rank(repl: Vec, sharded: Vec, copy: Vec, level: Vec, dp: Vec, cp: Vec) 
     return repl + sharded / shards, copy / shards
 
 
-def state_bytes_delta(f: np.ndarray, new: np.ndarray,
-                       level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def state_bytes_delta(f: np.ndarray, new: np.ndarray, level: np.ndarray) -> StateBytes:
     """Bytes per parameter of a stage that a row's gradient-buffer and Adam-moment dtypes add
-    (negative: saved): (held throughout, the main-gradient copy of the optimizer moment), the
-    sharded roles over dp x cp with the distributed optimizer."""
+    (negative: saved): (held throughout, the main-gradient copy of the optimizer moment, the
+    held bytes' sharded part before sharding), the sharded roles over dp x cp with the
+    distributed optimizer. The routed experts shard theirs over expert_dp instead
+    (`surrogate.extended_terms`: held - sharded / (dp cp) + sharded / expert_dp)."""
     codes = np.stack([f[PRECISION], *(_col(new, c) for c in _MEMORY_COLUMNS)]).astype(np.intp)
     set_ = ((codes[1] != CHOICES["grad_reduce_in_fp32"].index(NONE))
             | (codes[2] != CHOICES["exp_avg_dtype"].index("fp32"))
             | (codes[3] != CHOICES["exp_avg_sq_dtype"].index("fp32")))
-    held, main = np.zeros(codes.shape[1]), np.zeros(codes.shape[1])
+    held, main, raw = np.zeros(codes.shape[1]), np.zeros(codes.shape[1]), np.zeros(codes.shape[1])
     if not set_.any():
-        return held, main
+        return held, main, raw
     # one integer per combination: numpy's 1-D unique (np.unique over columns is ~50x slower)
     dims = (len(PRECISIONS), *(len(CHOICES[c]) for c in _MEMORY_COLUMNS))
     flat, inverse = np.unique(np.ravel_multi_index(tuple(codes[:, set_]), dims), return_inverse=True)
@@ -126,4 +130,5 @@ def state_bytes_delta(f: np.ndarray, new: np.ndarray,
         deltas[:, j] = _deltas_of_codes(*(int(c) for c in combination))
     repl, sharded, copy = deltas[:, inverse.ravel()]
     held[set_], main[set_] = _per_rank(repl, sharded, copy, level[set_], f[DP][set_], _col(new, "cp")[set_])
-    return held, main
+    raw[set_] = sharded
+    return held, main, raw

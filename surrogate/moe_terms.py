@@ -37,8 +37,6 @@ from surrogate.records import new_column as _col
 from surrogate.slots import (
     CP,
     CUDA_GRAPHS,
-    D_ACTIVATIONS,
-    D_LAYER_SAVED,
     EP,
     EXPERT_TP,
     GATED_MLP,
@@ -430,17 +428,24 @@ def moe_layer_terms(f: Any, new: Any, tokens: Vec, a2a_s: Vec, copies: Vec, hw: 
 
 
 @njit(inline=True)
-def saved_activations_bytes(f: Any, new: Any, tokens: Vec, copies: Vec, dense: Any) -> Vec:
-    """Bytes a MoE layer saves for its backward beyond the dense form's MLP of the same FFN
-    (simulator.graph.moe: the experts' first GEMM keeps its input, one row per computed copy
-    where the dense MLP keeps one per token; the unpermute keeps nothing, the probabilities being
-    applied in the experts' activation), per MoE layer and micro-batch, times the
-    layer-micro-batches the dense form holds at its peak (full recompute keeps only each layer's
-    input: none). `copies`: kept for the callers' signature."""
+def saved_activations_bytes(f: Any, new: Any, tokens: Vec) -> Vec:
+    """Bytes one MoE layer saves per micro-batch for its backward beyond the dense form's MLP of
+    the same FFN (simulator.graph.moe): the experts' first GEMM keeps its input, one row per
+    computed copy where the dense MLP keeps one per token; the unpermute keeps nothing, the
+    probabilities being applied in the experts' activation. The experts' intermediates (the
+    GLU's input and output, or the activation's) are the dense form's MLP of the active FFN only
+    under sequence parallelism: without it each tp rank routes the whole sequence (`tokens`)
+    and an expert shards its FFN over expert_tp, so a rank keeps tokens x topk x FFN where the
+    dense form kept (b s / cp) x topk x FFN / tp. Zero without experts; the caller counts the
+    layer-micro-batches a stage holds (none under full recompute)."""
     h = f[HIDDEN_SIZE]
     topk, etp = new[MOE_ROUTER_TOPK], new[EXPERT_TP]
     computed = tokens * topk * etp
-    extra = 2.0 * h * maximum(computed - tokens, 0.0)
-    held = dense[D_ACTIVATIONS] / maximum(dense[D_LAYER_SAVED], 1.0)
-    not_full = f[RECOMPUTE_CODE] != _FULL
-    return where((new[NUM_EXPERTS] > 0) & not_full, held * extra, 0.0)
+    glu = where(f[GATED_MLP] > 0, 3.0, 2.0)
+    sequence = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH] / new[CP] / f[TP]
+    intermediates = glu * topk * new[MOE_FFN_HIDDEN_SIZE] * maximum(tokens - sequence, 0.0)
+    # the router keeps its own input and its fp32 scores, the shared experts their own input
+    inputs = 1.0 + where(new[MOE_SHARED_EXPERT_INTERMEDIATE_SIZE] > 0, 1.0, 0.0)
+    extra = (2.0 * (h * (maximum(computed - tokens, 0.0) + inputs * tokens) + intermediates)
+             + 4.0 * tokens * new[NUM_EXPERTS])
+    return where(new[NUM_EXPERTS] > 0, extra, 0.0)

@@ -131,36 +131,43 @@ def uneven_time_s(f: Any, new: Any, split: StageSplit, times: StageTimes, mean_s
 
 
 @njit(inline=True)
-def uneven_memory_bytes(f: Any, split: StageSplit, layer_state_bytes: Vec, activation_bytes: Vec,
-                        edge_bytes: Vec) -> Vec:
-    """Bytes an uneven split adds to the dense form's peak, its first stage of `mean` layers
-    (`layer_state_bytes` of weights, gradients and optimizer states each, `activation_bytes`
-    of saved activations in all) and the embedding's states (`edge_bytes`; the last stage holds
-    the output layer's, counted alike). Under 1F1B stage i holds (p - i)/p of the first stage's
-    micro-batches in flight (simulator.memory.stages), so a middle stage counts (p - 1)/p and
-    the last 1/p of the first stage's activations per layer; the largest stage is the peak. The
-    last stage also holds the output block's own memory (`output_layer_buffers_bytes`)."""
+def uneven_memory_bytes(f: Any, split: StageSplit, layer_state_bytes: Vec, layer_act_bytes: Vec,
+                        edge_bytes: Vec, cp: Vec) -> Vec:
+    """Bytes an uneven split adds to the dense form's peak: each stage's layers' states
+    (`layer_state_bytes` of weights, gradients and optimizer states a layer), the first stage's
+    saved activations per layer (`layer_act_bytes`, all its micro-batches in flight: min(p, m)
+    under 1F1B) and the embedding's states (`edge_bytes`; the last stage holds the output
+    layer's, counted alike). Under 1F1B stage i holds min(p - i, m) micro-batches in flight
+    (simulator.memory.stages; GPipe: all m on every stage), and the last stage also holds the
+    output block's own memory (`output_layer_buffers_bytes`). The largest stage against the
+    larger of an even split's first and last stage: the dense form's peak is either."""
     p = f[PP]
-    per_layer_act = activation_bytes / maximum(split.mean, 1e-9)
-    first = split.first * (layer_state_bytes + per_layer_act) + edge_bytes
-    middle = split.middle * (layer_state_bytes + per_layer_act * (p - 1) / p)
-    last = (split.last * (layer_state_bytes + per_layer_act / p) + edge_bytes
-            + output_layer_buffers_bytes(f))
-    even = split.mean * (layer_state_bytes + per_layer_act) + edge_bytes
+    m = f[GLOBAL_BATCH_SIZE] / (f[DP] * f[MICRO_BATCH_SIZE])
+    gpipe = f[SCHEDULE] == _GPIPE
+    held = maximum(minimum(p, m), 1.0)
+    to_middle = where(gpipe, 1.0, minimum(p - 1, m) / held)
+    to_last = where(gpipe, 1.0, 1.0 / held)
+    out = output_layer_buffers_bytes(f, cp)
+    first = split.first * (layer_state_bytes + layer_act_bytes) + edge_bytes
+    middle = split.middle * (layer_state_bytes + layer_act_bytes * to_middle)
+    last = split.last * (layer_state_bytes + layer_act_bytes * to_last) + edge_bytes + out
+    even = maximum(split.mean * (layer_state_bytes + layer_act_bytes) + edge_bytes,
+                   split.mean * (layer_state_bytes + layer_act_bytes * to_last) + edge_bytes + out)
     largest = maximum(maximum(first, middle), last)
     return where(split.uneven, largest - even, 0.0)
 
 
 @njit(inline=True)
-def output_layer_buffers_bytes(f: Any) -> Vec:
+def output_layer_buffers_bytes(f: Any, cp: Vec) -> Vec:
     """What the last stage holds for its output block beyond a stage of layers: the loss's fp32
     softmax and, while it is made, the 16-bit logits (6 bytes per token and vocabulary entry of
     the rank, simulator.graph.head), the 16-bit placeholder of the output weight, (padded
     vocabulary / tp) x h (simulator.memory.te_dummy), and Megatron's buffer of the output layer's
-    gathered input under sequence parallelism, b s h (simulator.memory.global_buffer)."""
+    gathered input under sequence parallelism, b s h (simulator.memory.global_buffer); a rank
+    holds its context share's tokens (b s / cp)."""
     t, h = f[TP], f[HIDDEN_SIZE]
     vocab = ceil(f[VOCAB_SIZE] / (128 * t)) * 128 / 1.0  # padded, per rank
-    tokens = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH]
+    tokens = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH] / cp
     gathered = where((f[SEQUENCE_PARALLEL] > 0) & (t > 1), tokens, 0.0)
     return 6.0 * tokens * vocab + 2.0 * (vocab + gathered) * h
 

@@ -75,12 +75,13 @@ DENSE_READ: tuple[str, ...] = (
     "time_layer_compute_s", "time_host_excess_s", "time_tp_comm_s", "time_attention_s",
     "hw_peak_bf16", "time_dp_comm_s", "time_stage_mb_s", "time_layer_s", "time_layer_host_s",
     "time_recompute_s", "time_tp_overlap_saving_s", "activation_bytes", "weight_state_bytes",
-    "gemm_efficiency", "layer_saved_bytes", "time_dp_exposed_s", "time_optimizer_s")
+    "gemm_efficiency", "layer_saved_bytes", "time_dp_exposed_s", "time_optimizer_s",
+    "mem_first_bytes", "mem_last_bytes")
 D_PARAMS, D_MODEL_FLOPS, D_STAGE_PARAMS, D_EST_LOG_TIME, D_EST_LOG_MEMORY = range(5)
 D_LAYER_COMPUTE, D_HOST_EXCESS, D_TP_COMM, D_ATTENTION, D_PEAK_BF16 = range(5, 10)
 D_DP_COMM, D_STAGE_MB, D_LAYER, D_LAYER_HOST, D_RECOMPUTE = range(10, 15)
 D_TP_OVERLAP_SAVING, D_ACTIVATIONS, D_WEIGHT_STATES, D_GEMM_EFFICIENCY, D_LAYER_SAVED = range(15, 20)
-D_DP_EXPOSED, D_OPTIMIZER = range(20, 22)
+D_DP_EXPOSED, D_OPTIMIZER, D_MEM_FIRST, D_MEM_LAST = range(20, 24)
 
 # Per-model values (surrogate.extended.model_values), a (MODEL_VALUES, rows) matrix.
 MODEL_VALUES: tuple[str, ...] = ("moe_layers", "active_ffn", "routed_params", "params_all",
@@ -92,6 +93,8 @@ M_MOE_LAYERS, M_ACTIVE_FFN, M_ROUTED, M_PARAMS_ALL, M_PARAMS_ACTIVE, M_FORWARD, 
 LOOKUPS: tuple[str, ...] = ("peak_lp", "lp_efficiency", "lp_element_bytes", "lp_copies",
                             "lp_amax_pass", "lp_transposes", "lp_quantize_Bps",
                             "token_copies", "moe_host_s", "held_bytes_per_param",
-                            "main_bytes_per_param", "sharding_level", "est_time_s", "est_memory_bytes")
+                            "main_bytes_per_param", "held_sharded_bytes_per_param",
+                            "sharding_level", "est_time_s", "est_memory_bytes")
 (A_PEAK_LP, A_LP_EFF, A_ELEMENT, A_LP_COPIES, A_AMAX, A_TRANSPOSES, A_QUANTIZE_BPS,
- A_TOKEN_COPIES, A_MOE_HOST, A_HELD, A_MAIN, A_LEVEL, A_EST_TIME, A_EST_MEMORY) = range(14)
+ A_TOKEN_COPIES, A_MOE_HOST, A_HELD, A_MAIN, A_HELD_SHARDED, A_LEVEL, A_EST_TIME,
+ A_EST_MEMORY) = range(15)

@@ -64,7 +64,9 @@ def build_layer(job: Job, kind: LayerKind = DENSE) -> Block:
     else:
         block = _with_recompute(job, tuple(parts.fwd), tuple(reversed(bwd)), parts.forward_comm,
                                 parts.backward_comm, core, c)
-        moe_saved = parts.moe_saved_bytes
+        # full recompute keeps only the layer's input, none of the MoE's tensors
+        full = job.training.recompute is Recompute.FULL
+        moe_saved = 0.0 if full else parts.moe_saved_bytes
     return replace(block, dispatch_buffer_bytes=parts.dispatch_buffer_bytes,
                    kv_buffer_bytes=core.buffer_bytes, moe_saved_bytes=moe_saved)
 

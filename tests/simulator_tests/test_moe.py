@@ -181,6 +181,18 @@ def test_memory_of_an_expert_parallel_layout_term_by_term() -> None:
     assert mem.moe_dispatch_buffers_bytes == 0 and mem.loss_temporaries_bytes > 0
 
 
+def test_full_recompute_keeps_no_moe_activations_and_no_term_is_negative() -> None:
+    """Full recompute keeps only each layer's input (a dense tensor): the MoE's share of the saved
+    activations is zero and the dense share is that input, b s h x 2 bytes per layer (until
+    2026-11-28 the MoE share stayed the unrecomputed layer's, and the dense share was printed
+    negative by as much)."""
+    mem = simulate(moe_job(training={"recompute": "full"})).stages[0].memory
+    assert mem.moe_activations_bytes == 0
+    layers, tokens, h = 4, 2048, 1024
+    assert mem.activations_bytes >= layers * tokens * h * 2
+    assert all(v >= 0 for v in mem.to_dict().values() if isinstance(v, float))
+
+
 def test_more_expert_parallelism_holds_fewer_experts_and_shards_their_states() -> None:
     small = simulate(moe_job(parallel={"ep": 2})).stages[0].memory
     large = simulate(moe_job(parallel={"ep": 8})).stages[0].memory

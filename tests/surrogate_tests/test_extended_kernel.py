@@ -88,7 +88,8 @@ def test_each_dense_slot_names_a_physics_feature_the_extended_physics_reads() ->
                 "D_TP_OVERLAP_SAVING": "time_tp_overlap_saving_s", "D_ACTIVATIONS": "activation_bytes",
                 "D_WEIGHT_STATES": "weight_state_bytes", "D_GEMM_EFFICIENCY": "gemm_efficiency",
                 "D_LAYER_SAVED": "layer_saved_bytes", "D_DP_EXPOSED": "time_dp_exposed_s",
-                "D_OPTIMIZER": "time_optimizer_s"}
+                "D_OPTIMIZER": "time_optimizer_s", "D_MEM_FIRST": "mem_first_bytes",
+                "D_MEM_LAST": "mem_last_bytes"}
     assert len(expected) == len(slots.DENSE_READ)
     for constant, name in expected.items():
         assert slots.DENSE_READ[getattr(slots, constant)] == name
