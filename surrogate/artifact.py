@@ -87,7 +87,10 @@ log = logging.getLogger(__name__)
 # form's first and last stage by their micro-batches in flight, none under full recompute; an
 # uneven split's stages hold the first stage's activations per layer without the loss's (and
 # the output block's buffers per context share), against the larger even stage
-# (pipeline_terms.uneven_memory_bytes)
+# (pipeline_terms.uneven_memory_bytes); the attention's saved tensors at its true head sizes and
+# query / key norms (attention_terms.attention_saved_bytes); ZeRO-2 / 3: the gradient dtype's
+# bytes sharded, the embedding's and output layer's states whole, FP8 copies and whole
+# parameters / gradients for the two units in flight only, and no 0.3x floor (0.02x)
 SCHEMA_VERSION = 28
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "

@@ -17,6 +17,7 @@ from surrogate.slots import (
     CP,
     D_ATTENTION,
     D_GEMM_EFFICIENCY,
+    FLASH_ATTENTION,
     HIDDEN_SIZE,
     KV_CHANNELS,
     MICRO_BATCH_SIZE,
@@ -24,6 +25,7 @@ from surrogate.slots import (
     NUM_ATTENTION_HEADS,
     NUM_QUERY_GROUPS,
     QK_HEAD_DIM,
+    QK_LAYERNORM,
     QK_POS_EMB_HEAD_DIM,
     RECOMPUTE_CODE,
     SEQ_LENGTH,
@@ -66,6 +68,24 @@ def heads(f: Any, new: Any) -> Heads:
     dqk = where(mla, new[QK_HEAD_DIM] + new[QK_POS_EMB_HEAD_DIM], d)
     dv = where(mla, new[V_HEAD_DIM], d)
     return Heads(a / t, where(mla, a, f[NUM_QUERY_GROUPS]) / t, dqk, dv)
+
+
+@njit(inline=True)
+def attention_saved_bytes(f: Any, new: Any, dims: Heads) -> Vec:
+    """Bytes one layer saves per micro-batch for the true attention beyond the dense form's
+    (physics.layer_activations: heads of hidden / heads), flash attention without full
+    recompute (MLA and the unfused core: zero, not modelled here): the core's Q, K, V inputs and
+    the projection's input at the true head sizes, and under `qk_layernorm` the query and key
+    norms' inputs (simulator.graph.dense: `attn.q_norm`, `attn.k_norm`). Qwen3-30B-A3B (32
+    heads of 128 on a 2,048 hidden) keeps 2x the dense form's Q and output."""
+    h, a, g, t = f[HIDDEN_SIZE], f[NUM_ATTENTION_HEADS], f[NUM_QUERY_GROUPS], f[TP]
+    d = h / a
+    tokens = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH] / new[CP]  # a rank's
+    q, kv = dims.heads * dims.dqk, dims.kv_heads * (dims.dqk + dims.dv)
+    true = q + kv + dims.heads * dims.dv + where(new[QK_LAYERNORM] > 0, q + dims.kv_heads * dims.dqk, 0.0)
+    dense = d * (a + 2 * g) / t + a * d / t
+    applies = (new[MULTI_LATENT_ATTENTION] == 0) & (f[FLASH_ATTENTION] > 0) & (f[RECOMPUTE_CODE] != _FULL)
+    return where(applies, 2.0 * tokens * (true - dense), 0.0)
 
 
 @njit(inline=True)

@@ -19,6 +19,7 @@ from simulator.network.alltoall import DEEPEP_NVLINK_EFFICIENCY, DEEPEP_RDMA_EFF
 from surrogate.attention_terms import (
     Heads,
     attention_extra_s,
+    attention_saved_bytes,
     heads,
     kv_bytes,
     qkv_out_bytes,
@@ -344,13 +345,18 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     flight = in_flight(re)
     per_chunk = re.L / (re.p * re.v)
     moe_saved = where(f[RECOMPUTE_CODE] != _FULL, saved_activations_bytes(f, new, tokens), 0.0) * n_moe / L
+    # ... and every layer's attention at its true head sizes (surrogate.attention_terms)
+    moe_saved = moe_saved + attention_saved_bytes(f, new, dims)
     mem_first, mem_last = dense[D_MEM_FIRST], dense[D_MEM_LAST]
     moe_delta = moe_delta + (maximum(mem_first + flight.first * per_chunk * moe_saved,
                                      mem_last + flight.last * per_chunk * moe_saved)
                              - maximum(mem_first, mem_last))
-    shard_delta = (stage - where(n_moe > 0, L / p * kernel_mlp, 0.0)) * (
-        OPTIMIZER_BYTES_PER_PARAM * (1 / optimizer_shard - 1 / dense_shard)
-        - where(level >= 3, 6.0, where(level >= 2, 4.0, 0.0)) * (1 - 1 / ranks))
+    # ZeRO-2 / 3 shard the layers' gradients / weights (Megatron-FSDP's units), not the
+    # embedding's and output layer's (simulator.memory.states)
+    outside_moe = stage - where(n_moe > 0, L / p * kernel_mlp, 0.0)
+    layered = minimum(outside_moe, L / p * layer_params)
+    shard_delta = (outside_moe * OPTIMIZER_BYTES_PER_PARAM * (1 / optimizer_shard - 1 / dense_shard)
+                   - layered * where(level >= 3, 6.0, where(level >= 2, 4.0, 0.0)) * (1 - 1 / ranks))
     # 16-bit gradients / Adam moments; the main-gradient copy only where the optimizer moment
     # (the dense form's copy: fp16 only) outgrows the activations (physics.memory's moments)
     held, main = aux[A_HELD], aux[A_MAIN]
@@ -361,12 +367,20 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
                                                  - 1 / where(sharded, expert_dp, 1.0))
     dense_copy = where(f[PRECISION] == _FP16, 4.0, 0.0) * stage / dense_shard
     act = dense[D_ACTIVATIONS]
-    states = (held * non_expert + held_experts * experts_stage
+    # the gradient dtype's bytes stay whole outside the layers under ZeRO-2 / 3 (`held` shards them)
+    whole_grads = where(level >= 2, (held - aux[A_HELD_SHARDED] / optimizer_shard) * (ranks - 1)
+                        * (outside_moe - layered), 0.0)
+    states = (held * non_expert + held_experts * experts_stage + whole_grads
               + (maximum(act, dense_copy + main * stage) - maximum(act, dense_copy)))
     quantized = low & (element > 0)
     copy_bytes = where(quantized, element * copies, where(low, 1.0, 0.0))
-    weight_copies = copy_bytes * (non_expert + experts_stage)
-    memory_delta = (moe_delta + shard_delta + weight_copies + states
+    # ZeRO-3 caches the copies of its units in flight only (simulator.memory.states: two layers)
+    weight_copies = copy_bytes * where(level >= 3, layer_params * minimum(L / p, 2.0),
+                                       non_expert + experts_stage)
+    # Megatron-FSDP's units in flight, whole: their gradients (ZeRO-2, 3) and weights (ZeRO-3)
+    units = layer_params * minimum(L / p, 2.0)
+    fsdp_whole = units * (where(level >= 2, grad_element, 0.0) + where(level >= 3, 2.0, 0.0))
+    memory_delta = (moe_delta + shard_delta + weight_copies + states + fsdp_whole
                     + quantized_activations_delta(f, new, dense, element, quantized, active_ffn))
     # the uneven split's largest stage: its layers' states (per parameter as the stage's) and
     # their saved activations (surrogate.pipeline_terms)
@@ -379,7 +393,7 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
         f, split, layer_params * per_param + (moe_states + moe_held) / split.mean, layer_act, edge,
         new[CP])
     mem = aux[A_EST_MEMORY]
-    memory = maximum(mem + memory_delta, 0.3 * mem)
+    memory = maximum(mem + memory_delta, 0.02 * mem)  # a guard: FSDP at dp 2,048 keeps ~5%
     forward = models[M_FORWARD]
     # in `EXTENDED_PHYSICS` order (tests/surrogate_tests/test_extended_kernel.py checks the names)
     return (n_moe, active_ffn, per_gpu_experts, models[M_PARAMS_ALL], models[M_PARAMS_ACTIVE],

@@ -103,10 +103,12 @@ def state_bytes_of_record(f: np.ndarray, new: np.ndarray, level: np.ndarray) -> 
 
 def _per_rank(repl: Vec, sharded: Vec, copy: Vec, level: Vec, dp: Vec, cp: Vec) -> tuple[Vec, Vec]:
     """(held throughout, main-gradient copy) bytes per parameter of a rank from the settings'
-    deltas: the sharded roles over dp x cp where the optimizer is sharded (rows, or one row's
-    numbers: the same operations)."""
+    deltas: the sharded roles over dp x cp where the optimizer is sharded, the replicated ones
+    (the gradient buffer's dtype: the weights' bytes do not change) where the gradients are too
+    (ZeRO-2 and 3; rows, or one row's numbers: the same operations)."""
     shards = where(level >= DataParallelSharding.OPTIM.level, dp * cp, 1.0)
-    return repl + sharded / shards, copy / shards
+    grad_shards = where(level >= DataParallelSharding.OPTIM_GRADS.level, dp * cp, 1.0)
+    return repl / grad_shards + sharded / shards, copy / shards
 
 
 def state_bytes_delta(f: np.ndarray, new: np.ndarray, level: np.ndarray) -> StateBytes:
