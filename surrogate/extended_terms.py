@@ -339,18 +339,18 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     moe_delta = where(n_moe > 0, L / p * (
         dense_mlp * (6 + 12 / optimizer_shard) + experts_layer * (6 + 12 / where(sharded, expert_dp, 1.0))
         - kernel_mlp * (6 + 12 / dense_shard)), 0.0)
-    moe_states = moe_delta
-    # the MoE layers' extra saved activations on the dense form's first and last stage (their
-    # layer-micro-batches in flight: physics.in_flight), against the larger of the two
+    # what a layer saves per micro-batch beyond the dense form's (the MoE layers' extra, on
+    # average over the layers, and the attention at its true head sizes), on the dense form's
+    # first and last stage (their layer-micro-batches in flight: physics.in_flight), against
+    # the larger of the two
     flight = in_flight(re)
     per_chunk = re.L / (re.p * re.v)
-    moe_saved = where(f[RECOMPUTE_CODE] != _FULL, saved_activations_bytes(f, new, tokens), 0.0) * n_moe / L
-    # ... and every layer's attention at its true head sizes (surrogate.attention_terms)
-    moe_saved = moe_saved + attention_saved_bytes(f, new, dims)
+    extra_saved = (where(f[RECOMPUTE_CODE] != _FULL, saved_activations_bytes(f, new, tokens), 0.0)
+                   * n_moe / L + attention_saved_bytes(f, new, dims))
     mem_first, mem_last = dense[D_MEM_FIRST], dense[D_MEM_LAST]
-    moe_delta = moe_delta + (maximum(mem_first + flight.first * per_chunk * moe_saved,
-                                     mem_last + flight.last * per_chunk * moe_saved)
-                             - maximum(mem_first, mem_last))
+    saved_delta = (maximum(mem_first + flight.first * per_chunk * extra_saved,
+                           mem_last + flight.last * per_chunk * extra_saved)
+                   - maximum(mem_first, mem_last))
     # ZeRO-2 / 3 shard the layers' gradients / weights (Megatron-FSDP's units), not the
     # embedding's and output layer's (simulator.memory.states)
     outside_moe = stage - where(n_moe > 0, L / p * kernel_mlp, 0.0)
@@ -380,7 +380,7 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     # Megatron-FSDP's units in flight, whole: their gradients (ZeRO-2, 3) and weights (ZeRO-3)
     units = layer_params * minimum(L / p, 2.0)
     fsdp_whole = units * (where(level >= 2, grad_element, 0.0) + where(level >= 3, 2.0, 0.0))
-    memory_delta = (moe_delta + shard_delta + weight_copies + states + fsdp_whole
+    memory_delta = (moe_delta + saved_delta + shard_delta + weight_copies + states + fsdp_whole
                     + quantized_activations_delta(f, new, dense, element, quantized, active_ffn))
     # the uneven split's largest stage: its layers' states (per parameter as the stage's) and
     # their saved activations (surrogate.pipeline_terms)
@@ -388,9 +388,9 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     moe_held = (held + copy_bytes) * (non_expert - stage) + (held_experts + copy_bytes) * experts_stage
     per_param = (dense[D_WEIGHT_STATES] + shard_delta + (copy_bytes + held) * stage) / stage
     edge = per_param * maximum(stage - split.mean * layer_params, 0.0)  # the embedding's
-    layer_act = flight.first / re.v * (dense[D_LAYER_SAVED] + moe_saved)  # a first-stage layer's
+    layer_act = flight.first / re.v * (dense[D_LAYER_SAVED] + extra_saved)  # a first-stage layer's
     memory_delta = memory_delta + uneven_memory_bytes(
-        f, split, layer_params * per_param + (moe_states + moe_held) / split.mean, layer_act, edge,
+        f, split, layer_params * per_param + (moe_delta + moe_held) / split.mean, layer_act, edge,
         new[CP])
     mem = aux[A_EST_MEMORY]
     memory = maximum(mem + memory_delta, 0.02 * mem)  # a guard: FSDP at dp 2,048 keeps ~5%
