@@ -90,7 +90,9 @@ log = logging.getLogger(__name__)
 # (pipeline_terms.uneven_memory_bytes); the attention's saved tensors at its true head sizes and
 # query / key norms (attention_terms.attention_saved_bytes); ZeRO-2 / 3: the gradient dtype's
 # bytes sharded, the embedding's and output layer's states whole, FP8 copies and whole
-# parameters / gradients for the two units in flight only, and no 0.3x floor (0.02x)
+# parameters / gradients for the two units in flight only, and no 0.3x floor (0.02x); a MoE
+# layer's linear inputs at the recipe's quantized bytes; the MTP depths' layer and loss on the
+# last stage (extended_terms.mtp_saved_bytes)
 SCHEMA_VERSION = 28
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "

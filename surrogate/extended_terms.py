@@ -37,6 +37,7 @@ from surrogate.physics import (
     Hardware,
     Rows,
     Vec,
+    ceil,
     floor,
     in_flight,
     maximum,
@@ -118,6 +119,7 @@ from surrogate.slots import (
     TP,
     TP_COMM_OVERLAP,
     VIRTUAL_STAGES,
+    VOCAB_SIZE,
 )
 from surrogate.timing import (
     DT,
@@ -230,6 +232,21 @@ def lowp_saving_s(re: Rows, low: Any, rate: Vec, overlap: Any) -> tuple[Vec, Vec
                 + at16.overlap_saving_b - atlp.overlap_saving_b)
     return (where(low, saving + where(full, forward_16 - forward_lp, 0.0), 0.0),
             where(low & overlap, lost, 0.0))
+
+
+@njit(inline=True)
+def mtp_saved_bytes(f: Any, new: Any, layer_saved: Vec) -> Vec:
+    """What the multi-token prediction depths save per micro-batch on the last stage
+    (simulator.graph.mtp): each a layer of the model's last kind (`layer_saved`, what a layer
+    keeps under the row's recompute), the concatenated norms' 2h input of its projection, and its
+    own output layer's loss, never recomputed: the fp32 logits of the rank's padded vocabulary
+    share and the final norm's and output layer's inputs."""
+    t, h = f[TP], f[HIDDEN_SIZE]
+    tokens = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH] / new[CP]
+    shard = where((f[SEQUENCE_PARALLEL] > 0) & (t > 1), 1 / t, 1.0)
+    vocab = ceil(f[VOCAB_SIZE] / (128 * t)) * 128
+    head = 4.0 * tokens * vocab + 2.0 * 2.0 * tokens * h * shard
+    return new[MTP_NUM_LAYERS] * (layer_saved + head + 2.0 * 2.0 * tokens * h * shard)
 
 
 @njit
@@ -345,11 +362,16 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     # the larger of the two
     flight = in_flight(re)
     per_chunk = re.L / (re.p * re.v)
-    extra_saved = (where(f[RECOMPUTE_CODE] != _FULL, saved_activations_bytes(f, new, tokens), 0.0)
-                   * n_moe / L + attention_saved_bytes(f, new, dims))
+    saved_element = where(low & (element > 0), element, 2.0)
+    moe_extra = where(f[RECOMPUTE_CODE] != _FULL,
+                      saved_activations_bytes(f, new, tokens, saved_element), 0.0)
+    attention_extra = attention_saved_bytes(f, new, dims)
+    extra_saved = moe_extra * n_moe / L + attention_extra
     mem_first, mem_last = dense[D_MEM_FIRST], dense[D_MEM_LAST]
     saved_delta = (maximum(mem_first + flight.first * per_chunk * extra_saved,
-                           mem_last + flight.last * per_chunk * extra_saved)
+                           mem_last + flight.last * per_chunk * extra_saved
+                           + flight.head_last * mtp_saved_bytes(f, new, dense[D_LAYER_SAVED]
+                                                                + moe_extra + attention_extra))
                    - maximum(mem_first, mem_last))
     # ZeRO-2 / 3 shard the layers' gradients / weights (Megatron-FSDP's units), not the
     # embedding's and output layer's (simulator.memory.states)

@@ -428,7 +428,7 @@ def moe_layer_terms(f: Any, new: Any, tokens: Vec, a2a_s: Vec, copies: Vec, hw: 
 
 
 @njit(inline=True)
-def saved_activations_bytes(f: Any, new: Any, tokens: Vec) -> Vec:
+def saved_activations_bytes(f: Any, new: Any, tokens: Vec, element: Vec) -> Vec:
     """Bytes one MoE layer saves per micro-batch for its backward beyond the dense form's MLP of
     the same FFN (simulator.graph.moe): the experts' first GEMM keeps its input, one row per
     computed copy where the dense MLP keeps one per token; the unpermute keeps nothing, the
@@ -436,16 +436,20 @@ def saved_activations_bytes(f: Any, new: Any, tokens: Vec) -> Vec:
     GLU's input and output, or the activation's) are the dense form's MLP of the active FFN only
     under sequence parallelism: without it each tp rank routes the whole sequence (`tokens`)
     and an expert shards its FFN over expert_tp, so a rank keeps tokens x topk x FFN where the
-    dense form kept (b s / cp) x topk x FFN / tp. Zero without experts; the caller counts the
-    layer-micro-batches a stage holds (none under full recompute)."""
+    dense form kept (b s / cp) x topk x FFN / tp. A linear's saved input (the experts' two
+    GEMMs', the shared expert's) takes `element` bytes: the recipe's quantized copy
+    (simulator.graph.quantize), 2 in 16 bits; the router and the GLU's input stay 16-bit. Zero
+    without experts; the caller counts the layer-micro-batches a stage holds (none under full
+    recompute)."""
     h = f[HIDDEN_SIZE]
     topk, etp = new[MOE_ROUTER_TOPK], new[EXPERT_TP]
     computed = tokens * topk * etp
     glu = where(f[GATED_MLP] > 0, 3.0, 2.0)
     sequence = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH] / new[CP] / f[TP]
-    intermediates = glu * topk * new[MOE_FFN_HIDDEN_SIZE] * maximum(tokens - sequence, 0.0)
+    intermediates = (2.0 * (glu - 1.0) + element) * topk * new[MOE_FFN_HIDDEN_SIZE] * maximum(
+        tokens - sequence, 0.0)
     # the router keeps its own input and its fp32 scores, the shared experts their own input
-    inputs = 1.0 + where(new[MOE_SHARED_EXPERT_INTERMEDIATE_SIZE] > 0, 1.0, 0.0)
-    extra = (2.0 * (h * (maximum(computed - tokens, 0.0) + inputs * tokens) + intermediates)
-             + 4.0 * tokens * new[NUM_EXPERTS])
+    shared = where(new[MOE_SHARED_EXPERT_INTERMEDIATE_SIZE] > 0, 1.0, 0.0)
+    extra = (element * h * (maximum(computed - tokens, 0.0) + shared * tokens) + 2.0 * h * tokens
+             + intermediates + 4.0 * tokens * new[NUM_EXPERTS])
     return where(new[NUM_EXPERTS] > 0, extra, 0.0)

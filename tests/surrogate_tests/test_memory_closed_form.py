@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from simulator import job_from_dict, simulate
+from simulator.job.precision import FORMATS
 from surrogate.moe_terms import saved_activations_bytes
 from surrogate.physics import ROW_FIELDS
 from surrogate.records import NEW_COLUMNS
@@ -38,24 +39,28 @@ def _ratio(job: Any) -> float:
     return float(np.exp(_features(job)["est_log_memory_bytes"])) / simulate(job).peak_memory_bytes
 
 
+@pytest.mark.parametrize("fp8", [False, True])
 @pytest.mark.parametrize(("tp", "ep", "expert_tp", "sp"), [
     (1, 8, 1, False), (2, 4, 2, True), (2, 8, 1, True), (4, 1, 1, False)])
 def test_a_moe_layer_saves_its_routers_experts_and_shared_experts_inputs(
-        tp: int, ep: int, expert_tp: int, sp: bool) -> None:
+        tp: int, ep: int, expert_tp: int, sp: bool, fp8: bool) -> None:
     """DeepSeek-V3's MoE layer (top-8 of 256 experts of 2,048, one shared expert) saves, per
     micro-batch (simulator.graph.moe): the router's input and fp32 scores, the experts' first
     GEMM's input (one row per computed copy: tokens x top-k x expert_tp), their GLU's input and
     output (3 x FFN / expert_tp per computed row) and the shared expert's own input and
-    intermediates. The dense form's MLP of the active FFN (8 x 2,048 + 2,048) keeps one input
-    and 3 x FFN / tp per token of the whole context share; `saved_activations_bytes` is the
-    difference. Schema 27 counted neither the router's and shared expert's inputs nor, without
-    sequence parallelism, the experts' whole FFN per tp rank."""
+    intermediates; under FP8 each linear's input quantized (`element` bytes), the router's and
+    the GLU's input in 16 bits. The dense form's MLP of the active FFN (8 x 2,048 + 2,048) keeps
+    one input and 3 x FFN / tp per token of the whole context share; `saved_activations_bytes`
+    is the difference. Schema 27 counted neither the router's and shared expert's inputs nor,
+    without sequence parallelism, the experts' whole FFN per tp rank, nor the quantized inputs."""
+    recipe = {"precision": "fp8", "fp8_recipe": "tensorwise"} if fp8 else {}
     job = _job("deepseek-v3", {"tp": tp, "ep": ep, "expert_tp": expert_tp,
-                               "sequence_parallel": sp}, gpus=16)
+                               "sequence_parallel": sp}, recipe, gpus=16)
     layer = next(b for b in simulate(job).graph.layer_blocks if b.moe_saved_bytes)
     b, s, h, topk, ffn, shared = 1, 4096, 7168, 8, 2048, 2048
+    element = FORMATS[("tensorwise", "hopper")].bytes_per_element if fp8 else 2.0
     tokens = b * s / (tp if sp else 1)  # a rank's routed tokens
-    dense_mlp = 2 * (tokens * h + 3 * b * s * (topk * ffn + shared) / tp)
+    dense_mlp = element * tokens * h + (2 * 2 + element) * b * s * (topk * ffn + shared) / tp
     f, new = np.zeros(len(ROW_FIELDS)), np.zeros(len(NEW_COLUMNS))
     for name, value in (("hidden_size", h), ("gated_mlp", 1), ("micro_batch_size", b),
                         ("seq_length", s), ("tp", tp)):
@@ -64,7 +69,7 @@ def test_a_moe_layer_saves_its_routers_experts_and_shared_experts_inputs(
                         ("moe_ffn_hidden_size", ffn), ("num_experts", 256),
                         ("moe_shared_expert_intermediate_size", shared)):
         new[NEW_COLUMNS.index(name)] = value
-    closed = float(saved_activations_bytes(f, new, tokens))
+    closed = float(saved_activations_bytes(f, new, tokens, element))
     assert closed + dense_mlp == pytest.approx(layer.moe_saved_bytes, rel=1e-9)
 
 
