@@ -37,7 +37,6 @@ from surrogate.physics import (
     Hardware,
     Rows,
     Vec,
-    ceil,
     floor,
     in_flight,
     maximum,
@@ -52,6 +51,7 @@ from surrogate.pipeline_terms import (
     uneven_memory_bytes,
     uneven_tail_s,
     uneven_time_s,
+    vocab_per_rank,
 )
 from surrogate.quantize_terms import expert_quantize_s, quantize_s
 from surrogate.records import CHOICES
@@ -119,7 +119,6 @@ from surrogate.slots import (
     TP,
     TP_COMM_OVERLAP,
     VIRTUAL_STAGES,
-    VOCAB_SIZE,
 )
 from surrogate.timing import (
     DT,
@@ -244,8 +243,7 @@ def mtp_saved_bytes(f: Any, new: Any, layer_saved: Vec) -> Vec:
     t, h = f[TP], f[HIDDEN_SIZE]
     tokens = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH] / new[CP]
     shard = where((f[SEQUENCE_PARALLEL] > 0) & (t > 1), 1 / t, 1.0)
-    vocab = ceil(f[VOCAB_SIZE] / (128 * t)) * 128
-    head = 4.0 * tokens * vocab + 2.0 * 2.0 * tokens * h * shard
+    head = 4.0 * tokens * vocab_per_rank(f) + 2.0 * 2.0 * tokens * h * shard
     return new[MTP_NUM_LAYERS] * (layer_saved + head + 2.0 * 2.0 * tokens * h * shard)
 
 
@@ -397,10 +395,9 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     quantized = low & (element > 0)
     copy_bytes = where(quantized, element * copies, where(low, 1.0, 0.0))
     # ZeRO-3 caches the copies of its units in flight only (simulator.memory.states: two layers)
-    weight_copies = copy_bytes * where(level >= 3, layer_params * minimum(L / p, 2.0),
-                                       non_expert + experts_stage)
-    # Megatron-FSDP's units in flight, whole: their gradients (ZeRO-2, 3) and weights (ZeRO-3)
-    units = layer_params * minimum(L / p, 2.0)
+    units = layer_params * minimum(L / p, 2.0)  # Megatron-FSDP's two units (layers) in flight
+    weight_copies = copy_bytes * where(level >= 3, units, non_expert + experts_stage)
+    # the units in flight, whole: their gradients (ZeRO-2, 3) and weights (ZeRO-3)
     fsdp_whole = units * (where(level >= 2, grad_element, 0.0) + where(level >= 3, 2.0, 0.0))
     memory_delta = (moe_delta + saved_delta + shard_delta + weight_copies + states + fsdp_whole
                     + quantized_activations_delta(f, new, dense, element, quantized, active_ffn))

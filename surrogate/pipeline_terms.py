@@ -158,6 +158,14 @@ def uneven_memory_bytes(f: Any, split: StageSplit, layer_state_bytes: Vec, layer
 
 
 @njit(inline=True)
+def vocab_per_rank(f: Any) -> Vec:
+    """The vocabulary padded to a multiple of 128 per tp rank (Megatron's
+    `make_vocab_size_divisible_by`), one rank's share: the output layer's rows on it."""
+    t = f[TP]
+    return ceil(f[VOCAB_SIZE] / (128 * t)) * 128.0
+
+
+@njit(inline=True)
 def output_layer_buffers_bytes(f: Any, cp: Vec) -> Vec:
     """What the last stage holds for its output block beyond a stage of layers: the loss's fp32
     softmax and, while it is made, the 16-bit logits (6 bytes per token and vocabulary entry of
@@ -166,7 +174,7 @@ def output_layer_buffers_bytes(f: Any, cp: Vec) -> Vec:
     gathered input under sequence parallelism, b s h (simulator.memory.global_buffer); a rank
     holds its context share's tokens (b s / cp)."""
     t, h = f[TP], f[HIDDEN_SIZE]
-    vocab = ceil(f[VOCAB_SIZE] / (128 * t)) * 128 / 1.0  # padded, per rank
+    vocab = vocab_per_rank(f)
     tokens = f[MICRO_BATCH_SIZE] * f[SEQ_LENGTH] / cp
     gathered = where((f[SEQUENCE_PARALLEL] > 0) & (t > 1), tokens, 0.0)
     return 6.0 * tokens * vocab + 2.0 * (vocab + gathered) * h
