@@ -22,7 +22,7 @@ from simulator.graph.blocks import JobGraph, build_graph
 from simulator.graph.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from simulator.graph.params import active_params, total_params
 from simulator.job.buckets import bucket_bytes, bucketed_chunks
-from simulator.job.enums import CudaGraphs
+from simulator.job.enums import CrossEntropyFusion, CudaGraphs
 from simulator.job.framework import semantics
 from simulator.job.precision import recipe_name
 from simulator.job.specs import HardwareSpec, Job
@@ -167,4 +167,6 @@ def _modern_summary(job: Job) -> dict[str, Any]:
         out["cuda_graphs"] = t.cuda_graphs.value
     if p.tp_comm_overlap:
         out["tp_comm_overlap"] = True
+    if t.cross_entropy_fusion is not CrossEntropyFusion.NONE:
+        out["cross_entropy_fusion"] = t.cross_entropy_fusion.value
     return out

@@ -30,7 +30,8 @@ JOB_SUFFIXES = (".json", ".yaml", ".yml")
 COLUMNS = ("path", "variant", "status", "model", "gpu", "num_gpus", "tp", "pp", "dp", "cp", "ep",
            "expert_tp", "micro_batch_size", "num_microbatches", "global_batch_size", "schedule",
            "recompute", "precision", "low_precision_recipe", "data_parallel_sharding",
-           "iteration_time_s", "tokens_per_s", "mfu", "tp_comm_s", "ep_comm_s", "cp_comm_s",
+           "cross_entropy_fusion", "iteration_time_s", "tokens_per_s", "mfu", "tp_comm_s",
+           "ep_comm_s", "cp_comm_s",
            "fsdp_comm_s", "dp_comm_exposed_s", "grad_bucket_mb", "param_gather_wait_s",
            "peak_memory_GiB",
            "memory_capacity_GiB", "fits", "cost_per_iteration_usd", "notes", "error")
@@ -108,6 +109,7 @@ def result_columns(result: SimulationResult) -> dict[str, Any]:
         "low_precision_recipe": j.get("low_precision_recipe", ""),
         "data_parallel_sharding": j.get("data_parallel_sharding",
                                         "optim" if j["distributed_optimizer"] else "no_shard"),
+        "cross_entropy_fusion": j.get("cross_entropy_fusion", "none"),
         "iteration_time_s": result.iteration_time_s, "tokens_per_s": result.tokens_per_s, "mfu": result.mfu,
         "peak_memory_GiB": result.peak_memory_bytes / GiB,
         "memory_capacity_GiB": result.memory_capacity_bytes / GiB,

@@ -105,12 +105,13 @@ def _precision(j: dict[str, Any]) -> str:
 
 
 def _modern(j: dict[str, Any]) -> str:
-    """The summary's FSDP, CUDA graph and overlap entries, when the job has them."""
+    """The summary's FSDP, CUDA graph, overlap and fused-loss entries, when the job has them."""
     parts = [f"sharding {j['data_parallel_sharding']}" if "data_parallel_sharding" in j else "",
              f"cuda graphs {j['cuda_graphs']}" if "cuda_graphs" in j else "",
              "tp comm overlap" if j.get("tp_comm_overlap") else "",
              "fp8 param gather" if j.get("fp8_param_gather") else "",
-             "param gather overlapped with the next forward" if j.get("overlap_param_gather") else ""]
+             "param gather overlapped with the next forward" if j.get("overlap_param_gather") else "",
+             f"{j['cross_entropy_fusion']} fused cross-entropy" if "cross_entropy_fusion" in j else ""]
     shown = ", ".join(p for p in parts if p)
     return f", {shown}" if shown else ""
 

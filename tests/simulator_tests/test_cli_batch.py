@@ -130,3 +130,28 @@ def test_the_exit_codes_are_documented_in_the_help(capsys):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "exit codes: 0 every job simulated" in text and "3 a batch ran but some rows failed" in text
+
+
+def test_the_fused_loss_shows_in_the_report_the_json_and_the_csv(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`training.cross_entropy_fusion` changes only memory; a user comparing variants sees which
+    loss each row ran: the report's layout line, the JSON summary and the batch CSV's column
+    (`none` for the unfused loss; the JSON of an unfused job keeps its old keys)."""
+    job = {"model": {"preset": "llama-3-8b", "seq_length": 4096},
+           "training": {"global_batch_size": 64, "micro_batch_size": 1, "precision": "bf16",
+                        "cross_entropy_fusion": "te"},
+           "parallel": {"tp": 2, "pp": 1, "sequence_parallel": True},
+           "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8}}
+    fused, plain = tmp_path / "fused.json", tmp_path / "plain.json"
+    fused.write_text(json.dumps(job))
+    plain.write_text(json.dumps({**job, "training": {**job["training"], "cross_entropy_fusion": "none"}}))
+    assert main([str(fused)]) == 0
+    assert "te fused cross-entropy" in capsys.readouterr().out
+    assert main([str(fused), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["job"]["cross_entropy_fusion"] == "te"
+    assert main([str(plain), "--json"]) == 0
+    assert "cross_entropy_fusion" not in json.loads(capsys.readouterr().out)["job"]
+    out = tmp_path / "rows.csv"
+    assert main([str(fused), str(plain), "--csv", str(out)]) == 0
+    rows = {Path(r["path"]).name: r["cross_entropy_fusion"] for r in read_csv(out)}
+    assert rows == {"fused.json": "te", "plain.json": "none"}
