@@ -30,11 +30,9 @@ from simulator.job.specs import GiB, HardwareSpec, Job
 from simulator.memory.fit import required_bytes
 from surrogate.columns import distinct, frame_columns
 from surrogate.encoding import (
-    OutOfSpaceParts,
     check_columns,
     feature_matrix,
     feature_names,
-    merge_out_of_space,
     out_of_space_parts,
     space_bounds,
     warn_out_of_space_parts,
@@ -305,37 +303,33 @@ class Surrogate:
 
     def _predict_table(self, table: Any, n: int, prepare: Callable[[Any], Mapping[str, Any]]
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`predict_arrays` of a DataFrame or columns (`prepare` makes a chunk's columns).
+        """`predict_arrays` of a DataFrame or columns (`prepare` makes the columns).
 
-        A large batch is cut into one row chunk per thread, and each thread takes its chunk
-        through every step (columns, features, one-thread trees), all of which release Python's
-        lock: the compiled kernel (nogil), XGBoost's C calls, Arrow's factorizing. Threading
-        only the features, with XGBoost's own OpenMP threads for the trees and the columns
-        prepared in one thread, measured 175-210 ms per 100k rows against 118-130 ms so
-        (docs/speed.md, "Surrogate prediction"). The out-of-space check is merged over the
-        chunks and warned once."""
+        The columns are prepared once (pandas and the string columns' factorizing hold
+        Python's lock for most of it), then a large batch is cut into one row chunk per thread
+        and each thread takes its chunk through the features and the one-thread trees, which
+        release the lock: the compiled kernels (nogil) and XGBoost's C calls. Preparing the
+        columns inside each thread made the second thread wait ~5 ms (Python's switch interval)
+        for the lock while the first prepared its chunk (docs/speed.md, "Session 15");
+        threading only the features, with XGBoost's own OpenMP threads for the trees, measured
+        175-210 ms per 100k rows against 118-130 ms with the trees in the chunks too."""
         if self.feature_names_ != feature_names():
             raise DataError("the saved model was trained on other features than this vtrain-ml "
                             "computes; retrain it")
         threads = self._params()["nthread"]
         serving = self._serving()
+        columns = prepare(table)
+        warn_out_of_space_parts(out_of_space_parts(columns, self.bounds_), self.bounds_, stacklevel=4)
         if threads <= 1 or n < PARALLEL_ROWS:
-            columns = prepare(table)
-            warn_out_of_space_parts(out_of_space_parts(columns, self.bounds_), self.bounds_, stacklevel=4)
             return self._predict_columns(columns, serving["single"] if n < SMALL_BATCH else self.boosters_)
 
-        def chunk(rows: slice) -> tuple[OutOfSpaceParts, tuple[np.ndarray, ...]]:
-            columns = prepare(table.iloc[rows] if isinstance(table, pd.DataFrame)
-                              else {c: v[rows] for c, v in table.items()})
-            found = out_of_space_parts(columns, self.bounds_)
-            return found, self._predict_columns(columns, serving["single"])
+        def chunk(rows: slice) -> tuple[np.ndarray, ...]:
+            return self._predict_columns({c: v[rows] for c, v in columns.items()}, serving["single"])
 
         bounds = np.linspace(0, n, threads + 1).astype(int)
         with ThreadPoolExecutor(threads) as pool:
             parts = list(pool.map(chunk, [slice(a, b) for a, b in pairwise(bounds)]))
-        warn_out_of_space_parts(merge_out_of_space([p for p, _ in parts]), self.bounds_, stacklevel=4)
-        seconds, memory, capacity = (np.concatenate(arrays)
-                                     for arrays in zip(*(r for _, r in parts), strict=True))
+        seconds, memory, capacity = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
         return seconds, memory, capacity
 
     def _predict_columns(self, columns: Mapping[str, Any], boosters: Mapping[str, Any]
