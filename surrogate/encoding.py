@@ -261,8 +261,8 @@ def space_bounds(columns: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # What lies outside the trained space, per column: (rows, an example) of a numeric column, the
-# unseen values of a categorical one. Parts of row chunks merge (`merge_out_of_space`), so that a
-# batch predicted in chunks on threads warns once, with the whole batch's counts.
+# unseen values of a categorical one (checked once per batch, before its chunks go to threads:
+# one warning with the whole batch's counts).
 OutOfSpaceParts = dict[str, tuple[int, float] | frozenset[Any]]
 
 
@@ -306,21 +306,6 @@ def _few_rows_out_of_space(columns: Mapping[str, Any], bounds: Mapping[str, Any]
             if unseen:
                 parts[c] = unseen
     return parts
-
-
-def merge_out_of_space(chunks: list[OutOfSpaceParts]) -> OutOfSpaceParts:
-    """The parts of consecutive row chunks as those of the whole table."""
-    merged: OutOfSpaceParts = {}
-    for parts in chunks:
-        for c, part in parts.items():
-            seen = merged.get(c)
-            if seen is None:
-                merged[c] = part
-            elif isinstance(seen, tuple) and isinstance(part, tuple):
-                merged[c] = (seen[0] + part[0], seen[1])
-            elif isinstance(seen, frozenset) and isinstance(part, frozenset):
-                merged[c] = seen | part
-    return merged
 
 
 def describe_out_of_space(parts: OutOfSpaceParts, bounds: Mapping[str, Any]) -> dict[str, str]:
