@@ -23,6 +23,7 @@ from simulator.graph.embedding import tied_on_one_stage, vocab_shard
 from simulator.graph.ops import Block, CommGroup, CommOp, Op, OpKind, Phase
 from simulator.graph.primitives import (
     FP32,
+    ShapeContext,
     gemm,
     grad_accum_op,
     norm_op,
@@ -81,7 +82,7 @@ def build_head(job: Job) -> Block:
         params.append(grad_accum_op("logits.grad_accum", vocab * c.h, c.grad_bytes))
     logits16 = c.dt * c.tokens * vocab
     if job.training.cross_entropy_fusion is CrossEntropyFusion.TE:
-        saved_ce, forward_extra, backward_extra = te_cross_entropy_bytes(job, vocab)
+        saved_ce, forward_extra, backward_extra = te_cross_entropy_bytes(c, vocab)
         ce_f = replace(ce_f, saved_bytes=saved_ce)
     else:
         # the 16-bit logits live while their fp32 copy is made; the backward works in place on
@@ -93,13 +94,12 @@ def build_head(job: Job) -> Block:
                  logits_c.backward, (), saved, backward_extra, forward_extra)
 
 
-def te_cross_entropy_bytes(job: Job, vocab: int) -> tuple[float, float, float]:
+def te_cross_entropy_bytes(c: ShapeContext, vocab: int) -> tuple[float, float, float]:
     """Transformer Engine's fused cross-entropy (module docstring): what its forward saves (the
     16-bit logits holding the gradient, the fp32 per-token loss), what else is alive at the end of
     its forward (m/d/X_y, 3 fp32 a token, and their tp all-gather), and what the output layer's
     backward allocates while the logits' gradient is alive (the input gradient of the whole
     sequence, and its reduce-scattered share under sequence parallelism)."""
-    c = shape_context(job)
     saved = c.dt * c.tokens * vocab + FP32 * c.tokens
     statistics = 3 * FP32 * c.tokens * (1 + (c.t if c.t > 1 else 0))
     grad_input = c.dt * c.tokens * c.h * (1 + (1 / c.t if c.sp and c.t > 1 else 0))
