@@ -50,9 +50,12 @@ ASSUMPTIONS = {
     "distributed optimizer with overlapped reduction; Meta's RoCE topology (Sec. 3.3.1)",
     "MT-NLG 530B (A100)": "Megatron-DeepSpeed, fp16, tp 8, pp 35, 1F1B, micro-batch 1, global "
     "batch 1920, full recompute (Smith et al. 2022), Selene's topology",
-    "Narayanan 2021 Table 1 (A100)": "Megatron-LM 2021: fp16, full recompute (eq. 3 assumes it), "
-    "micro-batch 1, interleaved schedule with chunks of the largest whole number of layers that "
-    "gives >= 2 chunks per stage (pp > 1), throughput converted with eq. 3; Selene's topology",
+    "Narayanan 2021 Table 1 (A100)": "Megatron-LM 2021: fp16, full recompute; micro-batch, "
+    "interleaved chunks and DDP per row from the authors' own launcher (Megatron-LM examples/"
+    "academic_paper_scripts/sc21/run_table_1.sh: micro-batch 16 to 1, 5 / 5 / 3 / 1 layers per "
+    "virtual stage for 76B / 145B / 310B / 530B, torch DDP (reduction overlapped) for pp = 1, "
+    "Megatron's local DDP after the backward for pp > 1); throughput converted with eq. 3; "
+    "Selene's topology",
     "Korthikanti 2022 (A100)": "Table 3 layouts (dp 1; 22B micro-batch 4, others 1; interleave "
     "3 for 175B/530B), fp16; baseline = full recompute, 'present work' = sequence parallel + "
     "selective recompute; Selene's topology",
@@ -62,8 +65,10 @@ ASSUMPTIONS = {
     "Gb/s Omni-Path per node",
     "Megatron-LM H100 weak scaling (check only)": "Megatron-Core r0.8 README: bf16, micro-batch "
     "1, no recompute, sequence parallel when tp > 1, distributed optimizer; the overlaps the "
-    "table's note names (--overlap-grad-reduce --overlap-param-gather --tp-comm-overlap); 1F1B "
-    "(virtual stages not stated), GPT layer with 4h GeLU MLP",
+    "table's note names (--overlap-grad-reduce --overlap-param-gather --tp-comm-overlap, and "
+    "PP's, which Megatron keeps only under the interleaved schedule), so pp > 1 interleaved with "
+    "one layer per virtual stage (the only chunk size that divides the 23 and 7 layers per stage "
+    "of the 119B and 462B rows), GPT layer with 4h GeLU MLP",
 }
 
 
@@ -102,15 +107,17 @@ def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int, seq: int) 
             "num_attention_heads": heads, "vocab_size": vocab, "seq_length": seq}
 
 
-def _chunks(layers_per_stage: int) -> int:
-    """Interleaving for Narayanan's rows: the most chunks of >= 2 layers... or 1-layer chunks
-    when a stage holds at most 3 layers (Korthikanti 2022's 530B layout)."""
-    if layers_per_stage <= 3:
-        return layers_per_stage
-    for size in range(2, layers_per_stage + 1):
-        if layers_per_stage % size == 0 and layers_per_stage // size >= 2:
-            return layers_per_stage // size
-    return 1
+# Narayanan et al. 2021 Table 1 as its authors launched it (NVIDIA/Megatron-LM
+# examples/academic_paper_scripts/sc21/run_table_1.sh @ d98e8a64): (layers, hidden) ->
+# (micro-batch, layers per virtual pipeline stage or None, DDP implementation). "torch" is
+# PyTorch's DDP (bucketed all-reduce overlapped with the backward); "local" is Megatron's own,
+# which all-reduces after the last backward.
+SC21_TABLE_1: dict[tuple[int, int], tuple[int, int | None, str]] = {
+    (24, 2304): (16, None, "torch"), (30, 3072): (16, None, "torch"),
+    (36, 4096): (16, None, "torch"), (40, 6144): (8, None, "torch"),
+    (48, 8192): (4, None, "local"), (60, 10240): (2, 5, "local"), (80, 12288): (2, 5, "local"),
+    (96, 16384): (1, 3, "local"), (105, 20480): (1, 1, "local"), (128, 25600): (1, None, "local"),
+}
 
 
 def narayanan_eq3_flops(b: int, s: int, layers: int, h: int, vocab: int) -> float:
@@ -210,13 +217,17 @@ def _narayanan(row: dict[str, str]) -> Run:
     tp, pp, gpus = _int(row, "tp") or 1, _int(row, "pp") or 1, _int(row, "num_gpus") or 0
     b, s, vocab = _int(row, "global_batch_size") or 0, 2048, 51200
     assert layers and h and heads
-    parallel: dict[str, Any] = {"tp": tp, "pp": pp, "dp": gpus // (tp * pp)}
-    if pp > 1:
-        v = _chunks(layers // pp)
-        if v > 1:
-            parallel |= {"schedule": "interleaved_1f1b", "virtual_stages": v}
+    if (layers, h) not in SC21_TABLE_1:
+        raise ValueError(f"Narayanan Table 1 row {row['model']!r} (num_layers={layers}, "
+                         f"hidden={h}) is not in run_table_1.sh's cases; add its launcher settings "
+                         "to SC21_TABLE_1")
+    micro, chunk, ddp = SC21_TABLE_1[layers, h]
+    parallel: dict[str, Any] = {"tp": tp, "pp": pp, "dp": gpus // (tp * pp),
+                                "overlap_grad_reduce": ddp == "torch"}
+    if chunk is not None:
+        parallel |= {"schedule": "interleaved_1f1b", "virtual_stages": layers // pp // chunk}
     job = {"model": _gpt(row["model"], layers, h, heads, vocab, s),
-           "training": {"global_batch_size": b, "micro_batch_size": 1, "precision": "fp16",
+           "training": {"global_batch_size": b, "micro_batch_size": micro, "precision": "fp16",
                         "recompute": "full"},
            "parallel": parallel,
            "cluster": {"gpu": "a100-80gb", "num_gpus": gpus, "gpus_per_node": 8,
@@ -249,6 +260,19 @@ def _korthikanti(row: dict[str, str]) -> Run:
                float(row["step_time_s"]))
 
 
+def _one_layer_chunks(layers: int, pp: int) -> dict[str, Any]:
+    """The weak-scaling table's pipeline schedule. Its note says PP's communication overlap was
+    on ("enabled by default"), and Megatron-Core r0.8 turns `overlap_p2p_comm` off unless the
+    schedule is interleaved (megatron/training/arguments.py: "Overlap P2P communication is
+    disabled if not using the interleaved schedule"); interleaving needs the layers per stage
+    divisible by `--num-layers-per-virtual-pipeline-stage`, which for the 119B (92 / 4 = 23) and
+    462B (112 / 16 = 7) rows leaves one layer. Every row's micro-batch count is 4 pp, the
+    multiple of pp that r0.8's interleaved schedule requires."""
+    if pp == 1:
+        return {}
+    return {"schedule": "interleaved_1f1b", "virtual_stages": layers // pp}
+
+
 def megatron_weak_scaling(root: Path) -> list[Run]:
     runs = []
     for row in _rows(root / "megatron_lm_h100_weak_scaling.csv"):
@@ -262,7 +286,8 @@ def megatron_weak_scaling(root: Path) -> list[Run]:
                             "flash_attention": True},
                "parallel": {"tp": tp, "pp": pp, "dp": dp, "sequence_parallel": tp > 1,
                             "distributed_optimizer": True, "overlap_grad_reduce": True,
-                            "overlap_param_gather": True, "tp_comm_overlap": tp > 1},
+                            "overlap_param_gather": True, "tp_comm_overlap": tp > 1,
+                            **_one_layer_chunks(layers, pp)},
                "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": tp * pp * dp, "gpus_per_node": 8}}
         mfu = float(row["tflops_per_gpu"]) / 989.4
         runs.append(Run("Megatron-LM H100 weak scaling (check only)",
