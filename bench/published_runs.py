@@ -68,7 +68,7 @@ ASSUMPTIONS = {
     "table's note names (--overlap-grad-reduce --overlap-param-gather --tp-comm-overlap, and "
     "PP's, which Megatron keeps only under the interleaved schedule), so pp > 1 interleaved with "
     "one layer per virtual stage (the only chunk size that divides the 23 and 7 layers per stage "
-    "of the 119B and 462B rows), GPT layer with 4h GeLU MLP",
+    "of the 119B and 462B rows), GPT layer with 4h GeLU MLP and r0.8's default dropout (0.1)",
 }
 
 
@@ -279,8 +279,7 @@ def megatron_weak_scaling(root: Path) -> list[Run]:
         tp, pp, dp = _int(row, "tp") or 1, _int(row, "pp") or 1, _int(row, "dp") or 1
         layers, h, heads = _int(row, "num_layers"), _int(row, "hidden_size"), _int(row, "attention_heads")
         assert layers and h and heads
-        job = {"model": {**_gpt(f"gpt-{row['model_size']}", layers, h, heads, 131072, 4096),
-                         "hidden_dropout": 0.0, "attention_dropout": 0.0},
+        job = {"model": _gpt(f"gpt-{row['model_size']}", layers, h, heads, 131072, 4096),
                "training": {"global_batch_size": _int(row, "global_batch_size"),
                             "micro_batch_size": 1, "precision": "bf16", "recompute": "none",
                             "flash_attention": True},
