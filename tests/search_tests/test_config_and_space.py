@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from simulator import ConfigError
+from simulator import ConfigError, job_from_dict
 from simulator.errors import InfeasibleConfigError
 from simulator.simulate import simulate
 from tests.search_tests.conftest import tiny_config, tiny_dict
+from tests.search_tests.test_dimensions import moe_space
 from vtrain_ml.planner.choices import parse_pipeline, pipeline_choices
 from vtrain_ml.planner.config import config_from_dict
 from vtrain_ml.planner.runner import check_feasible
@@ -73,6 +74,29 @@ def test_static_memory_is_a_lower_bound_of_the_simulated_peak() -> None:
     assert len(candidates) == 25
     for c in candidates:
         assert c.job is not None
+        assert static_memory_bytes(c.job) <= simulate(c.job).peak_memory_bytes * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(("cp", "dp"), [(2, 4), (4, 2), (8, 1)])
+def test_the_memory_bound_shards_the_optimizer_over_dp_times_cp(cp: int, dp: int) -> None:
+    """Megatron's distributed optimizer shards the dense states over dp x cp: a bound that divided
+    by dp alone put a cp 8 plan of Llama 3 70B at 40 GiB against a simulated peak of 18.5 GiB,
+    and so could prune plans that fit."""
+    job = job_from_dict({"model": "llama-3-70b",
+                         "training": {"global_batch_size": 16, "micro_batch_size": 1,
+                                      "precision": "bf16", "recompute": "full", "flash_attention": True},
+                         "parallel": {"tp": 8, "pp": 4, "dp": dp, "cp": cp, "sequence_parallel": True,
+                                      "distributed_optimizer": True},
+                         "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 32 * dp * cp}})
+    assert static_memory_bytes(job) <= simulate(job).peak_memory_bytes
+
+
+def test_the_memory_bound_holds_on_a_moe_and_cp_space() -> None:
+    space = moe_space(cp=[1, 2, 4], ep=[1, 2, 4, 8], tp=[1, 2], num_gpus=[8])
+    candidates = space.sample(30, seed=5, feasible_only=False)
+    checked = [c for c in candidates if c.job is not None]
+    assert any(c.job.parallel.cp > 1 for c in checked) and any(c.job.parallel.ep > 1 for c in checked)
+    for c in checked:
         assert static_memory_bytes(c.job) <= simulate(c.job).peak_memory_bytes * (1 + 1e-9)
 
 

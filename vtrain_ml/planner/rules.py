@@ -234,7 +234,10 @@ def _static_memory_grid(table: SpaceTable) -> np.ndarray:
     grads = table.precision(lambda c: grad_bytes_per_param(c.precision), np.int64) / np.where(
         level >= DataParallelSharding.OPTIM_GRADS.level, dp, 1)
     weights = 2.0 / np.where(level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level, dp, 1)
-    shard = np.where(level >= DataParallelSharding.OPTIM.level, dp, 1)
+    # the distributed optimizer's shards: dense states over dp x cp, experts' over expert_dp
+    # (simulator.graph.params.optimizer_shards); the wider divides both, as the scalar bound
+    expert_dp = np.maximum(1, table.tp * table.cp * dp // (table.expert_tp * table.ep))
+    shard = np.where(level >= DataParallelSharding.OPTIM.level, np.maximum(dp * table.cp, expert_dp), 1)
     per_param = weights + grads + OPTIMIZER_BYTES_PER_PARAM / shard
     if any(name in table.names for name in MEMORY_KNOBS):
         per_param = _with_memory_settings(table, per_param, dp, level, shard)

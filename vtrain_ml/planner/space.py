@@ -25,7 +25,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from simulator.errors import InfeasibleConfigError
-from simulator.graph.params import total_params
+from simulator.graph.params import optimizer_shards, total_params
 from simulator.job.catalog import load_model, resolve_hardware
 from simulator.job.enums import (
     CpCommType,
@@ -126,7 +126,8 @@ def static_memory_bytes(job: Job) -> float:
     this is a lower bound: a job above capacity here can never fit, and needs no simulation.
     """
     n = float(stage_param_counts(job).max())
-    shard = job.dp if job.shards_optimizer else 1
+    shard = max(optimizer_shards(job))  # dense over dp x cp, experts over expert_dp: the wider
+    # shard divides both, which keeps this a lower bound
     # ZeRO-2/3 (data_parallel_sharding) shard gradients / weights too: sharding all of them keeps
     # this a lower bound (the embedding and the FSDP units in flight stay whole)
     level = job.sharding.level
