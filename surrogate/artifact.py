@@ -93,7 +93,10 @@ log = logging.getLogger(__name__)
 # parameters / gradients for the two units in flight only, and no 0.3x floor (0.02x); a MoE
 # layer's linear inputs at the recipe's quantized bytes; the MTP depths' layer and loss on the
 # last stage (extended_terms.mtp_saved_bytes)
-SCHEMA_VERSION = 28
+# 29: Megatron-FSDP's per-layer collectives over dp x cp (FSDP with context parallelism), hidden
+# behind the layer's compute as it runs: the true attention's, ring attention's steps, and a
+# low-precision recipe's saving taken out (dp_terms.fsdp_layer_s)
+SCHEMA_VERSION = 29
 METADATA = "metadata.json"
 XGBOOST_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")  # "[09:01:48] src/c_api.cc:1532: "
 BOOSTER_FILES = {"time": "iteration_time.ubj", "memory": "peak_memory.ubj"}

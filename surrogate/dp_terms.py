@@ -274,26 +274,32 @@ def _beyond(comm: Vec, busy: Vec, slowdown: Vec) -> Vec:
 
 
 @njit(inline=True)
-def fsdp_layer_s(f: Any, re: Rows, dense: Any, hw: Hardware, level: Vec, grad_element: Vec) -> Vec:
+def fsdp_layer_s(f: Any, re: Rows, dense: Any, hw: Hardware, level: Vec, grad_element: Vec,
+                 cp: Vec, extra_s: Vec, saving_s: Vec) -> Vec:
     """Seconds per layer and micro-batch that Megatron-FSDP's collectives of the layer (its FSDP
     unit: simulator.graph.fsdp) add: ZeRO-2 (`optim_grads`) reduce-scatters the layer's
     gradients after its backward, ZeRO-3 (`optim_grads_params`) also all-gathers its 16-bit
-    parameters before its forward and again before its backward, each over dp at NCCL's
+    parameters before its forward and again before its backward, each over dp x cp (the
+    data-parallel group with context parallelism, `cp`: the rows' cp) at NCCL's
     algorithm (surrogate.timing.collective_s) on a stream of its own, exposed beyond the
-    direction's compute (the backward's with its recompute). Over thousands of ranks these
-    latency-bound rings dominate a small model's iteration (GB200, dp 4,096: 5x the dense
-    form)."""
+    direction's compute (the backward's with its recompute), the layer's as it runs: the dense
+    form's 16-bit compute, plus `extra_s` (what the true attention and ring attention's steps
+    add), less `saving_s` (what a low-precision recipe's GEMMs save: an FP4 layer on a B200 hides
+    a quarter of what its bf16 form would). Over thousands of ranks these latency-bound rings
+    dominate a small model's iteration (GB200, dp 4,096: 5x the dense form)."""
     zero2 = level >= _OPTIM_GRADS_LEVEL
     if skips(zero2):
         return 0.0
     zero3 = level >= _OPTIM_GRADS_PARAMS_LEVEL
-    d = f[DP]
+    d = f[DP] * cp
     params = layer_params_per_gpu(f, f[FFN_HIDDEN_SIZE])
     per_node = ranks_per_node(re, d)
     gather = where(zero3, collective_s(re, 2.0 * params, d, per_node, re.gpn, 1.0, True), 0.0)
     scatter = collective_s(re, grad_element * params, d, per_node, re.gpn, 1.0, True)
-    compute = dense[D_LAYER_COMPUTE]
+    whole = dense[D_LAYER_COMPUTE] + dense[D_RECOMPUTE] + extra_s
+    scale = maximum(whole - saving_s, 0.0) / maximum(whole, 1e-30)  # the recipe's share, evenly
+    compute = (dense[D_LAYER_COMPUTE] + extra_s) * scale
     slow = hw.comm_slowdown
     exposed = (_beyond(gather, compute / 3, slow)
-               + _beyond(gather + scatter, 2 * compute / 3 + dense[D_RECOMPUTE], slow))
+               + _beyond(gather + scatter, 2 * compute / 3 + dense[D_RECOMPUTE] * scale, slow))
     return where(zero2 & (d > 1), exposed, 0.0)

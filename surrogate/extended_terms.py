@@ -311,7 +311,8 @@ def extended_row(f: Any, new: Any, models: Any, aux: Any, dense: Any, hw: Hardwa
     steps = ring_steps_extra(re, new[CP], comm.ring, dense[D_ATTENTION])
     quantize = quantize_s(re, low, aux, level)
     busy = (dense[D_LAYER] - dense[D_HOST_EXCESS] - lowp - overlap + cp_comm + attention_s + steps.gpu
-            + quantize.gpu + fsdp_layer_s(f, re, dense, hw, level, grad_element))
+            + quantize.gpu + fsdp_layer_s(f, re, dense, hw, level, grad_element, new[CP],
+                                        attention_s + steps.gpu, lowp))
     host_floor = where(new[CUDA_GRAPHS] > 0, 0.0, dense[D_LAYER_HOST] + steps.host + quantize.host)
     experts_s = moe_layer_gpu * n_moe / L
     moe_layer = maximum(busy + moe_layer_comm + moe_layer_gpu, host_floor + moe_layer_host)

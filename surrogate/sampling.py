@@ -185,7 +185,8 @@ def _new_dimensions(u: dict[str, float], space: Space, model: dict[str, Any],
     """The `surrogate.records` columns of a point (`layout` holds tp, cp, dp): MoE models get
     an ep and expert tp that divide the experts and the stage's ranks and a dispatcher (flex
     needs expert tp 1), dense ones CUDA graphs (Megatron refuses them with dropless MoE) and the
-    FSDP strategies (not modelled with MoE or cp); cp gets an exchange its heads allow."""
+    FSDP strategies (not modelled with MoE; with cp they shard over dp x cp); cp gets an
+    exchange its heads allow."""
     tp, cp, dp = layout["tp"], layout["cp"], layout["dp"]
     experts = int(model.get("num_experts", 0))
     out = {**{k: v for k, v in NEW_DEFAULTS.items() if k not in model and k not in layout},
@@ -207,7 +208,7 @@ def _new_dimensions(u: dict[str, float], space: Space, model: dict[str, Any],
                      if c.value != "a2a" or (heads % cp == 0 and groups % cp == 0)]
         out["cp_comm_type"] = _pick(u["cp_comm"], exchanges or ["p2p"])
     shardings = [s.value for s in space.data_parallel_sharding
-                 if s.level <= 1 or (not experts and cp == 1)]
+                 if s.level <= 1 or not experts]
     if shardings:
         out["data_parallel_sharding"] = _pick(u["sharding"], shardings)
     out["tp_comm_overlap"] = bool(_pick(u["tp_overlap"], space.tp_comm_overlap))

@@ -1,19 +1,19 @@
 """The placement of every communication group a block's collectives run on (tensor, expert and
-context parallelism, simulator.network.groups; FSDP's data-parallel group,
-simulator.network.topology.dp_placement), keyed by the graph's `CommGroup`."""
+context parallelism, simulator.network.groups; FSDP's data-parallel group with context
+parallelism, simulator.network.groups.data_parallel_placement), keyed by the graph's `CommGroup`."""
 
 from __future__ import annotations
 
+from simulator.graph.fsdp import shards_units
 from simulator.graph.ops import CommGroup
-from simulator.job.enums import DataParallelSharding
 from simulator.job.specs import Job
-from simulator.network.groups import ring_placement, strided_placement
-from simulator.network.topology import Placement, dp_placement, tp_placement
+from simulator.network.groups import data_parallel_placement, ring_placement, strided_placement
+from simulator.network.topology import Placement, tp_placement
 
 
 def shards_per_layer(job: Job) -> bool:
     """FSDP (ZeRO-2/3) over more than one rank: its collectives are part of the layer blocks."""
-    return job.dp > 1 and job.sharding.level >= DataParallelSharding.OPTIM_GRADS.level
+    return shards_units(job)
 
 
 def uses_group_placements(job: Job) -> bool:
@@ -25,8 +25,8 @@ def group_placements(job: Job) -> dict[CommGroup, Placement]:
     """Each block-level group's placement (tp only for a job without experts, cp or FSDP)."""
     p, etp = job.parallel, job.expert_tp
     out = {CommGroup.TP: tp_placement(job)}
-    if shards_per_layer(job):  # (validation: FSDP without experts or cp: dp is the whole group)
-        out[CommGroup.DP] = dp_placement(job)
+    if shards_per_layer(job):  # dp x cp ranks (validation: FSDP without experts)
+        out[CommGroup.DP] = data_parallel_placement(job)
     if job.model.is_moe:
         out[CommGroup.EXPERT_TP] = strided_placement(job, etp, 1)
         out[CommGroup.EP] = strided_placement(job, p.ep, etp)

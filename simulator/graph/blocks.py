@@ -24,7 +24,7 @@ import numpy as np
 from simulator.graph import eager as graph_eager
 from simulator.graph.dense import build_layer
 from simulator.graph.embedding import build_embedding
-from simulator.graph.fsdp import fsdp_comm
+from simulator.graph.fsdp import fsdp_comm, sharding_ranks
 from simulator.graph.head import build_head
 from simulator.graph.mtp import build_mtp
 from simulator.graph.ops import Block
@@ -107,7 +107,7 @@ def blocks_key(job: Job) -> tuple[object, ...]:
     if low is not None:
         key += (low, job.num_microbatches)
     if job.sharding.level >= DataParallelSharding.OPTIM_GRADS.level:
-        key += (job.dp > 1,)
+        key += (sharding_ranks(job) > 1,)
     return key
 
 

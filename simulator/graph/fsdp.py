@@ -15,9 +15,11 @@ Strategies" and "FSDP Module Hooks"):
 Each runs on its own stream beside the compute (`OVERLAP_BLOCK`): per layer only what outlasts
 the layer's compute of that direction is exposed. Parameters travel in their compute dtype
 (quantized with `fp8_param_gather`: the quantized copies each pass needs), gradients in the
-framework's gradient dtype. The collectives run over the data-parallel group's placement
-(simulator.network.topology.dp_placement). Modelled for dense layers without context
-parallelism (validation refuses FSDP with experts, cp > 1 or MTP). The distributed optimizer's
+framework's gradient dtype. The units shard over the data-parallel group with context
+parallelism, dp x cp ranks (`sharding_ranks`; `mcore_fsdp_adapter._init_dist_index` takes
+`get_data_parallel_group(with_context_parallel=True)`, the distributed optimizer's group), and
+their collectives run over its placement (simulator.network.groups.data_parallel_placement).
+Modelled for dense layers (validation refuses FSDP with experts or MTP). The distributed optimizer's
 all-gather after its step (ZeRO-1/2, and the non-unit parameters under ZeRO-3) moves quantized
 bytes with `fp8_param_gather`: `param_gather_bytes`.
 """
@@ -35,6 +37,17 @@ from simulator.job.precision import low_precision
 from simulator.job.specs import Job
 
 AG, RS = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
+
+
+def sharding_ranks(job: Job) -> int:
+    """Ranks the FSDP units shard over: dp x cp (the data-parallel group with context
+    parallelism)."""
+    return job.dp * job.parallel.cp
+
+
+def shards_units(job: Job) -> bool:
+    """ZeRO-2/3 over more than one rank: the layers' collectives are part of their blocks."""
+    return sharding_ranks(job) > 1 and job.sharding.level >= DataParallelSharding.OPTIM_GRADS.level
 
 
 def _op(name: str, kind: CollectiveKind, nbytes: float) -> CommOp:
@@ -56,7 +69,7 @@ def fsdp_comm(job: Job, c: ShapeContext) -> tuple[tuple[CommOp, ...], tuple[Comm
     """Forward and backward collectives of one layer (shape context `c`: the job's, or a 16-bit
     layer's) under the job's sharding."""
     sharding = job.sharding
-    if job.dp == 1 or sharding.level < DataParallelSharding.OPTIM_GRADS.level:
+    if not shards_units(job):
         return (), ()
     grads = layer_params(job.model).per_rank(job.parallel.tp) * c.grad_bytes
     backward = (_op("fsdp.grad_reduce_scatter", RS, grads),)
@@ -76,7 +89,7 @@ def tail_reduced_params(job: Job, params_per_stage: np.ndarray) -> np.ndarray:
     """(pp,) parameters whose gradients are reduced after the last backward: all of them, or
     under ZeRO-2/3 only those outside the FSDP units (the units' are reduce-scattered per
     layer in the backward)."""
-    if job.dp > 1 and job.sharding.level >= DataParallelSharding.OPTIM_GRADS.level:
+    if shards_units(job):
         return params_per_stage - _units(job)
     return params_per_stage
 

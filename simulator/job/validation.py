@@ -183,12 +183,11 @@ def _sharding_problems(job: Job) -> list[str]:
                         f"framework megatron-lm (Megatron-FSDP), not {t.framework.value}; use "
                         f"optim or no_shard")
     if job.shards_gradients:
-        apart = {"model.num_experts": job.model.is_moe, f"parallel.cp={p.cp}": p.cp > 1,
+        apart = {"model.num_experts": job.model.is_moe,
                  "model.mtp_num_layers": job.model.mtp_num_layers > 0}
         problems += [f"parallel.data_parallel_sharding={job.sharding.value} with {k} is not "
                      f"modelled together yet (FSDP units and their collectives are costed for "
-                     f"dense layers without context parallelism); use optim (the distributed "
-                     f"optimizer) or drop {k.split('=')[0]}"
+                     f"dense layers); use optim (the distributed optimizer) or drop {k}"
                      for k, on in apart.items() if on]
     return problems
 

@@ -53,7 +53,7 @@ from simulator.memory.parallel_terms import (
     parallel_terms,
     uses_parallel_terms,
 )
-from simulator.memory.states import BF16, model_states, quantized_weights, stage_param_counts
+from simulator.memory.states import BF16, ModelStates, model_states, quantized_weights, stage_param_counts
 from simulator.memory.te_dummy import dummy_wgrad_bytes
 from simulator.timeline.engine import RoundPlan
 
@@ -252,7 +252,8 @@ def _parallel_moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
     """`_moments` of a Megatron-LM job with experts or context parallelism: the dense states
     sharded over dp x cp, the experts' apart (simulator.memory.parallel_terms); a low-precision
     recipe's quantized copies of both (with `fp8_param_gather` instead of their 16-bit
-    weights). FSDP is not modelled with them (validation refuses it)."""
+    weights). Under FSDP (dense models only: validation refuses it with experts or MTP) the
+    states are `model_states`', sharded over dp x cp."""
     p = job.parallel.pp
     pb = param_bytes(job)
     n, _ = expert_and_dense_counts(job, stage_param_counts(job))
@@ -265,14 +266,20 @@ def _parallel_moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
     working = _working(graph, stage_layers(job))
     zero = np.zeros(p)
     weights = pb.weights * (n - q.held_dense) if q.as_params else pb.weights * n
+    states = ModelStates(weights, q.bytes_per_param * (q.dense + q.experts), pb.gradients * n,
+                         pb.main_gradients * n / shard,
+                         (pb.master_weights + pb.optimizer_states) * n / shard, zero)
+    if job.shards_gradients:
+        states = model_states(job)
     return _Moments(
-        static={"weights_bytes": weights,
-                "optimizer_states_bytes": (pb.master_weights + pb.optimizer_states) * n / shard,
-                "low_precision_weights_bytes": q.bytes_per_param * (q.dense + q.experts),
-                "fsdp_unsharded_bytes": zero, "te_dummy_wgrads_bytes": dummy_wgrad_bytes(job),
+        static={"weights_bytes": states.weights,
+                "optimizer_states_bytes": states.optimizer_states,
+                "low_precision_weights_bytes": states.low_precision_weights,
+                "fsdp_unsharded_bytes": states.fsdp_unsharded,
+                "te_dummy_wgrads_bytes": dummy_wgrad_bytes(job),
                 "global_buffer_bytes": global_buffer_bytes(job)},
-        grads_in_flight=pb.gradients * n, grads_all=pb.gradients * n,
-        main=pb.main_gradients * n / shard + extra.expert_main_gradients,
+        grads_in_flight=states.gradients, grads_all=states.gradients,
+        main=states.main_gradients + extra.expert_main_gradients,
         act=in_flight_peak(plan, act_chunks, m), amp_forward=zero, amp_saved=zero,
         head_forward=last * graph.head.forward_transient_bytes,
         head_backward=last * graph.head.working_bytes, working=working, table_grad=zero,
@@ -405,6 +412,7 @@ def _parallel_table(job: Job, mo: _Moments) -> MemoryTable:
             context, names[int(peak[i])], float(x.expert_weights[i]), eg,
             float(x.expert_optimizer_states[i]), ma, db, kb,
             low_precision_weights_bytes=float(mo.static["low_precision_weights_bytes"][i]),
+            fsdp_unsharded_bytes=float(mo.static["fsdp_unsharded_bytes"][i]),
             te_dummy_wgrads_bytes=float(mo.static["te_dummy_wgrads_bytes"][i]),
             global_buffer_bytes=float(mo.static["global_buffer_bytes"][i])))
     allocated = np.array([s.allocated_bytes for s in stages])

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.graph.fsdp import sharding_ranks
 from simulator.graph.params import (
     final_norm_params,
     kind_params,
     layer_params,
     linear_weight_params,
+    optimizer_shards,
     padded_vocab,
     position_params,
     stage_expert_param_counts,
@@ -65,9 +67,11 @@ class ModelStates:
 
 
 def model_states(job: Job) -> ModelStates:
-    """Each stage's model states (see `ModelStates`) of a job without experts or context
-    parallelism (those: simulator.memory.parallel_terms). FSDP units are the transformer layers
-    (simulator.graph.fsdp): the embedding and output layer stay whole. Megatron-FSDP holds at
+    """Each stage's model states (see `ModelStates`) of a job without experts (those:
+    simulator.memory.parallel_terms). The distributed optimizer and the FSDP units shard over
+    dp x cp ranks (simulator.graph.params.optimizer_shards, simulator.graph.fsdp.sharding_ranks).
+    FSDP units are the transformer layers (simulator.graph.fsdp): the embedding and output layer
+    stay whole. Megatron-FSDP holds at
     most two units unsharded at a time (the one computing and the one prefetched; its double
     buffer, `docs/user-guide/features/megatron_fsdp.md`): their parameters under ZeRO-3 and
     their gradients, before the reduce-scatter, under ZeRO-2 and ZeRO-3.
@@ -80,14 +84,14 @@ def model_states(job: Job) -> ModelStates:
     parameters are sharded like the others."""
     pb = param_bytes(job)
     n, layers = stage_param_counts(job), stage_layers(job)
-    shard = job.dp if job.shards_optimizer else 1
-    level = job.sharding.level if job.dp > 1 else 0
+    shard, ranks = optimizer_shards(job)[0], sharding_ranks(job)
+    level = job.sharding.level if ranks > 1 else 0
     zero2 = level >= DataParallelSharding.OPTIM_GRADS.level
     zero3 = level == DataParallelSharding.OPTIM_GRADS_PARAMS.level
     per_layer = layer_params(job.model).per_rank(job.parallel.tp)
     units, in_flight = layers * per_layer, np.minimum(layers, FSDP_UNITS_IN_FLIGHT) * per_layer
     q = quantized_weights(job)
-    d = job.dp if zero3 else 1
+    d = ranks if zero3 else 1
     # (the plain product when nothing is sharded or quantized: the same floats as before)
     weights = pb.weights * ((n - units) + (units - q.held_dense) / d) if zero3 or q.as_params \
         else pb.weights * n
@@ -95,7 +99,7 @@ def model_states(job: Job) -> ModelStates:
     if zero3:
         lowp = lowp / d if q.as_params else q.bytes_per_param * q.per_layer * np.minimum(
             q.low_layers, FSDP_UNITS_IN_FLIGHT)
-    grads = pb.gradients * (n - units + units / job.dp) if zero2 else pb.gradients * n
+    grads = pb.gradients * (n - units + units / ranks) if zero2 else pb.gradients * n
     fsdp = pb.gradients * in_flight if zero2 else np.zeros_like(n)
     if zero3:
         gathered = pb.weights * in_flight

@@ -157,8 +157,6 @@ def dense(**parallel: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(("d", "message"), [
     (data(parallel={"data_parallel_sharding": "optim_grads_params"}),
      "data_parallel_sharding=optim_grads_params with model.num_experts is not modelled together"),
-    (dense(cp=2, data_parallel_sharding="optim_grads"),
-     "data_parallel_sharding=optim_grads with parallel.cp=2 is not modelled together"),
     (data(training={"fp8_dot_product_attention": True},
           parallel={"cp": 2, "ep": 4, "cp_comm_type": "a2a"}),
      "fp8_dot_product_attention with parallel.cp_comm_type=a2a is not modelled together"),

@@ -141,8 +141,8 @@ def test_a_model_saved_with_older_features_is_refused_with_the_fix(tiny_model, t
     old = tmp_path / "old"
     shutil.copytree(tiny_model.path, old)
     meta = json.loads((old / "metadata.json").read_text())
-    (old / "metadata.json").write_text(json.dumps({**meta, "schema_version": 27}))
-    with pytest.raises(DataError, match=r"schema_version 27, this vtrain-ml reads 28 .*retrain"):
+    (old / "metadata.json").write_text(json.dumps({**meta, "schema_version": 28}))
+    with pytest.raises(DataError, match=r"schema_version 28, this vtrain-ml reads 29 .*retrain"):
         Surrogate.load(old)
 
 

@@ -186,7 +186,6 @@ def new_rules_grid(table: SpaceTable) -> np.ndarray:
     low_moments = ~(table.equals("exp_avg_dtype", "fp32", "fp32")
                     & table.equals("exp_avg_sq_dtype", "fp32", "fp32"))
     ok = ok & ~(low_moments & (table.sharding_level < DataParallelSharding.OPTIM.level))
-    ok = ok & ~((table.sharding_level > DataParallelSharding.OPTIM.level) & (cp > 1))
     fused = table.model(lambda m: m.multi_latent_attention or m.window_size is not None
                         or m.softmax_type is not SoftmaxType.VANILLA, bool)
     ok = ok & ~((fused | (cp > 1)) & ~flash)
@@ -231,21 +230,22 @@ def _static_memory_grid(table: SpaceTable) -> np.ndarray:
     """The fullest stage's parameters times the bytes per parameter of the plan's precision and
     sharding, as `static_memory_bytes` adds them (the same floats), plus the GPU's reserve."""
     dp, level = table.dp, table.sharding_level
+    ranks = dp * table.cp  # FSDP's units shard over dp x cp (simulator.graph.fsdp.sharding_ranks)
     grads = table.precision(lambda c: grad_bytes_per_param(c.precision), np.int64) / np.where(
-        level >= DataParallelSharding.OPTIM_GRADS.level, dp, 1)
-    weights = 2.0 / np.where(level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level, dp, 1)
+        level >= DataParallelSharding.OPTIM_GRADS.level, ranks, 1)
+    weights = 2.0 / np.where(level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level, ranks, 1)
     # the distributed optimizer's shards: dense states over dp x cp, experts' over expert_dp
     # (simulator.graph.params.optimizer_shards); the wider divides both, as the scalar bound
     expert_dp = np.maximum(1, table.tp * table.cp * dp // (table.expert_tp * table.ep))
     shard = np.where(level >= DataParallelSharding.OPTIM.level, np.maximum(dp * table.cp, expert_dp), 1)
     per_param = weights + grads + OPTIMIZER_BYTES_PER_PARAM / shard
     if any(name in table.names for name in MEMORY_KNOBS):
-        per_param = _with_memory_settings(table, per_param, dp, level, shard)
+        per_param = _with_memory_settings(table, per_param, ranks, level, shard)
     reserved = table.hardware(lambda h, e: h.reserved_memory_GiB, float)
     return stage_params_grid(table) * per_param + reserved * GiB
 
 
-def _with_memory_settings(table: SpaceTable, per_param: np.ndarray, dp: np.ndarray, level: np.ndarray,
+def _with_memory_settings(table: SpaceTable, per_param: np.ndarray, ranks: np.ndarray, level: np.ndarray,
                           shard: np.ndarray) -> np.ndarray:
     """`static_memory_bytes`' bytes per parameter where a plan sets the memory knobs: the
     framework's exact bytes (simulator.job.param_bytes) where they are fewer, from one job per
@@ -266,8 +266,8 @@ def _with_memory_settings(table: SpaceTable, per_param: np.ndarray, dp: np.ndarr
             pb = param_bytes(job)
             roles[(slice(None), *index)] = (pb.weights, pb.gradients, pb.sharded)
             on[index] = True
-    exact = (roles[0] / np.where(level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level, dp, 1)
-             + roles[1] / np.where(level >= DataParallelSharding.OPTIM_GRADS.level, dp, 1)
+    exact = (roles[0] / np.where(level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level, ranks, 1)
+             + roles[1] / np.where(level >= DataParallelSharding.OPTIM_GRADS.level, ranks, 1)
              + roles[2] / shard)
     return np.where(on, np.minimum(per_param, exact), per_param)
 

@@ -25,6 +25,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from simulator.errors import InfeasibleConfigError
+from simulator.graph.fsdp import sharding_ranks
 from simulator.graph.params import optimizer_shards, total_params
 from simulator.job.catalog import load_model, resolve_hardware
 from simulator.job.enums import (
@@ -130,16 +131,16 @@ def static_memory_bytes(job: Job) -> float:
     # shard divides both, which keeps this a lower bound
     # ZeRO-2/3 (data_parallel_sharding) shard gradients / weights too: sharding all of them keeps
     # this a lower bound (the embedding and the FSDP units in flight stay whole)
-    level = job.sharding.level
+    level, ranks = job.sharding.level, sharding_ranks(job)  # FSDP's units over dp x cp
     grads = grad_bytes_per_param(job.training.precision) / (
-        job.dp if level >= DataParallelSharding.OPTIM_GRADS.level else 1)
-    weights = 2.0 / (job.dp if level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level else 1)
+        ranks if level >= DataParallelSharding.OPTIM_GRADS.level else 1)
+    weights = 2.0 / (ranks if level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level else 1)
     per_param = weights + grads + OPTIMIZER_BYTES_PER_PARAM / shard
     if memory_settings(job.training):  # a 16-bit gradient buffer, 16-bit Adam moments: the
         # framework's exact bytes (simulator.job.param_bytes) where they are fewer
         pb = param_bytes(job)
-        exact = (pb.weights / (job.dp if level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level else 1)
-                 + pb.gradients / (job.dp if level >= DataParallelSharding.OPTIM_GRADS.level else 1)
+        exact = (pb.weights / (ranks if level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level else 1)
+                 + pb.gradients / (ranks if level >= DataParallelSharding.OPTIM_GRADS.level else 1)
                  + pb.sharded / shard)
         per_param = min(per_param, exact)
     return n * per_param + job.hardware.reserved_memory_GiB * GiB
