@@ -19,9 +19,9 @@ framework's gradient dtype. The units shard over the data-parallel group with co
 parallelism, dp x cp ranks (`sharding_ranks`; `mcore_fsdp_adapter._init_dist_index` takes
 `get_data_parallel_group(with_context_parallel=True)`, the distributed optimizer's group), and
 their collectives run over its placement (simulator.network.groups.data_parallel_placement).
-Modelled for dense layers (validation refuses FSDP with experts or MTP). The distributed optimizer's
-all-gather after its step (ZeRO-1/2, and the non-unit parameters under ZeRO-3) moves quantized
-bytes with `fp8_param_gather`: `param_gather_bytes`.
+Modelled for dense layers (validation refuses FSDP with experts or MTP). The distributed
+optimizer's all-gather after its step (ZeRO-1/2, and the non-unit parameters under ZeRO-3)
+moves quantized bytes with `fp8_param_gather`: `param_gather_bytes`.
 """
 
 from __future__ import annotations

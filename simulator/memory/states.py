@@ -71,10 +71,10 @@ def model_states(job: Job) -> ModelStates:
     simulator.memory.parallel_terms). The distributed optimizer and the FSDP units shard over
     dp x cp ranks (simulator.graph.params.optimizer_shards, simulator.graph.fsdp.sharding_ranks).
     FSDP units are the transformer layers (simulator.graph.fsdp): the embedding and output layer
-    stay whole. Megatron-FSDP holds at
-    most two units unsharded at a time (the one computing and the one prefetched; its double
-    buffer, `docs/user-guide/features/megatron_fsdp.md`): their parameters under ZeRO-3 and
-    their gradients, before the reduce-scatter, under ZeRO-2 and ZeRO-3.
+    stay whole. Megatron-FSDP holds at most two units unsharded at a time (the one computing and
+    the one prefetched; its double buffer, `docs/user-guide/features/megatron_fsdp.md`): their
+    parameters under ZeRO-3 and their gradients, before the reduce-scatter, under ZeRO-2 and
+    ZeRO-3.
 
     Low precision: Transformer Engine keeps each quantized weight for the iteration
     (`is_first_microbatch`): one copy per usage it needs (Hopper's FP8 transpose, MXFP8's and
