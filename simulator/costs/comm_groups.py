@@ -11,21 +11,16 @@ from simulator.network.groups import data_parallel_placement, ring_placement, st
 from simulator.network.topology import Placement, tp_placement
 
 
-def shards_per_layer(job: Job) -> bool:
-    """FSDP (ZeRO-2/3) over more than one rank: its collectives are part of the layer blocks."""
-    return shards_units(job)
-
-
 def uses_group_placements(job: Job) -> bool:
     """Whether a block's collectives run on groups other than tp."""
-    return job.model.is_moe or job.parallel.cp > 1 or shards_per_layer(job)
+    return job.model.is_moe or job.parallel.cp > 1 or shards_units(job)
 
 
 def group_placements(job: Job) -> dict[CommGroup, Placement]:
     """Each block-level group's placement (tp only for a job without experts, cp or FSDP)."""
     p, etp = job.parallel, job.expert_tp
     out = {CommGroup.TP: tp_placement(job)}
-    if shards_per_layer(job):  # dp x cp ranks (validation: FSDP without experts)
+    if shards_units(job):  # dp x cp ranks (validation: FSDP without experts)
         out[CommGroup.DP] = data_parallel_placement(job)
     if job.model.is_moe:
         out[CommGroup.EXPERT_TP] = strided_placement(job, etp, 1)

@@ -266,11 +266,9 @@ def _parallel_moments(job: Job, graph: JobGraph, plan: RoundPlan) -> _Moments:
     working = _working(graph, stage_layers(job))
     zero = np.zeros(p)
     weights = pb.weights * (n - q.held_dense) if q.as_params else pb.weights * n
-    states = ModelStates(weights, q.bytes_per_param * (q.dense + q.experts), pb.gradients * n,
-                         pb.main_gradients * n / shard,
-                         (pb.master_weights + pb.optimizer_states) * n / shard, zero)
-    if job.shards_gradients:
-        states = model_states(job)
+    states = model_states(job) if job.shards_gradients else ModelStates(
+        weights, q.bytes_per_param * (q.dense + q.experts), pb.gradients * n,
+        pb.main_gradients * n / shard, (pb.master_weights + pb.optimizer_states) * n / shard, zero)
     return _Moments(
         static={"weights_bytes": states.weights,
                 "optimizer_states_bytes": states.optimizer_states,

@@ -230,14 +230,14 @@ def _static_memory_grid(table: SpaceTable) -> np.ndarray:
     """The fullest stage's parameters times the bytes per parameter of the plan's precision and
     sharding, as `static_memory_bytes` adds them (the same floats), plus the GPU's reserve."""
     dp, level = table.dp, table.sharding_level
-    ranks = dp * table.cp  # FSDP's units shard over dp x cp (simulator.graph.fsdp.sharding_ranks)
+    ranks = dp * table.cp  # FSDP's units and the dense optimizer states shard over dp x cp
     grads = table.precision(lambda c: grad_bytes_per_param(c.precision), np.int64) / np.where(
         level >= DataParallelSharding.OPTIM_GRADS.level, ranks, 1)
     weights = 2.0 / np.where(level >= DataParallelSharding.OPTIM_GRADS_PARAMS.level, ranks, 1)
     # the distributed optimizer's shards: dense states over dp x cp, experts' over expert_dp
     # (simulator.graph.params.optimizer_shards); the wider divides both, as the scalar bound
     expert_dp = np.maximum(1, table.tp * table.cp * dp // (table.expert_tp * table.ep))
-    shard = np.where(level >= DataParallelSharding.OPTIM.level, np.maximum(dp * table.cp, expert_dp), 1)
+    shard = np.where(level >= DataParallelSharding.OPTIM.level, np.maximum(ranks, expert_dp), 1)
     per_param = weights + grads + OPTIMIZER_BYTES_PER_PARAM / shard
     if any(name in table.names for name in MEMORY_KNOBS):
         per_param = _with_memory_settings(table, per_param, ranks, level, shard)
