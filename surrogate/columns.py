@@ -51,27 +51,43 @@ def factorize(values: Any) -> Factorized:
     arrow = _arrow_codes(values)
     if arrow is not None:
         return arrow
+    if is_arrow(values):  # an Arrow array with nulls: pandas' path
+        values = values.to_pandas()
     codes, uniques = pd.factorize(values, use_na_sentinel=False)
     return Factorized(np.asarray(codes, dtype=np.intp),
                       tuple(u.item() if hasattr(u, "item") else u for u in np.asarray(uniques, dtype=object)))
 
 
 def _arrow_codes(values: Any) -> Factorized | None:
-    """`factorize` of an Arrow-backed Series without nulls, else None (pandas' path)."""
-    array = getattr(values, "array", None)
-    if not hasattr(array, "__arrow_array__"):
+    """`factorize` of an Arrow array or Arrow-backed Series without nulls, else None (pandas'
+    path)."""
+    column = values if is_arrow(values) else arrow_array(values)
+    if column is None or column.null_count:
         return None
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    column = pa.array(array)
-    if column.null_count:
-        return None
     encoded = pc.dictionary_encode(column)
     if isinstance(encoded, pa.ChunkedArray):
         encoded = encoded.combine_chunks()
     return Factorized(encoded.indices.to_numpy(zero_copy_only=False).astype(np.intp, copy=False),
                       tuple(encoded.dictionary.to_pylist()))
+
+
+def arrow_array(values: Any) -> Any:
+    """The Arrow array holding a Series (pandas' Arrow-backed dtypes), else None."""
+    array = getattr(values, "array", None)
+    if not hasattr(array, "__arrow_array__"):
+        return None
+    import pyarrow as pa
+
+    return pa.array(array)
+
+
+def is_arrow(values: Any) -> bool:
+    """Whether `values` is an Arrow array (what `frame_columns(..., defer=True)` leaves)."""
+    module = type(values).__module__
+    return module.startswith("pyarrow") and hasattr(values, "null_count")
 
 
 def distinct(values: Any) -> list[Any]:
@@ -90,9 +106,27 @@ def as_array(values: Any) -> np.ndarray:
 
 
 def frame_columns(df: pd.DataFrame, names: tuple[str, ...],
-                  categorical: tuple[str, ...]) -> dict[str, Any]:
-    """Columns `names` of `df`: numpy arrays, with `categorical` ones as `Factorized`."""
-    return {c: factorize(df[c]) if c in categorical else df[c].to_numpy() for c in names}
+                  categorical: tuple[str, ...], defer: bool = False) -> dict[str, Any]:
+    """Columns `names` of `df`: numpy arrays, with `categorical` ones as `Factorized`.
+
+    `defer`: an Arrow-backed categorical column stays the Arrow array, for `factorized_rows`
+    to encode per row chunk. Arrow's kernel releases Python's lock, so two threads encode
+    their halves at once, where encoding the whole table first kept the second core idle
+    (14 string columns, ~3 ms of a ~21 ms batch of 20,000 rows; docs/speed.md, "Session 17")."""
+    out: dict[str, Any] = {}
+    for c in names:
+        if c not in categorical:
+            out[c] = df[c].to_numpy()
+            continue
+        arrow = arrow_array(df[c]) if defer else None
+        out[c] = arrow if arrow is not None else factorize(df[c])
+    return out
+
+
+def factorized_rows(columns: Mapping[str, Any], rows: slice) -> dict[str, Any]:
+    """Rows `rows` of `columns`, the Arrow arrays `frame_columns(..., defer=True)` left
+    factorized (a zero-copy slice of each, encoded by Arrow)."""
+    return {c: factorize(v[rows]) if is_arrow(v) else v[rows] for c, v in columns.items()}
 
 
 def is_factorized(columns: Mapping[str, Any], name: str) -> bool:

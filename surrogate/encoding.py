@@ -8,7 +8,7 @@ plus the physics features of `surrogate.physics`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -261,17 +261,21 @@ def space_bounds(columns: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # What lies outside the trained space, per column: (rows, an example) of a numeric column, the
-# unseen values of a categorical one (checked once per batch, before its chunks go to threads:
+# unseen values of a categorical one (checked per row chunk, merged by `merged_out_of_space`:
 # one warning with the whole batch's counts).
 OutOfSpaceParts = dict[str, tuple[int, float] | frozenset[Any]]
 
 
-def out_of_space_parts(columns: Mapping[str, Any], bounds: Mapping[str, Any]) -> OutOfSpaceParts:
-    """Column -> what of it lies outside the trained space (empty when all inside)."""
-    if len(columns["num_layers"]) <= _FEW_ROWS:
+def out_of_space_parts(columns: Mapping[str, Any], bounds: Mapping[str, Any],
+                       numeric: bool = True, categorical: bool = True) -> OutOfSpaceParts:
+    """Column -> what of it lies outside the trained space (empty when all inside); only the
+    numeric or only the categorical columns where the other flag is False."""
+    if len(columns["num_layers"]) <= _FEW_ROWS and numeric and categorical:
         return _few_rows_out_of_space(columns, bounds)
     parts: OutOfSpaceParts = {}
     for c, bound in bounds.items():
+        if (c in NUMERIC_COLUMNS and not numeric) or (c not in NUMERIC_COLUMNS and not categorical):
+            continue
         if c in NUMERIC_COLUMNS:
             lo, hi = bound
             values = np.asarray(columns[c])
@@ -284,6 +288,22 @@ def out_of_space_parts(columns: Mapping[str, Any], bounds: Mapping[str, Any]) ->
             bad_values = frozenset(distinct(columns[c])) - set(bound)
             if bad_values:
                 parts[c] = bad_values
+    return parts
+
+
+def merged_out_of_space(chunks: Sequence[OutOfSpaceParts]) -> OutOfSpaceParts:
+    """The `out_of_space_parts` of a table from those of its row chunks, in row order: a numeric
+    column's rows summed (its example the first chunk's), a categorical one's values united."""
+    parts: OutOfSpaceParts = {}
+    for chunk in chunks:
+        for c, part in chunk.items():
+            seen = parts.get(c)
+            if seen is None:
+                parts[c] = part
+            elif isinstance(part, frozenset) and isinstance(seen, frozenset):
+                parts[c] = seen | part
+            elif isinstance(part, tuple) and isinstance(seen, tuple):
+                parts[c] = (seen[0] + part[0], seen[1])
     return parts
 
 

@@ -28,11 +28,12 @@ from simulator.errors import DataError, ProfileError
 from simulator.job.catalog import hardware_fingerprint
 from simulator.job.specs import GiB, HardwareSpec, Job
 from simulator.memory.fit import required_bytes
-from surrogate.columns import distinct, frame_columns
+from surrogate.columns import distinct, factorized_rows, frame_columns
 from surrogate.encoding import (
     check_columns,
     feature_matrix,
     feature_names,
+    merged_out_of_space,
     out_of_space_parts,
     space_bounds,
     warn_out_of_space_parts,
@@ -64,11 +65,16 @@ def _as_columns(columns: Mapping[str, Any]) -> Mapping[str, Any]:
     return columns
 
 
-def _columns(df: pd.DataFrame) -> dict[str, Any]:
-    """`JOB_COLUMNS` of a table as numpy arrays, the categorical ones factorized once."""
+def _columns(df: pd.DataFrame, defer: bool = False) -> dict[str, Any]:
+    """`JOB_COLUMNS` of a table as numpy arrays, the categorical ones factorized once (`defer`:
+    those Arrow holds left to `factorized_rows`, per row chunk)."""
     df = with_new_defaults(df)  # a table saved before the MoE / cp columns: dense jobs
     check_columns(set(df.columns), "table")
-    return frame_columns(df, JOB_COLUMNS, CATEGORICAL_COLUMNS)
+    return frame_columns(df, JOB_COLUMNS, CATEGORICAL_COLUMNS, defer=defer)
+
+
+def _deferred_columns(df: pd.DataFrame) -> dict[str, Any]:
+    return _columns(df, defer=True)
 
 
 class Surrogate:
@@ -192,13 +198,11 @@ class Surrogate:
         records = [job_to_record(j) for j in jobs]
         return {c: np.array([r[c] for r in records]) for c in JOB_COLUMNS}
 
-    def _frame_columns(self, df: pd.DataFrame) -> dict[str, Any]:
-        columns = _columns(df)
+    def _check_gpus(self, columns: Mapping[str, Any]) -> None:
         unknown = sorted({str(g) for g in distinct(columns["gpu"])} - set(self.hardware_))
         if unknown:
             raise ProfileError(f"column gpu has {', '.join(unknown)}, but the surrogate was trained for "
                                f"{', '.join(self.hardware_)}; retrain it with --hardware")
-        return columns
 
     def predict(self, jobs_or_df: pd.DataFrame | Sequence[Job] | Job) -> pd.DataFrame:
         """Columns `OUTPUTS`, one row per job (index kept for a DataFrame)."""
@@ -208,7 +212,7 @@ class Surrogate:
         if isinstance(jobs_or_df, pd.DataFrame):
             table: Any = jobs_or_df
             index: pd.Index = jobs_or_df.index
-            prepare: Callable[[Any], Mapping[str, Any]] = self._frame_columns
+            prepare: Callable[[Any], Mapping[str, Any]] = _deferred_columns
         else:
             table, index = self._job_columns(list(jobs_or_df)), pd.RangeIndex(len(jobs_or_df))
             prepare = _as_columns
@@ -305,12 +309,14 @@ class Surrogate:
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`predict_arrays` of a DataFrame or columns (`prepare` makes the columns).
 
-        The columns are prepared once (pandas and the string columns' factorizing hold
-        Python's lock for most of it), then a large batch is cut into one row chunk per thread
-        and each thread takes its chunk through the features and the one-thread trees, which
-        release the lock: the compiled kernels (nogil) and XGBoost's C calls. Preparing the
-        columns inside each thread made the second thread wait ~5 ms (Python's switch interval)
-        for the lock while the first prepared its chunk (docs/speed.md, "Session 15");
+        The columns are taken from the table once (pandas holds Python's lock for it), then a
+        large batch is cut into one row chunk per thread and each thread takes its chunk
+        through the string columns' encoding (Arrow's), the out-of-space check, the features
+        and the one-thread trees, which release the lock: Arrow's kernels, the compiled
+        kernels (nogil) and XGBoost's C calls. Preparing the pandas columns inside each thread
+        made the second thread wait ~5 ms (Python's switch interval) for the lock while the
+        first prepared its chunk (docs/speed.md, "Session 15"); encoding the string columns
+        before the threads left the second core idle for ~3 ms of ~21 ("Session 17");
         threading only the features, with XGBoost's own OpenMP threads for the trees, measured
         175-210 ms per 100k rows against 118-130 ms with the trees in the chunks too."""
         if self.feature_names_ != feature_names():
@@ -319,18 +325,33 @@ class Surrogate:
         threads = self._params()["nthread"]
         serving = self._serving()
         columns = prepare(table)
-        warn_out_of_space_parts(out_of_space_parts(columns, self.bounds_), self.bounds_, stacklevel=4)
         if threads <= 1 or n < PARALLEL_ROWS:
+            columns = self._checked(factorized_rows(columns, slice(None)))
+            warn_out_of_space_parts(out_of_space_parts(columns, self.bounds_), self.bounds_, stacklevel=4)
             return self._predict_columns(columns, serving["single"] if n < SMALL_BATCH else self.boosters_)
 
-        def chunk(rows: slice) -> tuple[np.ndarray, ...]:
-            return self._predict_columns({c: v[rows] for c, v in columns.items()}, serving["single"])
+        def chunk(rows: slice) -> tuple[Any, tuple[np.ndarray, ...]]:
+            part = self._checked(factorized_rows(columns, rows))
+            return (out_of_space_parts(part, self.bounds_, numeric=False),
+                    self._predict_columns(part, serving["single"]))
 
         bounds = np.linspace(0, n, threads + 1).astype(int)
         with ThreadPoolExecutor(threads) as pool:
-            parts = list(pool.map(chunk, [slice(a, b) for a, b in pairwise(bounds)]))
-        seconds, memory, capacity = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
+            running = pool.map(chunk, [slice(a, b) for a, b in pairwise(bounds)])
+            # the numeric columns' check on this thread while the chunks run: ~100 small numpy
+            # reductions, which in each chunk's thread made the other wait for Python's lock
+            numeric = out_of_space_parts(columns, self.bounds_, categorical=False)
+            done = list(running)
+        warn_out_of_space_parts(merged_out_of_space([numeric, *(parts for parts, _ in done)]),
+                                self.bounds_, stacklevel=4)
+        seconds, memory, capacity = (np.concatenate(arrays)
+                                     for arrays in zip(*(values for _, values in done), strict=True))
         return seconds, memory, capacity
+
+    def _checked(self, columns: dict[str, Any]) -> dict[str, Any]:
+        """`columns`, after checking their GPUs are the surrogate's."""
+        self._check_gpus(columns)
+        return columns
 
     def _predict_columns(self, columns: Mapping[str, Any], boosters: Mapping[str, Any]
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

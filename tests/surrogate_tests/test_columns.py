@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from surrogate.columns import factorize
+from surrogate.columns import factorize, factorized_rows, frame_columns
 
 VALUES = ["b200", "h100", "b200", "gb200", "h100", "b200"]
 
@@ -35,3 +35,24 @@ def test_a_missing_value_is_a_value_of_its_own() -> None:
     f = factorize(column)
     assert f.codes.tolist() == [0, 1, 0]
     assert f.uniques[0] == "a" and pd.isna(f.uniques[1])
+
+
+def test_a_deferred_arrow_column_is_encoded_per_row_chunk() -> None:
+    """`frame_columns(..., defer=True)` leaves an Arrow-backed string column to be encoded per
+    chunk of rows (on the prediction's threads): each chunk gets its own rows' codes."""
+    df = pd.DataFrame({"gpu": pd.Series(VALUES, dtype="string[pyarrow]"), "n": np.arange(6),
+                       "other": pd.Series(VALUES, dtype="object")})
+    columns = frame_columns(df, ("gpu", "n", "other"), ("gpu", "other"), defer=True)
+    chunk = factorized_rows(columns, slice(2, 5))
+    assert chunk["gpu"].uniques == ("b200", "gb200", "h100") and chunk["gpu"].codes.tolist() == [0, 1, 2]
+    assert chunk["other"].values().tolist() == VALUES[2:5]  # pandas' column: factorized up front
+    assert chunk["n"].tolist() == [2, 3, 4]
+    whole = factorized_rows(columns, slice(None))["gpu"]
+    assert whole.uniques == factorize(df["gpu"]).uniques and whole.values().tolist() == VALUES
+
+
+def test_a_deferred_arrow_chunk_with_a_missing_value_takes_pandas_path() -> None:
+    df = pd.DataFrame({"gpu": pd.Series(["a", None, "a", "b"], dtype="string[pyarrow]")})
+    chunk = factorized_rows(frame_columns(df, ("gpu",), ("gpu",), defer=True), slice(0, 3))
+    assert chunk["gpu"].codes.tolist() == [0, 1, 0]
+    assert chunk["gpu"].uniques[0] == "a" and pd.isna(chunk["gpu"].uniques[1])

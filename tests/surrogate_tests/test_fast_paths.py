@@ -129,6 +129,8 @@ def test_chunks_on_threads_warn_once_with_the_whole_batch_counts(tiny_model, tin
     rows = read_samples(tiny_samples)[list(JOB_COLUMNS)].head(90).copy()
     rows.loc[rows.index[[5, 50, 85]], "num_gpus"] = 10**6  # one in each of three chunks
     rows.loc[rows.index[[80]], "seq_length"] = 2**20
+    rows.loc[rows.index[[10]], "moe_token_dispatcher"] = "flex"  # unseen values in two chunks
+    rows.loc[rows.index[[70]], "moe_token_dispatcher"] = "allgather"
     monkeypatch.setattr(surrogate_model, "PARALLEL_ROWS", 2)
     monkeypatch.setattr(model, "n_jobs", 3)
     with warnings.catch_warnings(record=True) as caught:
@@ -137,6 +139,22 @@ def test_chunks_on_threads_warn_once_with_the_whole_batch_counts(tiny_model, tin
     messages = [str(w.message) for w in caught if issubclass(w.category, OutOfSpaceWarning)]
     assert len(messages) == 1
     assert "seq_length: 1 row(s) outside" in messages[0] and "num_gpus: 3 row(s) outside" in messages[0]
+    assert "moe_token_dispatcher: value(s) allgather, flex never seen" in messages[0]
+
+
+def test_an_unknown_gpu_in_a_threaded_chunk_is_named(tiny_model, tiny_samples, monkeypatch):
+    """The string columns are encoded per chunk on the threads; a GPU the surrogate was not
+    trained for still raises the clear error, not a failure inside the features."""
+    import surrogate.model as surrogate_model
+    from simulator.errors import ProfileError
+
+    model = tiny_model.model
+    rows = read_samples(tiny_samples)[list(JOB_COLUMNS)].head(90).copy()
+    rows.loc[rows.index[[85]], "gpu"] = "tpu-v9"
+    monkeypatch.setattr(surrogate_model, "PARALLEL_ROWS", 2)
+    monkeypatch.setattr(model, "n_jobs", 3)
+    with pytest.raises(ProfileError, match="column gpu has tpu-v9, but the surrogate was trained for"):
+        model.predict(rows)
 
 
 def test_xgboost_predicts_the_same_from_either_memory_order(tiny_model, samples) -> None:
