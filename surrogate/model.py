@@ -61,7 +61,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
 }
 
 
-def _as_columns(columns: Mapping[str, Any]) -> Mapping[str, Any]:
+def _as_columns(columns: Mapping[str, Any], defer: bool = False) -> Mapping[str, Any]:
     return columns
 
 
@@ -71,10 +71,6 @@ def _columns(df: pd.DataFrame, defer: bool = False) -> dict[str, Any]:
     df = with_new_defaults(df)  # a table saved before the MoE / cp columns: dense jobs
     check_columns(set(df.columns), "table")
     return frame_columns(df, JOB_COLUMNS, CATEGORICAL_COLUMNS, defer=defer)
-
-
-def _deferred_columns(df: pd.DataFrame) -> dict[str, Any]:
-    return _columns(df, defer=True)
 
 
 class Surrogate:
@@ -212,7 +208,7 @@ class Surrogate:
         if isinstance(jobs_or_df, pd.DataFrame):
             table: Any = jobs_or_df
             index: pd.Index = jobs_or_df.index
-            prepare: Callable[[Any], Mapping[str, Any]] = _deferred_columns
+            prepare: Callable[[Any, bool], Mapping[str, Any]] = _columns
         else:
             table, index = self._job_columns(list(jobs_or_df)), pd.RangeIndex(len(jobs_or_df))
             prepare = _as_columns
@@ -305,9 +301,10 @@ class Surrogate:
         columns = columns_with_new_defaults(columns)  # a batch built before the MoE / cp columns
         return self._predict_table(columns, len(columns["num_layers"]), _as_columns)
 
-    def _predict_table(self, table: Any, n: int, prepare: Callable[[Any], Mapping[str, Any]]
+    def _predict_table(self, table: Any, n: int, prepare: Callable[[Any, bool], Mapping[str, Any]]
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`predict_arrays` of a DataFrame or columns (`prepare` makes the columns).
+        """`predict_arrays` of a DataFrame or columns (`prepare(table, defer)` makes the
+        columns; `defer`: Arrow's string columns left to each chunk).
 
         The columns are taken from the table once (pandas holds Python's lock for it), then a
         large batch is cut into one row chunk per thread and each thread takes its chunk
@@ -324,14 +321,16 @@ class Surrogate:
                             "computes; retrain it")
         threads = self._params()["nthread"]
         serving = self._serving()
-        columns = prepare(table)
-        if threads <= 1 or n < PARALLEL_ROWS:
-            columns = self._checked(factorized_rows(columns, slice(None)))
+        parallel = threads > 1 and n >= PARALLEL_ROWS
+        columns = prepare(table, parallel)
+        if not parallel:
+            self._check_gpus(columns)
             warn_out_of_space_parts(out_of_space_parts(columns, self.bounds_), self.bounds_, stacklevel=4)
             return self._predict_columns(columns, serving["single"] if n < SMALL_BATCH else self.boosters_)
 
         def chunk(rows: slice) -> tuple[Any, tuple[np.ndarray, ...]]:
-            part = self._checked(factorized_rows(columns, rows))
+            part = factorized_rows(columns, rows)
+            self._check_gpus(part)
             return (out_of_space_parts(part, self.bounds_, numeric=False),
                     self._predict_columns(part, serving["single"]))
 
@@ -347,11 +346,6 @@ class Surrogate:
         seconds, memory, capacity = (np.concatenate(arrays)
                                      for arrays in zip(*(values for _, values in done), strict=True))
         return seconds, memory, capacity
-
-    def _checked(self, columns: dict[str, Any]) -> dict[str, Any]:
-        """`columns`, after checking their GPUs are the surrogate's."""
-        self._check_gpus(columns)
-        return columns
 
     def _predict_columns(self, columns: Mapping[str, Any], boosters: Mapping[str, Any]
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
