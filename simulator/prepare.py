@@ -87,7 +87,8 @@ def build_static(job: Job) -> JobStatic:
     graph = build_graph(job)
     p, v, m = job.parallel.pp, job.parallel.virtual_stages, job.num_microbatches
     all_warmup = semantics(job.training.framework).all_forwards_first_when_m_equals_p and m == p
-    plan = round_plan(job.parallel.schedule, p, m, v, all_warmup)
+    plan = round_plan(job.parallel.schedule, p, m, v, all_warmup,
+                      job.parallel.microbatch_group_size_per_vp_stage)
     static = JobStatic(graph, plan, stage_param_counts(job), stage_memory_table(job, graph, plan),
                        model_flops_per_iteration(job), hardware_flops_per_iteration(job),
                        job_summary(job), tp_placement(job), fabric(job).collnet)

@@ -105,7 +105,7 @@ _UNHELD: dict[tuple[str, str], Any] = {
                  # the master weights' dtype: not a column (yet)
                  "main_params_dtype")},
     **{("parallel", k): ParallelPlan.model_fields[k].default
-       for k in ("hierarchical_context_parallel_sizes",)},
+       for k in ("hierarchical_context_parallel_sizes", "microbatch_group_size_per_vp_stage")},
     **{("cluster", k): ClusterSpec.model_fields[k].default for k in ("topology", "jitter")},
 }
 assert _UNHELD[("model", "softmax_type")] is SoftmaxType.VANILLA

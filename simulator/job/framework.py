@@ -13,8 +13,10 @@ framework names. Each entry cites where the behaviour comes from.
   distributed optimizer. The optimizer all-reduces the gradient norm (clipping) and, with fp16,
   the overflow flag over the model-parallel ranks (`core/optimizer/clip_grads.py`,
   `optimizer.py::_unscale_main_grads_and_check_for_nan`). The interleaved schedule's warm-up is
-  `min(2 (p - s - 1) + (v - 1) p, m v)` (`schedules.py::get_pp_rank_microbatches`; the special
-  case "m == p: all forwards first" was removed in Nov 2024, commit 4295be1a6c). Pipeline
+  `min(2 (p - s - 1) + (v - 1) g, m v)` for micro-batch groups of g (`parallel.
+  microbatch_group_size_per_vp_stage`, default p; `schedules.py::get_pp_rank_microbatches`;
+  the groups and the removal of the special case "m == p: all forwards first" came in Nov
+  2024, commit 4295be1a6c, core_r0.10.0). Pipeline
   stages exchange the full [s, b, h] activation, split by tp only under sequence parallelism
   (`schedules.py::get_tensor_shapes`; the scatter-gather optimization was removed in 2023).
   A column-parallel linear's input-gradient all-reduce runs asynchronously behind its

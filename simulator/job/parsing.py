@@ -37,6 +37,7 @@ FOREIGN_NAMES = {
     "pipeline_parallel_size": "pp", "pipeline_model_parallel_size": "pp",
     "data_parallel_size": "dp", "virtual_pipeline_model_parallel_size": "virtual_stages",
     "num_virtual_stages_per_pipeline_rank": "virtual_stages",
+    "microbatch_group_size_per_virtual_pipeline_stage": "microbatch_group_size_per_vp_stage",
     "use_distributed_optimizer": "distributed_optimizer", "micro_batch": "micro_batch_size",
     "global_batch": "global_batch_size", "recompute_granularity": "recompute",
     "use_flash_attn": "flash_attention", "num_gpu": "num_gpus", "gpus": "num_gpus",

@@ -15,6 +15,8 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    ValidationInfo,
+    field_validator,
 )
 
 from simulator.errors import ConfigError
@@ -179,6 +181,10 @@ class ParallelPlan(Frozen):
     expert_tp: PositiveInt | None = None  # tensor parallelism of the experts; None = tp
     virtual_stages: PositiveInt = 1
     schedule: Schedule = Schedule.ONE_F_ONE_B
+    # Megatron-Core's --microbatch-group-size-per-virtual-pipeline-stage (core_r0.10.0 on): the
+    # interleaved schedule runs this many micro-batches on a model chunk before the next chunk
+    # (simulator.timeline.schedule); None: pp, Megatron's default (a pp equal to it reads as None)
+    microbatch_group_size_per_vp_stage: PositiveInt | None = None
     sequence_parallel: bool = False
     distributed_optimizer: bool = False  # ZeRO-1: optimizer states sharded over dp
     overlap_grad_reduce: bool = False  # bucketed dp reduction overlapped with backward
@@ -195,6 +201,12 @@ class ParallelPlan(Frozen):
     # optimizer, else `no_shard`)
     data_parallel_sharding: DataParallelSharding | None = None
     tp_comm_overlap: bool = False  # TE userbuffers: tp all-gather / reduce-scatter under GEMMs
+
+    @field_validator("microbatch_group_size_per_vp_stage")
+    @classmethod
+    def _group_of_pp_is_the_default(cls, group: int | None, info: ValidationInfo) -> int | None:
+        """Megatron's default group is pp: a job that states it is the job that does not."""
+        return None if group == info.data.get("pp") else group
 
 
 class TopologyTier(Frozen):
@@ -454,47 +466,3 @@ class Job(Frozen):
     def price_per_gpu_hour_usd(self) -> float:
         price = self.cluster.price_per_gpu_hour_usd
         return self.hardware.price_per_gpu_hour_usd if price is None else price
-
-
-# Fields added after content hashes of jobs were first recorded (a calibrated hardware file
-# keeps the fingerprints of the rows it was fitted on): `without_unused_fields` leaves them out
-# of a dumped job while they hold their defaults, so a job that does not use them hashes as before.
-LATER_FIELDS: dict[str, type[Frozen]] = {"model": ModelSpec, "training": TrainingSpec,
-                                         "parallel": ParallelPlan, "cluster": ClusterSpec}
-_FIRST_FIELDS = {
-    "model": {"name", "num_layers", "hidden_size", "num_attention_heads", "num_query_groups",
-              "ffn_hidden_size", "gated_mlp", "activation_function", "vocab_size", "seq_length",
-              "norm", "use_bias", "tied_embeddings", "position_embedding", "hidden_dropout",
-              "attention_dropout", "published_params"},
-    "training": {"global_batch_size", "micro_batch_size", "precision", "recompute",
-                 "flash_attention", "optimizer", "framework", "fused_softmax",
-                 "gradient_accumulation_fusion", "train_tokens"},
-    "parallel": {"tp", "pp", "dp", "virtual_stages", "schedule", "sequence_parallel",
-                 "distributed_optimizer", "overlap_grad_reduce", "bucket_size_mb",
-                 "first_stage_layers", "last_stage_layers"},
-    "cluster": {"gpu", "num_gpus", "gpus_per_node", "intra_node_bandwidth_GBps",
-                "inter_node_bandwidth_Gbps", "price_per_gpu_hour_usd"},
-}
-
-
-# First fields whose default changed since: a job that leaves one unset hashes with the value
-# the default dumped as then (the row says the same; what the default means is the simulator's).
-# `bucket_size_mb`: 25.0 until None came to mean the framework's (simulator.job.buckets).
-_FORMER_DEFAULTS: dict[tuple[str, str], Any] = {("parallel", "bucket_size_mb"): 25.0}
-
-
-def without_unused_fields(dumped: dict[str, Any]) -> dict[str, Any]:
-    """A job's `model_dump(mode="json")` without the later fields that hold their defaults."""
-    out = dict(dumped)
-    for section, cls in LATER_FIELDS.items():
-        if not isinstance(out.get(section), dict):
-            continue
-        defaults = {name: field.default for name, field in cls.model_fields.items()}
-        out[section] = {k: (_FORMER_DEFAULTS.get((section, k), v) if v is None else v)
-                        for k, v in out[section].items()
-                        if k in _FIRST_FIELDS[section] or v != _json(defaults.get(k))}
-    return out
-
-
-def _json(value: Any) -> Any:
-    return value.value if hasattr(value, "value") else value

@@ -76,11 +76,8 @@ def job_problems(job: Job) -> list[str]:
             f"dp*micro_batch_size = {dp}*{t.micro_batch_size}; use a multiple of "
             f"{dp * t.micro_batch_size}"
         )
-    elif p.schedule is Schedule.INTERLEAVED_1F1B and job.num_microbatches % pp:
-        problems.append(
-            f"interleaved_1f1b needs the number of micro-batches ({job.num_microbatches}) to be a "
-            f"multiple of pipeline_parallel_size={pp}; change global_batch_size or micro_batch_size"
-        )
+    elif p.schedule is Schedule.INTERLEAVED_1F1B:
+        problems += _group_problems(job)
     gpn = job.gpus_per_node
     if c.num_gpus > gpn and c.num_gpus % gpn:
         problems.append(
@@ -96,6 +93,29 @@ def job_problems(job: Job) -> list[str]:
     return problems
 
 
+def _group_problems(job: Job) -> list[str]:
+    """The interleaved schedule's micro-batch groups, as Megatron-Core checks them
+    (`schedules.py::forward_backward_pipelining_with_interleaving`): a group of pp (the
+    default) to m micro-batches, and a last group of none or at least pp."""
+    p, m = job.parallel, job.num_microbatches
+    pp, group = p.pp, p.microbatch_group_size_per_vp_stage
+    if group is None:
+        if m % pp:
+            return [f"interleaved_1f1b needs the number of micro-batches ({m}) to be a multiple of "
+                    f"pipeline_parallel_size={pp}; change global_batch_size or micro_batch_size "
+                    f"(or set parallel.microbatch_group_size_per_vp_stage, Megatron-Core >= 0.10)"]
+        return []
+    if not pp <= group <= m:
+        return [f"parallel.microbatch_group_size_per_vp_stage={group} must lie in "
+                f"[pipeline_parallel_size={pp}, number of micro-batches={m}] (Megatron-Core raises "
+                f"otherwise)"]
+    if 0 < m % group < pp:
+        return [f"the last group of micro-batches, {m} % microbatch_group_size_per_vp_stage={group} "
+                f"= {m % group}, is fewer than pipeline_parallel_size={pp} (Megatron-Core refuses "
+                f"its dependency bubbles); make it 0 or at least {pp}"]
+    return []
+
+
 def _pipeline_problems(job: Job) -> list[str]:
     p = job.parallel
     pp, v = p.pp, p.virtual_stages
@@ -103,6 +123,17 @@ def _pipeline_problems(job: Job) -> list[str]:
     if v > 1 and p.schedule is not Schedule.INTERLEAVED_1F1B:
         problems.append(
             f"virtual_stages={v} needs schedule=interleaved_1f1b (got {p.schedule.value})"
+        )
+    group = p.microbatch_group_size_per_vp_stage
+    if group is not None and p.schedule is not Schedule.INTERLEAVED_1F1B:
+        problems.append(
+            f"parallel.microbatch_group_size_per_vp_stage={group} orders the interleaved schedule's "
+            f"model chunks and needs schedule=interleaved_1f1b (got {p.schedule.value}); remove it"
+        )
+    if group is not None and semantics(job.training.framework).all_forwards_first_when_m_equals_p:
+        problems.append(
+            f"parallel.microbatch_group_size_per_vp_stage is Megatron-Core's (core_r0.10.0 on); "
+            f"training.framework={job.training.framework.value} schedules groups of pp; remove it"
         )
     if p.schedule is Schedule.INTERLEAVED_1F1B and (v < 2 or pp < 2):
         problems.append(

@@ -68,15 +68,17 @@ class RoundPlan:
 
 
 @lru_cache(maxsize=256)
-def round_plan(schedule: Schedule, p: int, m: int, v: int, all_warmup: bool = False) -> RoundPlan:
+def round_plan(schedule: Schedule, p: int, m: int, v: int, all_warmup: bool = False,
+               group: int | None = None) -> RoundPlan:
     """The cached round plan of a pipeline shape."""
-    return build_round_plan(schedule, p, m, v, all_warmup=all_warmup)
+    return build_round_plan(schedule, p, m, v, all_warmup=all_warmup, group=group)
 
 
 def build_round_plan(schedule: Schedule, p: int, m: int, v: int, closed_form: bool = True,
-                     all_warmup: bool = False) -> RoundPlan:
+                     all_warmup: bool = False, group: int | None = None) -> RoundPlan:
     """Rounds from the closed form (1F1B, GPipe) or, otherwise or when asked, from the generic
-    construction that walks the stage orders (`all_warmup`: see `schedule.stage_orders`)."""
+    construction that walks the stage orders (`all_warmup`, `group`: see
+    `schedule.stage_orders`)."""
     idx = OpIndex(p, v, m)
     n = idx.count
     backward, chunk, stage, mb = idx.decode()
@@ -88,7 +90,7 @@ def build_round_plan(schedule: Schedule, p: int, m: int, v: int, closed_form: bo
         by_stage = slots.T  # each stage's ops in round order: its schedule order
         orders = by_stage[by_stage >= 0].reshape(p, -1)
     else:
-        orders = stage_orders(schedule, p, m, v, all_warmup)
+        orders = stage_orders(schedule, p, m, v, all_warmup, group)
         level = _levels_by_rounds(orders, dep_s, n)
         slots = _slots(level, stage, p)
     original = slots[slots >= 0]

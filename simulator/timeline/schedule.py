@@ -40,13 +40,16 @@ class OpIndex:
         return backward, chunk, stage, mb
 
 
-def stage_orders(schedule: Schedule, p: int, m: int, v: int, all_warmup: bool = False) -> np.ndarray:
+def stage_orders(schedule: Schedule, p: int, m: int, v: int, all_warmup: bool = False,
+                 group: int | None = None) -> np.ndarray:
     """Array (p, 2*v*m) of op ids: the execution order on each stage. `all_warmup`: every stage
-    runs all its forwards first (Megatron's interleaved schedule before Nov 2024 when m == p)."""
+    runs all its forwards first (Megatron's interleaved schedule before Nov 2024 when m == p).
+    `group`: the interleaved schedule's micro-batches per model chunk at a time (None: p)."""
     idx = OpIndex(p, v, m)
     orders: list[list[int] | np.ndarray]
-    if all_warmup and schedule is Schedule.INTERLEAVED_1F1B:
-        orders = [_interleaved(idx, s, all_warmup=True) for s in range(p)]
+    if schedule is Schedule.INTERLEAVED_1F1B:
+        table = interleaved_table(m, v, p if group is None else group)
+        orders = [_interleaved(idx, s, table, all_warmup) for s in range(p)]
     else:
         orders = [_ORDERS[schedule](idx, s) for s in range(p)]
     return np.asarray(orders, dtype=np.int64)
@@ -65,18 +68,31 @@ def _one_f_one_b(idx: OpIndex, s: int) -> list[int]:
     return order + [idx.of(1, 0, s, j) for j in range(m - warm, m)]
 
 
-def _interleaved(idx: OpIndex, s: int, all_warmup: bool = False) -> np.ndarray:
-    """Megatron's interleaved order on stage s, for all k at once: the k-th forward runs chunk
-    (k // p) % v of micro-batch (k // (p v)) p + k % p, the k-th backward the same micro-batch
-    on chunk v - 1 - (k // p) % v."""
+def interleaved_table(m: int, v: int, group: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(micro-batch, chunk) of the interleaved schedule's k-th forward for every k < m v, and
+    the group: Megatron-Core's `schedules.py::get_schedule_table` runs `group` micro-batches on
+    chunk 0, the same on chunk 1, ..., then the next group (the last one holds what is left).
+    With group == p and m a multiple of p: micro-batch (k // (p v)) p + k % p on chunk
+    (k // p) % v, the schedule of Narayanan et al. (2021)."""
+    starts = np.arange(0, m, group)
+    sizes = np.minimum(starts + group, m) - starts
+    mb = np.concatenate([np.tile(np.arange(a, a + n), v) for a, n in zip(starts, sizes, strict=True)])
+    chunk = np.concatenate([np.repeat(np.arange(v), n) for n in sizes])
+    return mb.astype(np.int64), chunk.astype(np.int64), group
+
+
+def _interleaved(idx: OpIndex, s: int, table: tuple[np.ndarray, np.ndarray, int],
+                 all_warmup: bool = False) -> np.ndarray:
+    """Megatron's interleaved order on stage s, for all k at once: the k-th forward runs the
+    `table`'s k-th (micro-batch, chunk), the k-th backward the same micro-batch on chunk
+    v - 1 - chunk (`get_model_chunk_id(..., forward=False)`)."""
     p, v, m = idx.p, idx.v, idx.m
     total = m * v
-    k = np.arange(total, dtype=np.int64)
-    chunk, mb = (k // p) % v, (k // (p * v)) * p + k % p
+    mb, chunk, group = table
     fwd = (chunk * p + s) * m + mb  # idx.of(0, chunk, s, mb)
     bwd = ((2 * v - 1 - chunk) * p + s) * m + mb  # idx.of(1, v - 1 - chunk, s, mb)
-    # Megatron's get_pp_rank_microbatches: 2 (p - s - 1) + (v - 1) p warm-up forwards
-    warm = total if all_warmup else min((p - s - 1) * 2 + (v - 1) * p, total)
+    # Megatron's get_pp_rank_microbatches: 2 (p - s - 1) + (v - 1) group warm-up forwards
+    warm = total if all_warmup else min((p - s - 1) * 2 + (v - 1) * group, total)
     steady = np.empty(2 * (total - warm), dtype=np.int64)
     steady[0::2], steady[1::2] = fwd[warm:], bwd[:total - warm]
     return np.concatenate((fwd[:warm], steady, bwd[total - warm:]))
@@ -85,8 +101,7 @@ def _interleaved(idx: OpIndex, s: int, all_warmup: bool = False) -> np.ndarray:
 _ORDERS: dict[Schedule, Callable[[OpIndex, int], list[int] | np.ndarray]] = {
     Schedule.GPIPE: _gpipe,
     Schedule.ONE_F_ONE_B: _one_f_one_b,
-    Schedule.INTERLEAVED_1F1B: _interleaved,
-}
+}  # the interleaved order takes its micro-batch groups too (`stage_orders`)
 
 
 def dependencies(p: int, m: int, v: int,

@@ -38,8 +38,9 @@ import yaml
 
 from simulator.errors import ConfigError, DataError
 from simulator.job.catalog import resolve_hardware
+from simulator.job.later_fields import without_unused_fields
 from simulator.job.loaders import load_job
-from simulator.job.specs import GiB, Job, without_unused_fields
+from simulator.job.specs import GiB, Job
 from vtrain_ml.accuracy.measurements import is_vtrain_header, read_measurements, row_to_job
 from vtrain_ml.jobs import with_overrides
 
