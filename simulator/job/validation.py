@@ -101,9 +101,11 @@ def _group_problems(job: Job) -> list[str]:
     pp, group = p.pp, p.microbatch_group_size_per_vp_stage
     if group is None:
         if m % pp:
+            grouped = not semantics(job.training.framework).all_forwards_first_when_m_equals_p
+            hint = (" (or set parallel.microbatch_group_size_per_vp_stage, Megatron-Core >= 0.10)"
+                    if grouped else "")
             return [f"interleaved_1f1b needs the number of micro-batches ({m}) to be a multiple of "
-                    f"pipeline_parallel_size={pp}; change global_batch_size or micro_batch_size "
-                    f"(or set parallel.microbatch_group_size_per_vp_stage, Megatron-Core >= 0.10)"]
+                    f"pipeline_parallel_size={pp}; change global_batch_size or micro_batch_size{hint}"]
         return []
     if not pp <= group <= m:
         return [f"parallel.microbatch_group_size_per_vp_stage={group} must lie in "

@@ -92,6 +92,9 @@ def test_a_group_needs_the_interleaved_schedule_and_megatron_core():
         make_job(parallel={"tp": 1, "pp": 4, "dp": 2, "microbatch_group_size_per_vp_stage": 8})
     with pytest.raises(ConfigError, match=r"training\.framework=megatron-deepspeed schedules groups of pp"):
         _job(16, group=8, framework="megatron-deepspeed")
+    with pytest.raises(ConfigError, match="multiple of pipeline_parallel_size=4") as refused:
+        _job(10, framework="megatron-deepspeed")
+    assert "microbatch_group_size" not in str(refused.value)  # no option it would refuse
 
 
 def test_the_surrogate_refuses_a_group_it_does_not_model():
