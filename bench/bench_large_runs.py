@@ -135,9 +135,10 @@ def memory_finding(runs: list[Run]) -> None:
 
 def _what_meta_changed(run: Run, result: SimulationResult, stage: int) -> None:
     """Megatron's interleaved warm-up holds 2(p - s - 1) + (v - 1) N + 1 model chunks in flight,
-    N = p in Megatron (`microbatch_group_size_per_vp_stage`); Meta made N tunable and shards the
-    gradients (FSDP). N is not a simulator option, so both are computed from the terms above;
-    the sharded gradients' time is then simulated (`_per_microbatch_reduce_scatter`)."""
+    N = p by default in Megatron (`microbatch_group_size_per_vp_stage`); Meta made N tunable and
+    shards the gradients (FSDP). The simulator's N follows Megatron-Core, which refuses N < p, so
+    Meta's smaller N and the sharded gradients' memory are computed from the terms above; the
+    sharded gradients' time is then simulated (`_per_microbatch_reduce_scatter`)."""
     assert run.job is not None
     par = run.job["parallel"]
     p, v = par["pp"], par["virtual_stages"]

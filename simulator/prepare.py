@@ -107,6 +107,9 @@ def job_summary(job: Job) -> dict[str, Any]:
         "gpus_per_node": job.gpus_per_node,
         "tp": p.tp, "pp": p.pp, "dp": job.dp, "virtual_stages": p.virtual_stages,
         "schedule": p.schedule.value,
+        # Megatron-Core's interleaved micro-batch groups, only where set (others' summaries as before)
+        **({"microbatch_group_size_per_vp_stage": p.microbatch_group_size_per_vp_stage}
+           if p.microbatch_group_size_per_vp_stage else {}),
         "sequence_parallel": p.sequence_parallel,
         "distributed_optimizer": p.distributed_optimizer,
         "overlap_grad_reduce": p.overlap_grad_reduce,

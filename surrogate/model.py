@@ -62,6 +62,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
 
 
 def _as_columns(columns: Mapping[str, Any], defer: bool = False) -> Mapping[str, Any]:
+    """Columns given as arrays (jobs' records, a search's batch): nothing Arrow holds to defer."""
     return columns
 
 

@@ -104,7 +104,9 @@ def result_columns(result: SimulationResult) -> dict[str, Any]:
         "param_gather_wait_s": ("" if result.param_gather_wait_s is None
                                 else float(result.param_gather_wait_s[result.critical_stage].sum())),
         "micro_batch_size": j["micro_batch_size"], "num_microbatches": result.num_microbatches,
-        "global_batch_size": j["global_batch_size"], "schedule": j["schedule"], "recompute": j["recompute"],
+        "global_batch_size": j["global_batch_size"], "schedule": j["schedule"],
+        "microbatch_group_size_per_vp_stage": j.get("microbatch_group_size_per_vp_stage", ""),
+        "recompute": j["recompute"],
         "gpu": j["gpu"], "precision": j["precision"],
         "low_precision_recipe": j.get("low_precision_recipe", ""),
         "data_parallel_sharding": j.get("data_parallel_sharding",

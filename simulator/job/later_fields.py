@@ -8,9 +8,8 @@ from typing import Any
 
 from simulator.job.specs import ClusterSpec, Frozen, ModelSpec, ParallelPlan, TrainingSpec
 
-# Fields added after content hashes of jobs were first recorded (a calibrated hardware file
-# keeps the fingerprints of the rows it was fitted on): `without_unused_fields` leaves them out
-# of a dumped job while they hold their defaults, so a job that does not use them hashes as before.
+# The sections whose fields past `_FIRST_FIELDS` `without_unused_fields` leaves out while they
+# hold their defaults, so that a job which does not use them hashes as before.
 LATER_FIELDS: dict[str, type[Frozen]] = {"model": ModelSpec, "training": TrainingSpec,
                                          "parallel": ParallelPlan, "cluster": ClusterSpec}
 _FIRST_FIELDS = {

@@ -68,7 +68,7 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
         f"{j['model']} ({j['parameters'] / 1e9:.1f}B params) on {j['num_gpus']} x {j['gpu']}",
         f"  layout: tp={j['tp']} pp={j['pp']} dp={j['dp']} v={j['virtual_stages']} "
         + "".join(f"{k}={j[k]} " for k in ("cp", "cp_comm_type", "ep", "expert_tp") if k in j)
-        + f"{j['schedule']}, micro-batch {j['micro_batch_size']} x {result.num_microbatches}, "
+        + f"{j['schedule']}{_groups(j)}, micro-batch {j['micro_batch_size']} x {result.num_microbatches}, "
         f"global batch {j['global_batch_size']}, seq {j['seq_length']}, {_precision(j)}, "
         f"recompute {j['recompute']}{_modern(j)}",
         "",
@@ -96,6 +96,12 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
         cov = ", ".join(f"{k} {v:.0%}" for k, v in result.profile_coverage.items())
         lines += ["", f"  profile coverage    {cov}"]
     return "\n".join(lines)
+
+
+def _groups(j: dict[str, Any]) -> str:
+    """The interleaved schedule's micro-batch groups where a job sets them (default: pp)."""
+    group = j.get("microbatch_group_size_per_vp_stage")
+    return f" (groups of {group} micro-batches)" if group else ""
 
 
 def _precision(j: dict[str, Any]) -> str:

@@ -64,6 +64,21 @@ def test_a_group_lets_m_be_other_than_a_multiple_of_pp():
     assert result.iteration_time_s > 0 and result.num_microbatches == 10
 
 
+def test_the_group_is_reported_where_a_job_sets_it():
+    """The summary (--json), the text table and the batch CSV name the group; a default job's
+    summary has no such key."""
+    from simulator.report.render import table
+    from vtrain_ml.batch import result_columns
+
+    result = simulate(_job(10, group=6))
+    assert result.job["microbatch_group_size_per_vp_stage"] == 6
+    assert "interleaved_1f1b (groups of 6 micro-batches)" in table(result)
+    assert result_columns(result)["microbatch_group_size_per_vp_stage"] == 6
+    default = simulate(_job(8))
+    assert "microbatch_group_size_per_vp_stage" not in default.job
+    assert result_columns(default)["microbatch_group_size_per_vp_stage"] == ""
+
+
 def test_more_micro_batches_in_flight_hold_more_activations():
     """Stage 0 runs 2 (p - 1) + (v - 1) group forwards before its first backward: 10 with groups
     of 4, 14 with groups of 8, so its activations peak higher."""
