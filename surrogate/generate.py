@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -149,8 +149,10 @@ def backend_context(backend: Backend) -> Iterator[None]:
 
 
 def generate(config: GenerateConfig, out: str | Path, resume: bool = False,
-             progress: bool = True) -> GenerateReport:
-    """Sample `config.space`, simulate every sample, write the folder `out` (see module doc)."""
+             progress: bool = True, stop: Callable[[], bool] | None = None) -> GenerateReport:
+    """Sample `config.space`, simulate every sample, write the folder `out` (see module doc).
+    `stop`: asked after each saved task; True raises `KeyboardInterrupt` there (the CLI's
+    record of a Ctrl-C or SIGTERM whose own exception was swallowed on its way)."""
     from tqdm import tqdm
 
     out = Path(out)
@@ -174,6 +176,8 @@ def generate(config: GenerateConfig, out: str | Path, resume: bool = False,
             df.insert(0, "sample_index", members)
             saved.add(chunk, task, df)
             bar.update(len(df))
+            if stop is not None and stop():
+                raise KeyboardInterrupt
     return GenerateReport(out, config.n, todo, time.perf_counter() - began, sample.summary())
 
 

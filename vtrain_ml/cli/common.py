@@ -96,20 +96,40 @@ class Terminated(KeyboardInterrupt):
     (`finally` blocks: checkpoints, stopping worker processes) runs before it exits."""
 
 
-def _terminated(signum: int, frame: object) -> None:
-    raise Terminated
+_RECEIVED: set[int] = set()  # SIGINT / SIGTERM received by the running command
+
+
+def stop_requested() -> bool:
+    """Whether Ctrl-C or SIGTERM reached the running command. A long loop checks it between
+    steps: the signal's exception, raised wherever the main thread happens to be, is swallowed
+    when that is a destructor or a garbage-collector callback (CPython prints "Exception
+    ignored" and goes on), and a generator once ran to the end after Ctrl-C."""
+    return bool(_RECEIVED)
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    _RECEIVED.add(signum)
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM raises `Terminated` and Ctrl-C `KeyboardInterrupt` in the main thread, each
+    recorded for `stop_requested`; a Ctrl-C the process ignores (started with `&` from a
+    script) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    _RECEIVED.clear()
+    names = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        names.append(signal.SIGINT)
+    previous = {n: signal.signal(n, _interrupted) for n in names}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for n, handler in previous.items():
+            signal.signal(n, handler)
 
 
 def run(main: Callable[[argparse.Namespace], int], parser: argparse.ArgumentParser,
@@ -126,7 +146,7 @@ def run(main: Callable[[argparse.Namespace], int], parser: argparse.ArgumentPars
         for name in NOISY_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
     try:
-        with _sigterm_raises():
+        with _signals_raise():
             return main(args)
     except VTrainError as exc:
         if args.debug:
@@ -137,7 +157,7 @@ def run(main: Callable[[argparse.Namespace], int], parser: argparse.ArgumentPars
         if args.debug:
             raise
         return report_missing_extra(exc, command)
-    except KeyboardInterrupt as exc:
-        terminated = isinstance(exc, Terminated)
+    except KeyboardInterrupt as exc:  # a loop that saw `stop_requested` raises the plain one
+        terminated = isinstance(exc, Terminated) or signal.SIGTERM in _RECEIVED
         sys.stderr.write("terminated\n" if terminated else "interrupted\n")
         return 143 if terminated else 130

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vtrain_ml.cli.common import add_common, needs, run
+from vtrain_ml.cli.common import add_common, needs, run, stop_requested
 from vtrain_ml.outputs import check_dir_output
 
 
@@ -140,7 +140,8 @@ def _generate(args: argparse.Namespace) -> int:
     sources = {name: hardware_source(given) for name, given in zip(hardware, names, strict=True)}
     config = GenerateConfig(space, hardware, args.n, args.seed, Method(args.method),
                             args.chunk_size, args.jobs, Backend(args.backend), sources, args.checkpoint_s)
-    report = generate(config, args.out, resume=args.resume, progress=not args.no_progress)
+    report = generate(config, args.out, resume=args.resume, progress=not args.no_progress,
+                      stop=stop_requested)
     s = report.rejections
     sys.stdout.write(
         f"{report.n} samples in {report.out} ({report.simulated} simulated now in {report.seconds:.1f} s, "
