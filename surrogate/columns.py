@@ -145,6 +145,16 @@ def value_at(column: Any, i: int) -> Any:
                          else column[i])
 
 
+def small_unique(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(key, return_inverse=True)` of non-negative integer keys below `size` (a few
+    hundred combinations of codes) without sorting the rows: a table of which keys occur.
+    np.unique's sort cost ~1 ms per 20,000 rows, each of the lookups that grouped by it."""
+    present = np.zeros(size, dtype=np.bool_)
+    present[key] = True
+    slot = np.cumsum(present) - 1
+    return np.flatnonzero(present), slot[key]
+
+
 def row_groups(parts: list[np.ndarray], what: str) -> tuple[np.ndarray, np.ndarray]:
     """(group of each row, the first row of each group) of rows equal in every one of `parts`
     (integer arrays of one length): folded into one 64-bit key (a hash table on one column, not

@@ -41,7 +41,7 @@ from simulator.graph.params import expert_params, layers_params, total_params
 from simulator.job.enums import DataParallelSharding
 from simulator.job.layer_pattern import layer_kinds
 from simulator.job.specs import HardwareSpec
-from surrogate.columns import factorize, row_groups, value_at
+from surrogate.columns import factorize, row_groups, small_unique, value_at
 from surrogate.dp_terms import plain_tree_correction
 from surrogate.extended_terms import extended_row
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
@@ -257,7 +257,7 @@ def _hardware_lp(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | No
     precision = factorize(c["precision"])
     recipe8 = new[NEW_COLUMNS.index("fp8_recipe")].astype(np.intp)
     key = (gpu.codes * len(precision.uniques) + precision.codes) * 8 + recipe8
-    keys, inverse = np.unique(key, return_inverse=True)
+    keys, inverse = small_unique(key, len(gpu.uniques) * len(precision.uniques) * 8)
     table = np.empty((LP_NUMBERS, len(keys)))
     for i, k in enumerate(keys.tolist()):
         g, rest = divmod(k, len(precision.uniques) * 8)

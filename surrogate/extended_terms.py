@@ -142,6 +142,8 @@ def _alltoall_s(nbytes: Vec, n: Vec, stride: Vec, domain: Vec, intra_Bps: Vec, i
     """`simulator.network.alltoall.all_to_all_s` over rows: the group of `n` ranks `stride`
     apart (simulator.network.topology.strided_group), its share to its own domain on NVLink,
     the rest on the node's links shared by the node's GPUs (non-blocking fabric)."""
+    if skips((n > 1) & (nbytes > 0)):  # a compiled row without the exchange: 0.0 either way
+        return 0.0
     g = where(stride >= domain, 1.0, maximum(1.0, minimum(n, domain // maximum(stride, 1.0))))
     intra_eff = where(deepep, DEEPEP_NVLINK_EFFICIENCY, hw.intra_eff)
     inter_eff = where(deepep, DEEPEP_RDMA_EFFICIENCY, hw.inter_eff)
@@ -194,11 +196,15 @@ def _comm_terms(f: Any, new: Any, models: Any, copies: Vec, hw: Hardware, dims: 
     link_Bps = where(t * cp <= domain, intra * hw.intra_eff, inter / gpn * hw.inter_eff)
     # all_gather: one ring all-gather of the cp group's K/V (its ranks t apart: g of them in a
     # domain, whose share of the node's NICs carries what crosses; surrogate.moe_terms.ring_gather_s)
-    in_domain = minimum(cp, maximum(1.0, floor(domain / t)))
-    gather_s = ring_gather_s(cp * kv, cp, in_domain, intra * hw.intra_eff,
-                             inter * hw.inter_eff * in_domain / gpn, hw)
-    cp_s = where(a2a_cp, _alltoall_s(cp_bytes, cp, t, domain, intra, inter, gpn, hw, False),
-                 where(exchange == _ALL_GATHER, gather_s, cp_bytes / link_Bps))
+    # (a compiled row computes only its own exchange's: `skips`)
+    gather = exchange == _ALL_GATHER
+    gather_s = 0.0
+    if not skips(gather):
+        in_domain = minimum(cp, maximum(1.0, floor(domain / t)))
+        gather_s = ring_gather_s(cp * kv, cp, in_domain, intra * hw.intra_eff,
+                                 inter * hw.inter_eff * in_domain / gpn, hw)
+    ulysses_s = 0.0 if skips(a2a_cp) else _alltoall_s(cp_bytes, cp, t, domain, intra, inter, gpn, hw, False)
+    cp_s = where(a2a_cp, ulysses_s, where(gather, gather_s, cp_bytes / link_Bps))
     return Comm(tokens, expert_dp, per_gpu_experts, a2a_bytes, a2a_s, kv / link_Bps, cp_bytes,
                 cp_s, ring)
 

@@ -137,44 +137,50 @@ def _order(p: int, m: int) -> np.ndarray:
 
 @njit
 def _sweep(times: np.ndarray, m: int, forward_share: float, record: bool) -> tuple[float, np.ndarray]:
-    """(makespan, ops in their order): sweeps down the stages for the forwards, up for the
-    backwards, each stage running its 1F1B ops while their inputs are done. Either records the
-    order (`record`; makespan 0) or times each op as it is reached (one pass: no order array is
-    built to walk a row)."""
+    """(makespan, ops in their order): round k runs each stage's k-th op, the forwards down the
+    stages, then the backwards up. That order runs every op after its input: a forward's input
+    (the previous stage's forward of its micro-batch) is that stage's op k or earlier, the same
+    k coming first in the downward pass; a backward's (the next stage's backward, or the last
+    stage's own forward) is op k or earlier there, the same k coming first in the upward pass.
+    Either records the order (`record`; makespan 0) or times each op as it is reached. Until
+    2026-11-28 the sweep looked for ready ops and marked each done: the same end times to the
+    bit (each op's end is max(its stage's clock, its input's end) plus its time, in any order
+    that runs inputs first), ~1.35x the time (16 stages, 49 micro-batches: 6.6-7.9 us against
+    5.0-5.6)."""
     p = times.shape[0]
-    done = np.zeros((2, p, m), dtype=np.bool_)
     ends = np.zeros((2, p, m))  # forward, backward
     clock = np.zeros(p)
     order = np.empty((2 * p * m if record else 0, 3), dtype=np.int64)
-    nxt = np.zeros(p, dtype=np.int64)  # each stage's next op in its order
+    warm = np.empty(p, dtype=np.int64)
+    micro = np.empty(p, dtype=np.int64)  # round k's micro-batch on each stage; -1: a backward's
+    for s in range(p):
+        warm[s] = min(p - s - 1, m)
     n = 0
-    while n < 2 * p * m:
-        for sweep in range(2):
-            for k in range(p):
-                s = k if sweep == 0 else p - 1 - k
-                warm = min(p - s - 1, m)
-                while nxt[s] < 2 * m:
-                    backward, j = _op(nxt[s], warm, m)
-                    if backward:
-                        known = done[1, s + 1, j] if s < p - 1 else done[0, s, j]
-                    else:
-                        known = done[0, s - 1, j] if s > 0 else True
-                    if not known:
-                        break
-                    done[int(backward), s, j] = True
-                    if record:
-                        order[n, 0], order[n, 1], order[n, 2] = s, int(backward), j
-                    else:
-                        if backward:
-                            ready = ends[1, s + 1, j] if s < p - 1 else ends[0, s, j]
-                        else:
-                            ready = ends[0, s - 1, j] if s > 0 else 0.0
-                        share = 1.0 - forward_share if backward else forward_share
-                        end = max(clock[s], ready) + times[s] * share
-                        ends[int(backward), s, j] = end
-                        clock[s] = end
-                    n += 1
-                    nxt[s] += 1
+    for k in range(2 * m):
+        for s in range(p):  # the forwards, down the stages
+            backward, j = _op(k, warm[s], m)
+            micro[s] = -1 - j if backward else j
+            if backward:
+                continue
+            if record:
+                order[n, 0], order[n, 1], order[n, 2] = s, 0, j
+            else:
+                end = max(clock[s], ends[0, s - 1, j] if s > 0 else 0.0) + times[s] * forward_share
+                ends[0, s, j] = end
+                clock[s] = end
+            n += 1
+        for s in range(p - 1, -1, -1):  # the backwards, up
+            if micro[s] >= 0:
+                continue
+            j = -1 - micro[s]
+            if record:
+                order[n, 0], order[n, 1], order[n, 2] = s, 1, j
+            else:
+                ready = ends[1, s + 1, j] if s < p - 1 else ends[0, s, j]
+                end = max(clock[s], ready) + times[s] * (1.0 - forward_share)
+                ends[1, s, j] = end
+                clock[s] = end
+            n += 1
     return clock.max(), order
 
 
@@ -183,7 +189,7 @@ def _op(k: int, warm: int, m: int) -> tuple[bool, int]:
     """(is a backward, micro-batch) of op `k` of a stage with `warm` warm-up forwards."""
     if k < warm:
         return False, k
-    i = k - warm
+    i = k - warm  # >= 0: halves and parity as shifts
     if i < 2 * (m - warm):
-        return i % 2 == 1, warm + i // 2 if i % 2 == 0 else i // 2
+        return (i & 1) == 1, warm + (i >> 1) if (i & 1) == 0 else i >> 1
     return True, k - m

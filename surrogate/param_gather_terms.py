@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.jit import njit
-from surrogate.physics import Rows, Vec, maximum, minimum, where
+from surrogate.physics import Rows, Vec, maximum, minimum, skips, where
 from surrogate.timing import collective_s, dp_placement, grad_buckets
 
 
@@ -45,6 +45,8 @@ def param_gather_shift_s(r: Rows, opg: Any, stage: Vec, bucketed: Vec, stage_mb_
     one micro-batch's stage time; `experts_one`, `experts_bucket`: the routed experts' gather
     over expert_dp in one call and per bucket (0 on dense rows)."""
     d, p, v = r.d, r.p, r.v
+    if skips(opg & (d > 1)):  # a compiled row without the overlapped gather: 0.0 either way
+        return 0.0
     dense_gather = collective_s(r, 2.0 * stage, d, dp_placement(r), r.gpn, 1.0, True)
     gather = dense_gather + experts_one  # what a chunk's first forward waits for, whole
     element = where(r.bf16 > 0, 4.0, 2.0)  # the gradients the buckets are sized by

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from surrogate.columns import factorize, factorized_rows, frame_columns
+from surrogate.columns import factorize, factorized_rows, frame_columns, small_unique
 
 VALUES = ["b200", "h100", "b200", "gb200", "h100", "b200"]
 
@@ -56,3 +56,12 @@ def test_a_deferred_arrow_chunk_with_a_missing_value_takes_pandas_path() -> None
     chunk = factorized_rows(frame_columns(df, ("gpu",), ("gpu",), defer=True), slice(0, 3))
     assert chunk["gpu"].codes.tolist() == [0, 1, 0]
     assert chunk["gpu"].uniques[0] == "a" and pd.isna(chunk["gpu"].uniques[1])
+
+
+def test_small_unique_groups_keys_as_numpy_unique_does() -> None:
+    key = np.random.default_rng(0).integers(0, 40, 5_000) * 3  # sparse in [0, 120)
+    keys, inverse = small_unique(key, 120)
+    expected_keys, expected_inverse = np.unique(key, return_inverse=True)
+    assert keys.tolist() == expected_keys.tolist()
+    assert inverse.tolist() == expected_inverse.ravel().tolist()
+    assert (keys[inverse] == key).all()
