@@ -36,6 +36,7 @@ from surrogate.extended import (
 from surrogate.extended_kernel import extended_kernel
 from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS, with_new_defaults
 from surrogate.kernel import PHYSICS_FEATURES, fill_features
+from surrogate.matrix_io import read_columns, write_columns
 from surrogate.physics import CODES, ROW_FIELDS, Hardware, hardware_of_table, hardware_table, row_field_matrix
 from surrogate.records import CHOICES, NEW_COLUMNS
 from surrogate.slots import DENSE_READ, M_ACTIVE_FFN, MODEL_VALUES
@@ -129,28 +130,27 @@ def _fill_table(columns: Mapping[str, Any], hardware: Mapping[str, HardwareSpec]
 
 
 _WIDTH = len(RAW_FEATURES) + len(PHYSICS_FEATURES)
-_DENSE_COLUMNS = [len(RAW_FEATURES) + PHYSICS_FEATURES.index(name) for name in DENSE_READ]
+_DENSE_COLUMNS = np.array([len(RAW_FEATURES) + PHYSICS_FEATURES.index(name) for name in DENSE_READ],
+                          dtype=np.intp)
 
 
 def _dense_read(out: np.ndarray) -> np.ndarray:
     """The (`DENSE_READ`, rows) dense physics features the extended physics reads, as the
     feature matrix holds them (float32), in float64."""
-    return out[:, _DENSE_COLUMNS].T.astype(np.float64)
+    return read_columns(out, _DENSE_COLUMNS)
 
 
 def _write_extended(out: np.ndarray, new: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
     """The new columns and `EXTENDED_PHYSICS` after the dense features; the corrected baselines.
     A few rows (one job) are written as two blocks: a column at a time costs a numpy call per
-    feature, which is most of a single prediction's writing."""
+    feature, which is most of a single prediction's writing; many rows a block of rows at a
+    time (`surrogate.matrix_io`)."""
     start = _WIDTH + len(NEW_COLUMNS)
     if out.shape[0] <= _FEW_ROWS:  # every value is a (rows,) array here (plain and numpy paths)
         out[:, _WIDTH:start] = new.T
         out[:, start:start + len(EXTENDED_PHYSICS)] = np.array([values[name] for name in EXTENDED_PHYSICS]).T
     else:
-        for j in range(len(NEW_COLUMNS)):
-            out[:, _WIDTH + j] = new[j]
-        for j, name in enumerate(EXTENDED_PHYSICS, start=start):
-            out[:, j] = values[name]
+        write_columns(out, _WIDTH, [*new, *(values[name] for name in EXTENDED_PHYSICS)])
     _write_baselines(out, values)
 
 

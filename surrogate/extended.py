@@ -383,8 +383,10 @@ def is_plain(new: np.ndarray, fields: np.ndarray, general: np.ndarray) -> bool:
                 and bool((new[_PLAIN_ROWS, 0] == _PLAIN_VALUES[:, 0]).all())
                 and new[_EXPERT_TP_ROW, 0] == fields[_F["tp"], 0]
                 and new[NVLINK_DOMAIN, 0] <= fields[_F["gpus_per_node"], 0])
+    # one comparison per column, stopping at the first that fails (the whole block compared at
+    # once cost ~1.5 ms per 20,000 rows, ~5% of a dense batch)
     return (not general.any() and bool((fields[_F["precision"]] < 2).all())
-            and bool((new[_PLAIN_ROWS] == _PLAIN_VALUES).all())
+            and all(bool((new[r] == v).all()) for r, v in zip(_PLAIN_ROWS, _PLAIN_VALUES[:, 0], strict=True))
             and bool((_col(new, "expert_tp") == fields[_F["tp"]]).all())
             # an NVLink domain beyond the node (NVL72) maps onto `effective_fields`' "node"
             and bool((_col(new, "nvlink_domain") <= fields[_F["gpus_per_node"]]).all()))
