@@ -28,6 +28,7 @@ from simulator.errors import DataError, ProfileError
 from simulator.job.catalog import hardware_fingerprint
 from simulator.job.specs import GiB, HardwareSpec, Job
 from simulator.memory.fit import required_bytes
+from surrogate.allocator import retain_freed_memory
 from surrogate.columns import distinct, factorized_rows, frame_columns
 from surrogate.encoding import (
     check_columns,
@@ -323,6 +324,8 @@ class Surrogate:
         threads = self._params()["nthread"]
         serving = self._serving()
         parallel = threads > 1 and n >= PARALLEL_ROWS
+        if n >= PARALLEL_ROWS:
+            retain_freed_memory()  # the chunks' matrices, freed, stay for the next batch
         columns = prepare(table, parallel)
         if not parallel:
             self._check_gpus(columns)
