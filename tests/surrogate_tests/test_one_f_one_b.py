@@ -15,6 +15,7 @@ from surrogate.one_f_one_b import (
     STEADY_AFTER,
     _excess_s,
     _excess_table_s,
+    _order,
     one_f_one_b_excess_s,
     one_f_one_b_s,
 )
@@ -98,3 +99,28 @@ def test_a_table_without_numba_walks_each_row_as_the_compiled_row_walk() -> None
                       float(share[i]), bool(walk[i])) for i in range(len(cases))]
     assert table.tolist() == rows
     assert any(r != 0.0 for r in rows)
+
+
+@pytest.mark.parametrize(("p", "m"), [(1, 1), (2, 1), (2, 5), (4, 3), (4, 13), (8, 8), (16, 49)])
+def test_the_walk_order_runs_every_op_after_its_input_and_its_stages_previous_op(p: int, m: int) -> None:
+    """The rounds order (each stage's k-th op, forwards down, backwards up) is a topological order
+    of 1F1B's dependencies: every op of every stage exactly once, each stage's ops in its own
+    order, a forward after the previous stage's forward of its micro-batch, a backward after the
+    next stage's backward (the last stage: its own forward)."""
+    order = [tuple(op) for op in _order(p, m).tolist()]
+    assert sorted(order) == sorted((s, b, j) for s in range(p) for b in (0, 1) for j in range(m))
+    seen: set[tuple[int, int, int]] = set()
+    for s, backward, j in order:
+        if backward:
+            assert ((s + 1, 1, j) if s < p - 1 else (s, 0, j)) in seen
+        elif s > 0:
+            assert (s - 1, 0, j) in seen
+        seen.add((s, backward, j))
+    for s in range(p):
+        warm = min(p - s - 1, m)
+        stage = [(b, j) for t, b, j in order if t == s]
+        expected = [(0, j) for j in range(warm)]
+        for j in range(m - warm):
+            expected += [(0, warm + j), (1, j)]
+        expected += [(1, j) for j in range(m - warm, m)]
+        assert stage == expected
