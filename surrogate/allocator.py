@@ -9,7 +9,8 @@ so the next chunk takes page faults and zeroed pages for the same memory again. 
 75.0 ms per chunk with glibc's default, 66.0 ms with a 64 MiB pad; the dense space's 29.1 ms
 chunk does not change (28.9). `retain_freed_memory` sets the pad once per process, from the
 first batch large enough to be cut into chunks (`surrogate.model.PARALLEL_ROWS`): a process
-that predicts batches then holds up to 64 MiB more than it uses.
+that predicts batches then holds up to 64 MiB more than it uses in each of glibc's heaps (the
+main one, and one per thread that ran a chunk, reused by later threads).
 
 ``VTRAIN_NO_MALLOPT=1`` leaves the allocator alone, as does a ``MALLOC_TOP_PAD_`` the user set
 (glibc reads it at start). Elsewhere than glibc (musl, macOS, Windows) there is nothing to set.
