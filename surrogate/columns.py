@@ -8,7 +8,7 @@ codes and the few distinct values, and every reader maps the distinct values ins
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,15 +155,21 @@ def small_unique(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present), slot[key]
 
 
+def fold_columns(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """One uint64 per row of integer columns `parts` (a hash: rows that fold alike are checked
+    by their callers, `row_groups` and `surrogate.launch_keys.KeyedCache`)."""
+    key = np.zeros(len(parts[0]), dtype=np.uint64)
+    for j, part in enumerate(parts):
+        key = key * np.uint64(1_000_003) + part.astype(np.uint64) + np.uint64(j)
+    return key
+
+
 def row_groups(parts: list[np.ndarray], what: str) -> tuple[np.ndarray, np.ndarray]:
     """(group of each row, the first row of each group) of rows equal in every one of `parts`
     (integer arrays of one length): folded into one 64-bit key (a hash table on one column, not
     a tuple per row), every row then checked against its group's first row (a collision raises
     `DataError` naming `what`)."""
-    key = np.zeros(len(parts[0]), dtype=np.uint64)
-    for j, part in enumerate(parts):
-        key = key * np.uint64(1_000_003) + part.astype(np.uint64) + np.uint64(j)
-    codes, uniques = pd.factorize(key)
+    codes, uniques = pd.factorize(fold_columns(parts))
     firsts = np.full(len(uniques), -1)
     firsts[codes[::-1]] = np.arange(len(codes))[::-1]
     if any((part != part[firsts][codes]).any() for part in parts):

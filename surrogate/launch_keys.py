@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import DataError
-from surrogate.columns import Factorized, python_scalar, row_groups
+from surrogate.columns import Factorized, fold_columns, python_scalar, row_groups
 
 _STABLE: dict[tuple[str, Any], int] = {}  # (column, value) -> a code that lasts the process
 
@@ -46,11 +46,9 @@ def stable_codes(column: Any, name: str, rows: np.ndarray) -> np.ndarray:
 
 
 def fold(parts: np.ndarray) -> np.ndarray:
-    """One uint64 per row of the (rows, k) uint64 codes `parts` (a hash: see `KeyedCache`)."""
-    key = np.zeros(len(parts), dtype=np.uint64)
-    for j in range(parts.shape[1]):
-        key = key * np.uint64(1_000_003) + parts[:, j] + np.uint64(j)
-    return key
+    """One uint64 per row of the (rows, k) uint64 codes `parts` (a hash: see `KeyedCache`);
+    the key `row_groups` groups the rows by."""
+    return fold_columns(list(parts.T))
 
 
 class KeyedCache:
