@@ -102,6 +102,20 @@ def test_precision_strings_are_parsed(text: str, precision: Precision, recipe: s
     assert (choice.fp8_recipe or choice.fp4_recipe or None) == recipe
 
 
+def test_one_value_where_a_list_is_expected_is_a_list_of_that_value() -> None:
+    """`num_gpus: 8` fixes the GPU count as `num_gpus: [8]` does (the issue: "a list, or one
+    value"), and so for every knob; the same search, so the same study."""
+    scalars = moe_dict(num_gpus=8, ep=4, cp=2, tp=2, precision="fp8/mxfp8", sequence_parallel=True)
+    lists = moe_dict(num_gpus=[8], ep=[4], cp=[2], tp=[2], precision=["fp8/mxfp8"],
+                     sequence_parallel=[True])
+    one, other = config_from_dict(scalars), config_from_dict(lists)
+    assert one == other and one.space.num_gpus == (8,) and one.space.precision == ("fp8/mxfp8",)
+    assert one.study_name() == other.study_name()
+    job = SearchSpace(one).build({"pp": 1}).job
+    assert job is not None and (job.parallel.tp, job.parallel.ep, job.parallel.cp) == (2, 4, 2)
+    assert "space.ep=3 does not divide num_experts=8" in _refused(moe_dict(ep=3))
+
+
 @pytest.mark.parametrize(("space", "top", "message"), [
     ({"precision": ["fp9"]}, {}, "space.precision='fp9' is not a precision"),
     ({"precision": ["bf16/mxfp8"]}, {}, "bf16 has no recipe"),

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
 from joblib import Parallel, delayed
 
-from tests.search_tests.conftest import tiny_config
+from tests.search_tests.conftest import tiny_config, tiny_dict
 from vtrain_ml.planner.evaluation import evaluate_exact, evaluate_exact_many, job_deltas
 from vtrain_ml.planner.space import SearchSpace
 
@@ -50,6 +55,22 @@ def test_the_search_workers_and_joblib_parallel_share_one_process() -> None:
     first = evaluate_exact_many(jobs, n_jobs=2)
     assert list(Parallel(n_jobs=2)(delayed(abs)(i) for i in (-3, -2, -1))) == [3, 2, 1]
     assert evaluate_exact_many(jobs, n_jobs=2) == first
+
+
+def test_a_search_that_simulated_in_workers_exits_without_a_traceback(tmp_path: Path) -> None:
+    """The worker pool is shut down before the interpreter tears its modules down: left to the
+    garbage collector at exit, loky's callback printed "Exception ignored in ... weakref_cb" with
+    a traceback after a search that simulated in workers (the search's command, in a process of
+    its own: the teardown order is the command's)."""
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(yaml.safe_dump({**tiny_dict(), "n_jobs": 2, "strategy": "enumerate",
+                                      "storage": "memory"}))
+    done = subprocess.run([sys.executable, "-m", "vtrain_ml.search", "--config", str(recipe)],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert "simulating" in done.stderr and len(_tiny_jobs()) >= 8  # enough plans for the workers
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
 
 
 def test_a_peak_that_leaves_no_room_for_the_allocator_is_infeasible_as_the_simulator_says() -> None:

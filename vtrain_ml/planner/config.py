@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
 from simulator.errors import ConfigError
 from simulator.job.catalog import read_yaml
@@ -64,9 +64,18 @@ class Strategy(StrEnum):
     OPTUNA = "optuna"  # TPE / NSGA-II trials scored by the surrogate, verified periodically
 
 
+def one_choice(value: Any) -> Any:
+    """A single value where a choice list is expected: the list of that one value, so that
+    `num_gpus: 256` fixes the GPU count as `num_gpus: [256]` does (the issue's "a list, or one
+    value"). Lists, tuples and None pass unchanged, for the field's own validation."""
+    return value if value is None or isinstance(value, list | tuple) else (value,)
+
+
 class LayoutSpace(Frozen):
     """Choice lists of the layout knobs. `None` derives the list from the model and batch:
-    pp = divisors of the layer count, dp = divisors of the global batch up to `max_dp`."""
+    pp = divisors of the layer count, dp = divisors of the global batch up to `max_dp`. A
+    single value is a list of one (`one_choice`), except for `recompute_modules`, whose
+    choices are lists themselves."""
 
     tp: tuple[PositiveInt, ...] = (1, 2, 4, 8)
     pp: tuple[PositiveInt, ...] | None = None
@@ -117,6 +126,14 @@ class LayoutSpace(Frozen):
     # layers on 16 stages; DeepSeek-V3's 61 on 4 or 8), as `planner.split` computes
     account_for_embedding_and_loss: bool = False
 
+    _one_choice = field_validator(
+        "tp", "pp", "dp", "micro_batch_size", "recompute", "schedule", "virtual_stages",
+        "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce", "flash_attention",
+        "num_gpus", "ep", "expert_tp", "cp", "cp_comm_type", "precision", "data_parallel_sharding",
+        "cuda_graphs", "tp_comm_overlap", "moe_token_dispatcher", "moe_overlap_ep_comm",
+        "overlap_param_gather", "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype",
+        mode="before")(one_choice)
+
 
 # LayoutSpace fields added by issue 25: left out of a study's content hash while they hold their
 # defaults, so that an older search keeps its study name and stored trials.
@@ -150,6 +167,8 @@ class ArchitectureSpace(Frozen):
     hidden_size: tuple[PositiveInt, ...]
     head_dim: tuple[PositiveInt, ...] = (128,)
     vocab_size: PositiveInt = 50257
+
+    _one_choice = field_validator("num_layers", "hidden_size", "head_dim", mode="before")(one_choice)
 
 
 class SearchConfig(Frozen):
@@ -263,9 +282,10 @@ def config_from_dict(data: dict[str, Any], where: str = "search") -> SearchConfi
     """Validate field types (pydantic), then the cross-field rules (`config_problems`). With
     `space.num_gpus` and no `max_gpus`, the budget is the largest GPU count."""
     space = data.get("space")
-    counts = space.get("num_gpus") if isinstance(space, dict) else None
-    if "max_gpus" not in data and isinstance(counts, list | tuple) and counts:
-        data = {**data, "max_gpus": max(int(x) for x in counts)}
+    counts = one_choice(space.get("num_gpus")) if isinstance(space, dict) else None
+    if ("max_gpus" not in data and isinstance(counts, list | tuple) and counts
+            and all(isinstance(x, int) for x in counts)):  # else pydantic names the bad count
+        data = {**data, "max_gpus": max(counts)}
     config = parse(SearchConfig, data, where)
     problems = config_problems(config)
     if problems:

@@ -7,6 +7,7 @@ surrogate is wrong.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import math
 import os
@@ -139,6 +140,11 @@ def workers(n_jobs: int) -> Any:
         pool = ProcessPoolExecutor(max_workers=n_jobs, timeout=WORKER_IDLE_S, initializer=_worker_start,
                                    initargs=(os.getpid(),))
         _POOL = (pool, n_jobs)
+        # shut down before the interpreter tears its modules down: a pool left to the garbage
+        # collector at exit printed loky's "Exception ignored in ... weakref_cb" traceback after
+        # every search that simulated in workers (registering twice is harmless: it is a no-op)
+        atexit.unregister(stop_workers)
+        atexit.register(stop_workers)
     return pool
 
 
