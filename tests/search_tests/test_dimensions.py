@@ -266,6 +266,26 @@ def test_space_flags_are_lists_and_a_bad_one_is_one_line(capsys: pytest.CaptureF
     assert "--ep two: give comma-separated values" in capsys.readouterr().err
 
 
+def test_every_layout_knob_has_a_flag_and_a_flag_is_the_recipes_list() -> None:
+    """The issue names virtual_stages with the new dimensions; the older knobs (schedule,
+    recompute, the three flags of the table) are flags as well, so a space needs no recipe."""
+    from vtrain_ml.cli.search import build_config, parser
+
+    args = parser().parse_args(["--model", "mixtral-8x7b", "--hardware", "b200", "--num-gpus", "64",
+                                "--global-batch", "64", "--schedule", "interleaved_1f1b",
+                                "--virtual-stages", "2,4", "--recompute", "none,full",
+                                "--sequence-parallel", "true", "--distributed-optimizer", "true",
+                                "--overlap-grad-reduce", "false,true", "--overlap-param-gather", "false"])
+    space = build_config(args).space
+    assert space.schedule == ("interleaved_1f1b",) and space.virtual_stages == (2, 4)
+    assert space.recompute == ("none", "full") and space.sequence_parallel == (True,)
+    assert (space.distributed_optimizer, space.overlap_grad_reduce) == ((True,), (False, True))
+    assert space.overlap_param_gather == (False,)
+    dp = build_config(parser().parse_args(["--model", "mixtral-8x7b", "--max-gpus", "64",
+                                           "--global-batch", "64", "--dp", "4,8"]))
+    assert dp.space.dp == (4, 8)
+
+
 def test_a_config_with_the_new_fields_round_trips_through_a_stored_study() -> None:
     config = config_from_dict({**moe_dict(precision=["fp8"]), "fp8_recipe": "mxfp8",
                                "hardware": [{"name": "b200", "price_per_gpu_hour_usd": 6.0,

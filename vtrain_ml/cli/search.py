@@ -64,6 +64,10 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
 SPACE_FLAGS: dict[str, tuple[str, str]] = {
     "num_gpus": ("--num-gpus", "GPU counts (one value fixes it; dp = num_gpus / (tp*cp*pp))"),
     "tp": ("--tp", "tensor-parallel sizes"), "pp": ("--pp", "pipeline-parallel sizes"),
+    "dp": ("--dp", "data-parallel sizes (without --num-gpus)"),
+    "schedule": ("--schedule", "gpipe, 1f1b, interleaved_1f1b"),
+    "virtual_stages": ("--virtual-stages", "model chunks per pipeline stage (interleaved_1f1b)"),
+    "recompute": ("--recompute", "none, selective, full"),
     "ep": ("--ep", "expert-parallel sizes (MoE models)"),
     "expert_tp": ("--expert-tp", "the experts' tensor-parallel sizes (MoE models)"),
     "cp": ("--cp", "context-parallel sizes"),
@@ -80,7 +84,12 @@ SPACE_FLAGS: dict[str, tuple[str, str]] = {
     "recompute_modules": ("--recompute-modules", "module lists for selective recompute, modules of a "
                                                  "list joined by +: core_attn,mla_up_proj+moe_act"),
 }
-BOOLEAN_SPACE_FLAGS = {"tp_comm_overlap": ("--tp-comm-overlap", "false, true"),
+BOOLEAN_SPACE_FLAGS = {"sequence_parallel": ("--sequence-parallel", "false, true"),
+                       "distributed_optimizer": ("--distributed-optimizer", "false, true"),
+                       "overlap_grad_reduce": ("--overlap-grad-reduce", "false, true"),
+                       "overlap_param_gather": ("--overlap-param-gather", "false, true (a sharded "
+                                                "optimizer with overlapped gradient reduction)"),
+                       "tp_comm_overlap": ("--tp-comm-overlap", "false, true"),
                        "moe_overlap_ep_comm": ("--moe-overlap-ep-comm", "false, true (MoE models)"),
                        "grad_reduce_in_fp32": ("--grad-reduce-in-fp32", "true, false (false: a 16-bit "
                                                "gradient buffer, as NVIDIA's perf recipes)")}
@@ -133,7 +142,8 @@ def _modules(text: str) -> list[str]:
     return [m.strip() for m in text.split("+") if m.strip()]
 
 
-INTEGER_SPACE = {"num_gpus", "tp", "pp", "ep", "expert_tp", "cp", "micro_batch_size"}
+INTEGER_SPACE = {"num_gpus", "tp", "pp", "dp", "virtual_stages", "ep", "expert_tp", "cp",
+                 "micro_batch_size"}
 
 
 def space_overrides(args: argparse.Namespace) -> dict[str, list[Any]]:
