@@ -17,7 +17,7 @@ from vtrain_ml.cli.search import main
 from vtrain_ml.planner.baseline import baseline_candidate
 from vtrain_ml.planner.config import SearchConfig, config_from_dict, load_config
 from vtrain_ml.planner.dimensions import parse_precision
-from vtrain_ml.planner.evaluation import evaluate_exact
+from vtrain_ml.planner.evaluation import Evaluation, evaluate_exact
 from vtrain_ml.planner.space import SearchSpace
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -253,6 +253,33 @@ def test_json_csv_and_table_show_the_new_fields(capsys: pytest.CaptureFixture[st
     table = capsys.readouterr().out
     head = next(line for line in table.splitlines() if "tp x pp x dp" in line)
     assert " ep " in head and "precision" in head  # cp: only where the rows differ in it
+
+
+def test_every_plan_is_priced_per_million_tokens(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    """Dollars per million tokens compare GPU types, counts and batches alike: the JSON, the CSV
+    and the recommendation carry them; a trial stored before them loads without."""
+    recipe = tmp_path / "moe.yaml"
+    data = {k: v for k, v in moe_dict().items() if k != "storage"}
+    recipe.write_text(json.dumps({**data, "hardware": [{"name": "b200", "price_per_gpu_hour_usd": 6.0},
+                                                       {"name": "h100-sxm-80gb"}]}))
+    csv = tmp_path / "plans.csv"
+    assert main(["--config", str(recipe), "--exhaustive", "--json", "--csv", str(csv), "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    tokens = data["global_batch"] * TINY_MOE["seq_length"]
+    for plan in report["top"]:
+        assert plan["usd_per_million_tokens"] == pytest.approx(plan["cost_per_iteration_usd"] / tokens * 1e6)
+    b200 = next(p for p in report["top"] if p["plan"]["hardware"] == "b200")
+    hours = b200["iteration_time_s"] / 3600 * b200["num_gpus"]
+    assert b200["usd_per_million_tokens"] == pytest.approx(6.0 * hours / tokens * 1e6)
+    assert "usd_per_million_tokens" in csv.read_text().splitlines()[0].split(",")
+    assert main(["--config", str(recipe), "--exhaustive", "--quiet"]) == 0
+    assert "per million tokens)" in capsys.readouterr().out
+    job = moe_space().build({"tp": 1, "pp": 1, "ep": 2, "cp": 1, "sequence_parallel": False}).job
+    assert job is not None
+    stored = {k: v for k, v in evaluate_exact(job).to_dict().items()
+              if k not in ("tokens_per_iteration", "usd_per_million_tokens")}
+    assert Evaluation.from_dict(stored).usd_per_million_tokens is None
 
 
 def test_space_flags_are_lists_and_a_bad_one_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -51,25 +51,40 @@ class Evaluation:
     # what the device must hold for that peak: the allocator's least reservation and the context
     # (simulator.memory.fit, what `fits_in_memory` compares); None in evaluations stored before
     memory_required_bytes: float | None = None
+    # global batch x sequence length; None in evaluations stored before
+    tokens_per_iteration: float | None = None
 
     @property
     def cost_usd(self) -> float:
         """Dollars to train the token budget when one is given, else per iteration."""
         return self.cost_to_train_usd if self.cost_to_train_usd is not None else self.cost_per_iteration_usd
 
+    @property
+    def usd_per_million_tokens(self) -> float | None:
+        """Dollars per million trained tokens: the one price that compares GPU types, GPU counts
+        and batch sizes alike ("which GPU should I rent?"), with or without a token budget."""
+        if not self.tokens_per_iteration:
+            return None
+        return self.cost_per_iteration_usd / self.tokens_per_iteration * 1e6
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "cost_usd": self.cost_usd}
+        return {**asdict(self), "cost_usd": self.cost_usd,
+                "usd_per_million_tokens": self.usd_per_million_tokens}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Evaluation:
-        return cls(**{k: v for k, v in data.items() if k != "cost_usd"})
+        return cls(**{k: v for k, v in data.items() if k not in _DERIVED})
+
+
+_DERIVED = ("cost_usd", "usd_per_million_tokens")  # properties that `to_dict` writes beside the fields
 
 
 def evaluation_from_time(job: Job, iteration_time_s: float, peak_memory_bytes: float,
                          fits_in_memory: bool | None = None) -> Evaluation:
     """Cost, MFU and time to train of `job` at a given iteration time."""
     tokens = job.training.train_tokens
-    tokens_per_s = job.training.global_batch_size * job.model.seq_length / iteration_time_s
+    per_iteration = job.training.global_batch_size * job.model.seq_length
+    tokens_per_s = per_iteration / iteration_time_s
     to_train = tokens / tokens_per_s if tokens else None
     required = float(required_from_peak(peak_memory_bytes, job.hardware.reserved_memory_GiB * GiB))
     fits = required <= job.hardware.memory_bytes if fits_in_memory is None else fits_in_memory
@@ -85,6 +100,7 @@ def evaluation_from_time(job: Job, iteration_time_s: float, peak_memory_bytes: f
         cost_to_train_usd=cost_usd(to_train, job) if to_train else None,
         memory_capacity_bytes=job.hardware.memory_bytes,
         memory_required_bytes=required,
+        tokens_per_iteration=float(per_iteration),
     )
 
 

@@ -104,7 +104,8 @@ class PlanOutcome:
         e = self.exact
         out: dict[str, Any] = {
             "plan": self.plan, "iteration_time_s": e.iteration_time_s, "cost_usd": e.cost_usd,
-            "cost_per_iteration_usd": e.cost_per_iteration_usd, "time_to_train_s": e.time_to_train_s,
+            "cost_per_iteration_usd": e.cost_per_iteration_usd,
+            "usd_per_million_tokens": e.usd_per_million_tokens, "time_to_train_s": e.time_to_train_s,
             "cost_to_train_usd": e.cost_to_train_usd, "mfu": e.mfu, "peak_memory_bytes": e.peak_memory_bytes,
             "fits_in_memory": e.fits_in_memory, "num_gpus": e.num_gpus, "parameters": e.parameters,
         }
@@ -262,10 +263,13 @@ describe = describe_plan
 
 
 def _cost_text(e: Evaluation, tokens: float | None) -> str:
+    price = e.usd_per_million_tokens
+    per_million = f" (${price:,.2f} per million tokens)" if price else ""
     if e.time_to_train_s is not None and e.cost_to_train_usd is not None:
         budget = f"{tokens / 1e9:,.0f}B tokens" if tokens else "the token budget"
-        return f"{e.time_to_train_s / 86400:,.1f} days and ${e.cost_to_train_usd:,.0f} to train {budget}"
-    return f"${e.cost_per_iteration_usd:,.2f} per iteration"
+        return (f"{e.time_to_train_s / 86400:,.1f} days and ${e.cost_to_train_usd:,.0f} to train {budget}"
+                + per_million)
+    return f"${e.cost_per_iteration_usd:,.2f} per iteration" + per_million
 
 
 def recommendation(report: SearchReport, tokens: float | None = None) -> list[str]:
