@@ -75,7 +75,8 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
         f"  iteration time      {duration(it)}",
         f"  throughput          {result.tokens_per_s:,.0f} tokens/s",
         f"  MFU / HFU           {result.mfu:.1%} / {result.hfu:.1%}",
-        f"  cost per iteration  {usd(result.cost_per_iteration_usd)}",
+        f"  cost per iteration  {usd(result.cost_per_iteration_usd)} "
+        f"({usd(result.usd_per_million_tokens)} per million tokens)",
     ]
     if result.time_to_train_s is not None and result.cost_to_train_usd is not None:
         lines.append(f"  time to train       {duration(result.time_to_train_s)} for "
@@ -86,7 +87,7 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
         value = result.breakdown.get(key, 0.0)
         if key == "fsdp_comm" and not value:
             continue  # only FSDP (ZeRO-2/3) jobs have it
-        lines.append(f"    {key:<18}{duration(value):>14}  {value / it:6.1%}")
+        lines.append(f"    {key:<18}{duration(value):>14}  {value / it:6.1%}{_terms(result, key)}")
     fits = "fits" if result.fits_in_memory else (
         f"DOES NOT FIT: over by {result.memory_overflow_bytes / GiB:.1f} GiB")
     lines += ["", f"  peak memory         {result.peak_memory_bytes / GiB:.1f} GiB of "
@@ -96,6 +97,16 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
         cov = ", ".join(f"{k} {v:.0%}" for k, v in result.profile_coverage.items())
         lines += ["", f"  profile coverage    {cov}"]
     return "\n".join(lines)
+
+
+def _terms(result: SimulationResult, key: str) -> str:
+    """What a breakdown entry is made of, where its name does not say: `scale_loss`'s two
+    terms (simulator.timeline.stragglers)."""
+    loss = result.scale_loss
+    if key != "scale_loss" or loss is None or not loss.total_s:
+        return ""
+    return (f"  (waiting for the slowest of {loss.ranks:,} ranks: GPU speed {duration(loss.persistent_s)}, "
+            f"kernel jitter {duration(loss.transient_s)})")
 
 
 def _groups(j: dict[str, Any]) -> str:

@@ -81,6 +81,12 @@ class SimulationResult:
         needed = self.memory_required_bytes or self.peak_memory_bytes
         return max(0.0, needed - self.memory_capacity_bytes)
 
+    @property
+    def usd_per_million_tokens(self) -> float:
+        """Dollars per million trained tokens: the price that compares GPU types, GPU counts and
+        batch sizes alike."""
+        return self.cost_per_iteration_usd / (self.tokens_per_s * self.iteration_time_s) * 1e6
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "job": self.job,
@@ -104,6 +110,7 @@ class SimulationResult:
             "memory_overflow_bytes": self.memory_overflow_bytes,
             "stages": [s.to_dict() for s in self.stages],
             "cost_per_iteration_usd": self.cost_per_iteration_usd,
+            "usd_per_million_tokens": self.usd_per_million_tokens,
             "train_tokens": self.train_tokens,
             "time_to_train_s": self.time_to_train_s,
             "cost_to_train_usd": self.cost_to_train_usd,

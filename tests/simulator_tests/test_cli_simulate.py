@@ -272,6 +272,6 @@ def test_a_small_jobs_cost_is_not_rounded_to_zero(tmp_path, capsys):
     path = write_job(tmp_path, cluster={"price_per_gpu_hour_usd": 2.0})
     code, out, _ = run_cli(capsys, str(path))
     line = next(line for line in out.splitlines() if "cost per iteration" in line)
-    cost = line.split()[-1]
+    cost = line.split()[3]  # "cost per iteration $X ($Y per million tokens)"
     assert code == 0 and cost != "$0.00"
     assert re.fullmatch(r"\$0\.0*[1-9]\d\d", cost), cost  # three significant digits

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from simulator import simulate
 from simulator.fileio import write_json_atomic
-from simulator.report.render import chrome_trace, table
+from simulator.report.render import chrome_trace, duration, table, usd
 from simulator.report.result import BREAKDOWN_KEYS
 from simulator.timeline.engine import round_plan
 from tests.conftest import make_job
@@ -72,6 +72,21 @@ def test_token_budget_gives_time_and_cost_to_train():
     assert result.cost_per_iteration_usd == pytest.approx(result.iteration_time_s * 8 * 2.0 / 3600)
     tokens = 16 * 1024
     assert result.tokens_per_s == pytest.approx(tokens / result.iteration_time_s)
+    assert result.usd_per_million_tokens == pytest.approx(result.cost_per_iteration_usd / tokens * 1e6)
+    assert result.to_dict()["usd_per_million_tokens"] == result.usd_per_million_tokens
+    assert f"({usd(result.usd_per_million_tokens)} per million tokens)" in table(result)
+
+
+def test_the_table_says_what_the_scale_loss_is_made_of() -> None:
+    """Its two terms (simulator.timeline.stragglers) beside the breakdown's `scale_loss`."""
+    result = simulate(make_job(cluster={"num_gpus": 64}, parallel={"tp": 2, "pp": 2, "dp": 16},
+                               training={"global_batch_size": 64}))
+    loss = result.scale_loss
+    assert loss is not None and loss.total_s > 0
+    line = next(x for x in table(result).splitlines() if x.strip().startswith("scale_loss"))
+    assert f"waiting for the slowest of {loss.ranks:,} ranks" in line
+    assert f"GPU speed {duration(loss.persistent_s)}" in line
+    assert f"kernel jitter {duration(loss.transient_s)}" in line
 
 
 def test_chrome_trace_is_valid(small_job):

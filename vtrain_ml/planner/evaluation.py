@@ -158,7 +158,8 @@ def workers(n_jobs: int) -> Any:
         _POOL = (pool, n_jobs)
         # shut down before the interpreter tears its modules down: a pool left to the garbage
         # collector at exit printed loky's "Exception ignored in ... weakref_cb" traceback after
-        # every search that simulated in workers (registering twice is harmless: it is a no-op)
+        # every search that simulated in workers (unregistered first: one registration, however
+        # many pools a process starts)
         atexit.unregister(stop_workers)
         atexit.register(stop_workers)
     return pool
