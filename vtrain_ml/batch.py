@@ -34,7 +34,8 @@ COLUMNS = ("path", "variant", "status", "model", "gpu", "num_gpus", "tp", "pp", 
            "ep_comm_s", "cp_comm_s",
            "fsdp_comm_s", "dp_comm_exposed_s", "grad_bucket_mb", "param_gather_wait_s",
            "peak_memory_GiB",
-           "memory_capacity_GiB", "fits", "cost_per_iteration_usd", "notes", "error")
+           "memory_capacity_GiB", "fits", "cost_per_iteration_usd", "usd_per_million_tokens", "notes",
+           "error")
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ def result_columns(result: SimulationResult) -> dict[str, Any]:
         "peak_memory_GiB": result.peak_memory_bytes / GiB,
         "memory_capacity_GiB": result.memory_capacity_bytes / GiB,
         "fits": result.fits_in_memory, "cost_per_iteration_usd": result.cost_per_iteration_usd,
+        "usd_per_million_tokens": result.usd_per_million_tokens,
     }
 
 
@@ -151,20 +153,20 @@ def rows_table(rows: Sequence[dict[str, Any]]) -> str:
     """The rows side by side: layout, iteration time, MFU, memory, cost; errors in full."""
     label_of = _labels(rows)
     header = ("job", "gpus", "tp", "pp", "dp", "mb x n", "recompute", "iteration", "MFU", "peak GiB",
-              "fits", "$/iter")
+              "fits", "$/iter", "$/M tokens")
     body: list[tuple[str, ...]] = []
     errors: list[str] = []
     for row in rows:
         label = label_of(row)
         if row["status"] != "ok":
-            body.append((label, *["-"] * 9, row["status"], ""))
+            body.append((label, *["-"] * 9, row["status"], "", ""))
             errors.append(f"  {label}: {row['status']}: {row['error']}")
             continue
         body.append((label, str(row["num_gpus"]), str(row["tp"]), str(row["pp"]), str(row["dp"]),
                      f"{row['micro_batch_size']} x {row['num_microbatches']}", row["recompute"],
                      duration(row["iteration_time_s"]), f"{row['mfu']:.1%}",
                      f"{row['peak_memory_GiB']:.1f}", "yes" if row["fits"] else "NO",
-                     usd(row["cost_per_iteration_usd"])))
+                     usd(row["cost_per_iteration_usd"]), usd(row["usd_per_million_tokens"])))
     widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
                        for i, (cell, w) in enumerate(zip(r, widths, strict=True)))

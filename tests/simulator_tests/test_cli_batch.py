@@ -43,8 +43,11 @@ def test_a_directory_of_vtrain_configs_gives_one_row_per_file(tmp_path, capsys):
     assert "vTrain rejects this file too" in by_name["config_mtnlg_16_10_105.json"]["error"]
     ok = by_name["config_test_mtnlg.json"]
     assert ok["status"] == "ok" and (ok["tp"], ok["pp"], ok["dp"]) == ("8", "35", "12")
-    expected = simulate(load_job(files[-1])).iteration_time_s
-    assert float(ok["iteration_time_s"]) == pytest.approx(expected, rel=1e-12)
+    expected = simulate(load_job(files[-1]))
+    assert float(ok["iteration_time_s"]) == pytest.approx(expected.iteration_time_s, rel=1e-12)
+    tokens = expected.job["global_batch_size"] * expected.job["seq_length"]
+    assert float(ok["usd_per_million_tokens"]) == pytest.approx(
+        float(ok["cost_per_iteration_usd"]) / tokens * 1e6, rel=1e-12)
     assert f"{len(files)} jobs:" in out and f"rows written to {out_csv}" in out
 
 
