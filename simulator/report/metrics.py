@@ -19,3 +19,9 @@ def utilization(flops: float, iteration_time_s: float, job: Job) -> float:
 
 def cost_usd(seconds: float, job: Job) -> float:
     return seconds * job.cluster.num_gpus * job.price_per_gpu_hour_usd / 3600.0
+
+
+def usd_per_million_tokens(cost_per_iteration_usd: float, tokens_per_iteration: float) -> float:
+    """Dollars per million trained tokens: the price that compares GPU types, GPU counts and batch
+    sizes alike (the simulator's result and the search's plans both quote it)."""
+    return cost_per_iteration_usd / tokens_per_iteration * 1e6

@@ -9,6 +9,7 @@ import numpy as np
 
 from simulator.graph.blocks import JobGraph
 from simulator.memory.stages import StageMemory
+from simulator.report.metrics import usd_per_million_tokens
 from simulator.timeline.engine import Timeline
 from simulator.timeline.lowering import StageCosts
 from simulator.timeline.stragglers import ScaleLoss
@@ -83,9 +84,9 @@ class SimulationResult:
 
     @property
     def usd_per_million_tokens(self) -> float:
-        """Dollars per million trained tokens: the price that compares GPU types, GPU counts and
-        batch sizes alike."""
-        return self.cost_per_iteration_usd / (self.tokens_per_s * self.iteration_time_s) * 1e6
+        """`simulator.report.metrics.usd_per_million_tokens` of this iteration."""
+        tokens = self.job["global_batch_size"] * self.job["seq_length"]
+        return usd_per_million_tokens(self.cost_per_iteration_usd, tokens)
 
     def to_dict(self) -> dict[str, Any]:
         return {

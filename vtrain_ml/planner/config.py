@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, PositiveFloat, PositiveInt, field_validator
+from pydantic import Field, PositiveFloat, PositiveInt, ValidationInfo, field_validator
 
 from simulator.errors import ConfigError
 from simulator.job.catalog import read_yaml
@@ -126,13 +126,15 @@ class LayoutSpace(Frozen):
     # layers on 16 stages; DeepSeek-V3's 61 on 4 or 8), as `planner.split` computes
     account_for_embedding_and_loss: bool = False
 
-    _one_choice = field_validator(
-        "tp", "pp", "dp", "micro_batch_size", "recompute", "schedule", "virtual_stages",
-        "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce", "flash_attention",
-        "num_gpus", "ep", "expert_tp", "cp", "cp_comm_type", "precision", "data_parallel_sharding",
-        "cuda_graphs", "tp_comm_overlap", "moe_token_dispatcher", "moe_overlap_ep_comm",
-        "overlap_param_gather", "grad_reduce_in_fp32", "exp_avg_dtype", "exp_avg_sq_dtype",
-        mode="before")(one_choice)
+    @field_validator("*", mode="before")
+    @classmethod
+    def _one_choice(cls, value: Any, info: ValidationInfo) -> Any:
+        return value if info.field_name in _NOT_CHOICE_LISTS else one_choice(value)
+
+
+# the LayoutSpace fields that are not lists of choices (every other field is one)
+_NOT_CHOICE_LISTS = frozenset({"max_dp", "use_all_gpus", "account_for_embedding_and_loss",
+                               "recompute_modules"})
 
 
 # LayoutSpace fields added by issue 25: left out of a study's content hash while they hold their

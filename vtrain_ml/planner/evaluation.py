@@ -23,7 +23,7 @@ from simulator.graph.flops import model_flops_per_iteration
 from simulator.graph.params import total_params
 from simulator.job.specs import GiB, Job
 from simulator.memory.fit import required_from_peak
-from simulator.report.metrics import cost_usd, utilization
+from simulator.report.metrics import cost_usd, usd_per_million_tokens, utilization
 from simulator.simulate import simulate
 
 CHUNK_JOBS = 32  # most jobs per worker call (at least 4 calls per worker balance the load)
@@ -61,11 +61,11 @@ class Evaluation:
 
     @property
     def usd_per_million_tokens(self) -> float | None:
-        """Dollars per million trained tokens: the one price that compares GPU types, GPU counts
-        and batch sizes alike ("which GPU should I rent?"), with or without a token budget."""
+        """`simulator.report.metrics.usd_per_million_tokens` ("which GPU should I rent?"), with
+        or without a token budget; None for an evaluation stored before it."""
         if not self.tokens_per_iteration:
             return None
-        return self.cost_per_iteration_usd / self.tokens_per_iteration * 1e6
+        return usd_per_million_tokens(self.cost_per_iteration_usd, self.tokens_per_iteration)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "cost_usd": self.cost_usd,
