@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from simulator.jit import njit
-from surrogate.physics import RECOMPUTE, Hardware, Rows, Vec, gemm_efficiency, maximum, skips, where
+from surrogate.compiled_ops import Vec, gemm_efficiency, maximum, skips, where
+from surrogate.physics import RECOMPUTE, Hardware, Rows
 from surrogate.slots import (
     CP,
     D_ATTENTION,

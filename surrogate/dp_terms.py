@@ -10,8 +10,9 @@ from typing import Any
 
 from simulator.jit import njit
 from simulator.job.enums import DataParallelSharding
+from surrogate.compiled_ops import Vec, ceil, floor, log2, maximum, minimum, skips, where
 from surrogate.nccl_terms import crossing_ring_s, crossing_tree_s, domain_all_reduce_s, domain_ring_s
-from surrogate.physics import Hardware, Rows, Vec, ceil, floor, log2, maximum, minimum, skips, where
+from surrogate.physics import Hardware, Rows
 from surrogate.pipeline_terms import layer_params_per_gpu
 from surrogate.records import CHOICES
 from surrogate.slots import (

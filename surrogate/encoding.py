@@ -35,6 +35,7 @@ from surrogate.extended import (
 )
 from surrogate.extended_kernel import extended_kernel
 from surrogate.features import BOOLEAN_COLUMNS, CATEGORICAL_COLUMNS, JOB_COLUMNS, with_new_defaults
+from surrogate.gemm_shapes import NO_TABLE, effs_table
 from surrogate.kernel import PHYSICS_FEATURES, fill_features
 from surrogate.matrix_io import read_columns, write_columns
 from surrogate.physics import CODES, ROW_FIELDS, Hardware, hardware_of_table, hardware_table, row_field_matrix
@@ -113,7 +114,8 @@ def _fill_table(columns: Mapping[str, Any], hardware: Mapping[str, HardwareSpec]
     models, general = model_values(columns, new)
     effective = effective_fields(fields, new, models)
     table, codes = hardware_table(columns["gpu"], hardware)  # once, for every step below
-    fill_features(effective, columns["gpu"], hardware, out, table=(table, codes))
+    effs = effs_table(effective, table, codes) if HAVE_NUMBA else None  # both kernels read them
+    fill_features(effective, columns["gpu"], hardware, out, table=(table, codes), effs=effs)
     dense = _dense_read(out)
     complete_model_values(models, general, fields, dense)
     hw = hardware_of_table(table, codes)
@@ -122,7 +124,8 @@ def _fill_table(columns: Mapping[str, Any], hardware: Mapping[str, HardwareSpec]
     elif HAVE_NUMBA:
         aux = lookups(columns, fields, new, dense, hw, hardware)
         estimates = np.empty((2, fields.shape[1]))
-        extended_kernel(fields, effective, new, models, aux, dense, table, codes, out, _WIDTH, estimates)
+        extended_kernel(fields, effective, new, models, aux, dense, table, codes, effs, out, _WIDTH,
+                        estimates)
         _write_baselines(out, baselines(estimates[0], estimates[1], aux, dense))
     else:
         _write_extended(out, new, extended_values(columns, fields, effective, new, models, dense, hw,
@@ -221,8 +224,8 @@ def _general_features_of_record(record: Mapping[str, Any], fields: np.ndarray, n
     aux = record_lookups(record, fields, new, dense, _one_row_hardware(hw),
                          hardware)
     estimates = np.empty((2, 1))
-    extended_kernel(fields, effective, new, models, aux, dense, hw.reshape(1, -1), _ONE_GPU, out, _WIDTH,
-                    estimates)
+    extended_kernel(fields, effective, new, models, aux, dense, hw.reshape(1, -1), _ONE_GPU, NO_TABLE, out,
+                    _WIDTH, estimates)
     _write_baselines(out, baselines(estimates[0], estimates[1], aux, dense))
     return out
 

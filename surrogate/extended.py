@@ -42,9 +42,11 @@ from simulator.job.enums import DataParallelSharding
 from simulator.job.layer_pattern import layer_kinds
 from simulator.job.specs import HardwareSpec
 from surrogate.columns import factorize, row_groups, small_unique, value_at
+from surrogate.compiled_ops import maximum, where
 from surrogate.dp_terms import plain_tree_correction
 from surrogate.extended_terms import extended_row
 from surrogate.features import MODEL_COLUMNS, NEW_MODEL_COLUMNS, model_of_record
+from surrogate.gemm_shapes import NAN_EFFS
 from surrogate.memory_terms import StateBytes, state_bytes_delta, state_bytes_of_record
 from surrogate.moe_terms import (
     moe_host_of_record,
@@ -52,13 +54,7 @@ from surrogate.moe_terms import (
     token_copies,
     token_copies_of_record,
 )
-from surrogate.physics import (
-    ROW_FIELDS,
-    Hardware,
-    maximum,
-    rows_of_fields,
-    where,
-)
+from surrogate.physics import ROW_FIELDS, Hardware, rows_of_fields
 from surrogate.records import CHOICES, NEW_COLUMNS
 from surrogate.records import new_column as _col
 from surrogate.slots import (
@@ -348,8 +344,8 @@ def extended_values(c: Mapping[str, Any], fields: np.ndarray, effective: np.ndar
     physics features of the effective rows, `hw`: the dense physics' hardware numbers per row."""
     aux = lookups(c, fields, new, dense, hw, hardware)
     with np.errstate(all="ignore"):  # dense rows' MoE terms divide by 0 experts; `where` drops them
-        values = extended_row(fields, new, models, aux, dense, hw, rows_of_fields(list(fields), hw),
-                              rows_of_fields(list(effective), hw))
+        values = extended_row(fields, new, models, aux, dense, hw,
+                              rows_of_fields(list(fields), hw, NAN_EFFS), rows_of_fields(list(effective), hw))
     out = {name: np.broadcast_to(np.asarray(v, dtype=np.float64), (new.shape[1],))
            for name, v in zip(EXTENDED_PHYSICS, values, strict=False)}
     out.update(baselines(values[-2], values[-1], aux, dense))

@@ -18,6 +18,7 @@ import numpy as np
 from simulator.jit import njit
 from surrogate.extended import EXTENDED_PHYSICS
 from surrogate.extended_terms import extended_row
+from surrogate.gemm_shapes import NAN_EFFS, effs_at
 from surrogate.kernel import _row
 from surrogate.physics import Hardware
 
@@ -34,17 +35,20 @@ def _hardware(hw: np.ndarray) -> Hardware:
 @njit
 def extended_kernel(fields: np.ndarray, effective: np.ndarray, new: np.ndarray, models: np.ndarray,
                     aux: np.ndarray, dense: np.ndarray, hw_table: np.ndarray, gpu: np.ndarray,
-                    out: np.ndarray, first: int, estimates: np.ndarray) -> None:
+                    effs: np.ndarray, out: np.ndarray, first: int, estimates: np.ndarray) -> None:
     """Row i of `out` from column `first` on: its new columns (`new[:, i]`), then its
     `EXTENDED_PHYSICS`; `estimates[:, i]`: its corrected time and memory estimates. `fields`,
-    `effective`: the rows' own and effective `ROW_FIELDS` (surrogate.extended.effective_fields)."""
+    `effective`: the rows' own and effective `ROW_FIELDS` (surrogate.extended.effective_fields);
+    `effs`: the effective rows' `surrogate.gemm_shapes.effs_table`, or `NO_TABLE` (the physics
+    prices GEMMs on the effective rows only, so the own rows carry `NAN_EFFS`)."""
     width = new.shape[0]
     for i in range(fields.shape[1]):
         hw_row = hw_table[gpu[i]]
         for j in range(width):
             out[i, first + j] = new[j, i]
         values = extended_row(fields[:, i], new[:, i], models[:, i], aux[:, i], dense[:, i],
-                              _hardware(hw_row), _row(fields, hw_row, i), _row(effective, hw_row, i))
+                              _hardware(hw_row), _row(fields, hw_row, NAN_EFFS, i),
+                              _row(effective, hw_row, effs_at(effs, effective, hw_row, i), i))
         for j in range(_N_PHYSICS):
             out[i, first + width + j] = values[j]
         estimates[0, i] = values[_N_PHYSICS]

@@ -26,24 +26,12 @@ from surrogate.attention_terms import (
     ring_exposed_s,
     ring_steps_extra,
 )
+from surrogate.compiled_ops import Vec, floor, maximum, minimum, skips, where
 from surrogate.dp_terms import dp_correction, expert_tail_s, fsdp_layer_s, grad_dtype_s
 from surrogate.memory_terms import quantized_activations_delta
 from surrogate.moe_terms import moe_layer_terms, ring_gather_s, saved_activations_bytes
 from surrogate.param_gather_terms import param_gather_shift_s
-from surrogate.physics import (
-    OPTIMIZER_BYTES_PER_PARAM,
-    PRECISIONS,
-    RECOMPUTE,
-    Hardware,
-    Rows,
-    Vec,
-    floor,
-    in_flight,
-    maximum,
-    minimum,
-    skips,
-    where,
-)
+from surrogate.physics import OPTIMIZER_BYTES_PER_PARAM, PRECISIONS, RECOMPUTE, Hardware, Rows, in_flight
 from surrogate.pipeline_terms import (
     layer_params_per_gpu,
     stage_split,

@@ -18,23 +18,21 @@ import numpy as np
 
 from simulator.jit import HAVE_NUMBA, njit
 from simulator.job.specs import HardwareSpec
+from surrogate.compiled_ops import Vec, log, maximum, where
+from surrogate.gemm_shapes import NO_TABLE, GemmEffs, effs_at, effs_table
 from surrogate.physics import (
     Hardware,
     Rows,
-    Vec,
     flops,
     hardware_of_table,
     hardware_table,
-    log,
     make_rows,
-    maximum,
     memory,
     row_field_matrix,
     rows_of_fields,
     stage_params,
-    where,
 )
-from surrogate.timing import gemm_efficiency, iteration
+from surrogate.timing import iteration
 
 # Parts of the iteration estimate that become a seconds feature and a share-of-total feature each.
 _PARTS = ("pipeline", "stage_mb", "layer", "layer_compute", "tp_comm", "recompute", "host_excess",
@@ -81,7 +79,7 @@ def physics_values(r: Rows) -> tuple[Vec, ...]:
     return (
         _log(it.total), _log(mem.peak), params.total, stage, fl.model, fl.hardware / r.N,
         fl.hardware / r.N / r.peak, r.m, r.L / r.p, r.L / (r.p * r.v), T, it.bubble, intensity,
-        gemm_efficiency(r, 1.0, T, r.f / r.t, r.h), r.h / r.a, mem.peak / r.hw.memory_bytes,
+        r.eff.mlp, r.h / r.a, mem.peak / r.hw.memory_bytes,
         r.hw.memory_bytes, mem.activations, mem.weights_states, mem.layer_saved, mem.layer_working,
         mem.first, mem.last, T * r.h * 2.0 * (r.t > 1),
         stage * where(r.bf16 > 0, 4.0, 2.0) * (r.d > 1),
@@ -99,26 +97,29 @@ def physics_values(r: Rows) -> tuple[Vec, ...]:
 
 
 @njit(inline=True)
-def _row(fields: np.ndarray, hw: np.ndarray, i: int) -> Rows:
-    """Row `i` of a (`ROW_FIELDS`, rows) matrix on the hardware numbers `hw` (`HW_FIELDS`)."""
+def _row(fields: np.ndarray, hw: np.ndarray, eff: GemmEffs, i: int) -> Rows:
+    """Row `i` of a (`ROW_FIELDS`, rows) matrix on the hardware numbers `hw` (`HW_FIELDS`), its
+    GEMM efficiencies `eff`."""
     c = fields[:, i]
     return make_rows(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11],
                      c[12], c[13], c[14], c[15], c[16], c[17], c[18], c[19], c[20], c[21], c[22],
                      c[23], c[24],
                      Hardware(hw[0], hw[1], hw[2], hw[3], hw[4], hw[5], hw[6], hw[7], hw[8],
                               hw[9], hw[10], hw[11], hw[12], hw[13], hw[14], hw[15], hw[16],
-                              hw[17], hw[18], hw[19], hw[20], hw[21]))
+                              hw[17], hw[18], hw[19], hw[20], hw[21]), eff)
 
 
 @njit
-def _feature_kernel(fields: np.ndarray, hw_table: np.ndarray, gpu: np.ndarray,
+def _feature_kernel(fields: np.ndarray, hw_table: np.ndarray, gpu: np.ndarray, effs: np.ndarray,
                     out: np.ndarray) -> None:
-    """Row i of `out` = the fields of row i (its raw features), then its `physics_values`."""
+    """Row i of `out` = the fields of row i (its raw features), then its `physics_values`;
+    `effs`: the rows' `surrogate.gemm_shapes.effs_table`, or `NO_TABLE`."""
     raw = fields.shape[0]
     for i in range(fields.shape[1]):
         for j in range(raw):
             out[i, j] = fields[j, i]
-        values = physics_values(_row(fields, hw_table[gpu[i]], i))
+        hw = hw_table[gpu[i]]
+        values = physics_values(_row(fields, hw, effs_at(effs, fields, hw, i), i))
         for j in range(len(values)):
             out[i, raw + j] = values[j]
 
@@ -126,16 +127,18 @@ def _feature_kernel(fields: np.ndarray, hw_table: np.ndarray, gpu: np.ndarray,
 def fill_features(fields: np.ndarray | list[np.ndarray], gpu: Any,
                   hardware: Mapping[str, HardwareSpec] | None, out: np.ndarray,
                   compiled: bool = HAVE_NUMBA,
-                  table: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                  table: tuple[np.ndarray, np.ndarray] | None = None,
+                  effs: np.ndarray | None = None) -> None:
     """Fill `out` (rows x (`ROW_FIELDS` + `PHYSICS_FEATURES`), any memory order) with the row
     fields (`surrogate.physics.row_field_matrix`, or its rows) followed by the physics features:
     compiled row by row where numba is installed, else vectorized with numpy. `table`: the
-    rows' `hardware_table`, where the caller has it already."""
+    rows' `hardware_table`, `effs`: their `effs_table` (compiled), where the caller has them."""
     width = len(fields)
     numbers, codes = table if table is not None else hardware_table(gpu, hardware)
     if compiled:
         matrix = fields if isinstance(fields, np.ndarray) else np.stack(fields)
-        _feature_kernel(matrix, numbers, codes, out)
+        _feature_kernel(matrix, numbers, codes,
+                        effs_table(matrix, numbers, codes) if effs is None else effs, out)
         return
     for j, values in enumerate(fields):
         out[:, j] = values
@@ -157,7 +160,7 @@ def features_of_values(values: list[float], hw: np.ndarray, out: np.ndarray) -> 
     """One job: `out[0]` = its raw and physics features from its `ROW_FIELDS` values and its
     GPU's `HW_FIELDS` numbers (the single-prediction path, compiled where numba is installed)."""
     if HAVE_NUMBA:
-        _feature_kernel(np.array(values).reshape(-1, 1), hw.reshape(1, -1), _ZERO, out)
+        _feature_kernel(np.array(values).reshape(-1, 1), hw.reshape(1, -1), _ZERO, NO_TABLE, out)
         return
     out[0, :len(values)] = values
     out[0, len(values):len(values) + len(PHYSICS_FEATURES)] = \

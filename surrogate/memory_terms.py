@@ -15,7 +15,8 @@ from simulator.job.enums import DataParallelSharding, StateDtype
 from simulator.job.param_bytes import training_param_bytes
 from simulator.job.specs import TrainingSpec
 from surrogate.columns import small_unique
-from surrogate.physics import PRECISIONS, RECOMPUTE, Vec, maximum, where
+from surrogate.compiled_ops import Vec, maximum, where
+from surrogate.physics import PRECISIONS, RECOMPUTE
 from surrogate.records import CHOICES, NEW_COLUMNS, NONE
 from surrogate.records import new_column as _col
 from surrogate.slots import (

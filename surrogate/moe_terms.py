@@ -28,10 +28,11 @@ import numpy as np
 from simulator.graph.moe.dispatch import distinct_ranks
 from simulator.jit import njit
 from surrogate.columns import row_groups, value_at
+from surrogate.compiled_ops import Vec, floor, gemm_efficiency, maximum, minimum, skips, where
 from surrogate.features import JOB_COLUMNS
 from surrogate.launch_keys import KeyedCache, stable_code, stable_codes
 from surrogate.nccl_terms import crossing_ring_s, domain_ring_s
-from surrogate.physics import RECOMPUTE, Hardware, Vec, floor, gemm_efficiency, maximum, minimum, skips, where
+from surrogate.physics import RECOMPUTE, Hardware
 from surrogate.records import CHOICES
 from surrogate.records import new_column as _col
 from surrogate.slots import (

@@ -28,7 +28,8 @@ from simulator.network.algorithms import (
     US,
     Algo,
 )
-from surrogate.physics import Hardware, Vec, floor, log2, maximum, minimum, skips, where
+from surrogate.compiled_ops import Vec, floor, log2, maximum, minimum, skips, where
+from surrogate.physics import Hardware
 
 _LL, _LL128, _SIMPLE = 0, 1, 2  # NCCL's protocols, as simulator.network.algorithms.PROTOS orders them
 _TREE_BASE_S = tuple(us * US for us in BASE_US[Algo.TREE])

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from simulator.jit import HAVE_NUMBA, njit
-from surrogate.physics import Vec
+from surrogate.compiled_ops import Vec
 
 STEADY_AFTER = 3  # the walk covers min(m, STEADY_AFTER * p + 1) micro-batches
 

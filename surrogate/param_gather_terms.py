@@ -30,7 +30,8 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.jit import njit
-from surrogate.physics import Rows, Vec, maximum, minimum, skips, where
+from surrogate.compiled_ops import Vec, maximum, minimum, skips, where
+from surrogate.physics import Rows
 from surrogate.timing import collective_s, dp_placement, grad_buckets
 
 

@@ -19,14 +19,11 @@ without allocating.
 
 from __future__ import annotations
 
-import math
-import types
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from simulator.costs import analytic as costs
 from simulator.jit import njit
 from simulator.job.enums import GpuArchitecture
 from simulator.job.specs import GiB, HardwareSpec
@@ -39,6 +36,8 @@ from simulator.network.algorithms import (
 )
 from simulator.timeline.contention import compute_slowdown
 from surrogate.columns import factorize
+from surrogate.compiled_ops import Vec, maximum, minimum, where
+from surrogate.gemm_shapes import GemmEffs, effs_of_fields, padded_vocab
 
 # simulator.job.framework, megatron-lm (the records' framework): fp32 master weights and Adam
 # moments sharded by the distributed optimizer, plus fp32 main-gradient copies with fp16
@@ -47,72 +46,6 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("fp16", "bf16", "fp8", "fp4")  # fp8/fp4: bf16 weights, grads and peak here;
 # the recipe's GEMM peak is surrogate.extended's
-
-Vec = Any  # an np.ndarray of rows, or one row's float
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _f(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x, dtype=np.float64)
-
-
-@njit
-def where(condition: Any, a: Vec, b: Vec) -> Vec:
-    """`np.where` for arrays; for one row's bool, `a if condition else b` (numba's `np.where` of
-    scalars allocates a 0-d array per call, and numpy's costs a microsecond)."""
-    if isinstance(condition, (bool, np.bool_)):
-        return a if condition else b
-    return np.where(condition, a, b)
-
-
-@njit
-def skips(condition: Any) -> bool:
-    """Whether `condition` is one row's bool and false: a compiled row can skip terms that a
-    `where(condition, ...)` would zero (their value is 0.0 either way); a table computes them
-    for all rows and lets `where` pick."""
-    return isinstance(condition, (bool, np.bool_)) and not condition
-
-
-def compiled(fn: F, **helpers: Any) -> F:
-    """`simulator.jit.njit` of `fn`'s code with the globals `helpers` (compiled functions)
-    replacing those of its module: the simulator's own plain-Python functions (`simulator.costs.analytic`,
-    which never loads numba) compiled for the surrogate's kernel, one copy of the code."""
-    plain = types.FunctionType(fn.__code__, {**fn.__globals__, **helpers}, fn.__name__,
-                               fn.__defaults__, fn.__closure__)
-    plain.__qualname__ = f"{fn.__qualname__}_for_surrogate"  # its own numba cache entry
-    return njit(plain)  # type: ignore[return-value]
-
-
-# The simulator's scalar-or-array helpers, compiled (numba needs compiled callees).
-maximum = njit(costs.maximum)
-minimum = njit(costs.minimum)
-ceil = njit(costs.ceil)
-gemm_efficiency = compiled(costs.gemm_efficiency, maximum=maximum, ceil=ceil)
-
-
-@njit
-def floor(a: Any) -> Any:
-    """`np.floor`; for one number `math.floor` as a float (see `simulator.costs.analytic.maximum`)."""
-    if isinstance(a, (int, float)):
-        return float(math.floor(a))
-    return np.floor(a)
-
-
-@njit
-def log(a: Any) -> Any:
-    """`np.log`; for one number `math.log` (see `simulator.costs.analytic.maximum`)."""
-    if isinstance(a, (int, float)):
-        return math.log(a)
-    return np.log(a)
-
-
-@njit
-def log2(a: Any) -> Any:
-    """`np.log2`; for one number `math.log2` (see `simulator.costs.analytic.maximum`)."""
-    if isinstance(a, (int, float)):
-        return math.log2(a)
-    return np.log2(a)
-
 
 class Hardware(NamedTuple):
     """The hardware numbers the physics reads (`hardware_vector`), per row or for one row."""
@@ -175,6 +108,7 @@ class Rows(NamedTuple):
     m: Vec  # micro-batches per iteration
     peak: Vec  # peak FLOP/s of the row's precision (every kernel's roofline uses it)
     hw: Hardware
+    eff: GemmEffs  # its GEMMs' efficiencies (surrogate.gemm_shapes)
 
 
 # The inputs of `make_rows`, in order: the job columns a record holds (JOB_COLUMNS without gpu),
@@ -193,17 +127,20 @@ CODES: dict[str, tuple[str, ...]] = {"precision": PRECISIONS, "recompute": RECOM
 def make_rows(L: Vec, h: Vec, a: Vec, g: Vec, f: Vec, gated: Vec, V: Vec, s: Vec, B: Vec, b: Vec,
               bf16: Vec, recompute: Vec, flash: Vec, N: Vec, t: Vec, p: Vec, d: Vec, v: Vec,
               schedule: Vec, sequence_parallel: Vec, dopt: Vec, overlap: Vec, gpus_per_node: Vec,
-              intra_GBps: Vec, inter_Gbps: Vec, hw: Hardware) -> Rows:
-    """`Rows` of the `ROW_FIELDS` values (arrays or one row's floats) and the hardware."""
+              intra_GBps: Vec, inter_Gbps: Vec, hw: Hardware, eff: GemmEffs) -> Rows:
+    """`Rows` of the `ROW_FIELDS` values (arrays or one row's floats), the hardware and the
+    GEMM efficiencies of their shapes (`surrogate.gemm_shapes`)."""
     return Rows(L, h, a, g, f, gated, V, s, B, b, bf16, recompute, flash, N, t, p, d, v, schedule,
                 sequence_parallel * (t > 1), dopt, overlap, minimum(gpus_per_node, N),
                 intra_GBps * 1e9, inter_Gbps * 1e9 / 8, B / (d * b),
-                where(bf16 > 0, hw.peak_bf16, hw.peak_fp16), hw)
+                where(bf16 > 0, hw.peak_bf16, hw.peak_fp16), hw, eff)
 
 
-def rows_of_fields(fields: Sequence[Vec], hw: Hardware) -> Rows:
-    """`make_rows` of the `ROW_FIELDS` values in order (arrays, or one row's floats)."""
-    return make_rows(*fields, hw)  # type: ignore[arg-type, call-arg]  # 25 fields, then hw
+def rows_of_fields(fields: Sequence[Vec], hw: Hardware, eff: GemmEffs | None = None) -> Rows:
+    """`make_rows` of the `ROW_FIELDS` values in order (arrays, or one row's floats); `eff`:
+    their GEMM efficiencies where the caller has them, else computed here."""
+    eff = effs_of_fields(fields, hw) if eff is None else eff
+    return make_rows(*fields, hw, eff)  # type: ignore[arg-type, call-arg]  # 25 fields, hw, eff
 
 
 def _codes(values: Any, choices: tuple[str, ...]) -> np.ndarray:
@@ -336,7 +273,7 @@ def stage_params(r: Rows) -> StageParams:
     weights = layer_linear_weights(r)
     sharded = weights + bias * (qkv_out + up_out)
     replicated = bias * 2 * r.h + 2 * norm
-    vocab_p = ceil(r.V / (128 * r.t)) * 128 * r.t
+    vocab_p = padded_vocab(r.V, r.t)
     pos = bias * r.s * r.h  # learned positions (GPT family)
     layers = r.L / r.p * (sharded / r.t + replicated)
     one = r.p == 1  # the single stage holds both the embedding and the head

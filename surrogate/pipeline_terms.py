@@ -16,8 +16,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from simulator.jit import njit
+from surrogate.compiled_ops import Vec, ceil, floor, maximum, minimum, where
 from surrogate.one_f_one_b import one_f_one_b_excess_s
-from surrogate.physics import RECOMPUTE, SCHEDULES, Vec, ceil, floor, maximum, minimum, where
+from surrogate.physics import RECOMPUTE, SCHEDULES
 from surrogate.slots import (
     DP,
     FIRST_STAGE_LAYERS,

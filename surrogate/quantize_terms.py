@@ -9,7 +9,8 @@ from typing import Any
 
 from simulator.jit import njit
 from surrogate.attention_terms import GpuHost
-from surrogate.physics import Rows, Vec, maximum, skips, where
+from surrogate.compiled_ops import Vec, maximum, skips, where
+from surrogate.physics import Rows
 from surrogate.slots import (
     A_AMAX,
     A_ELEMENT,

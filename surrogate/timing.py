@@ -21,9 +21,9 @@ import numpy as np
 from simulator.jit import njit
 from simulator.job.enums import Framework
 from simulator.job.framework import semantics
+from surrogate.compiled_ops import Vec, ceil, floor, maximum, minimum, skips, where
 from surrogate.nccl_terms import crossing_ring_s, crossing_tree_s, domain_all_reduce_s, domain_ring_s
-from surrogate.physics import Rows, Vec, ceil, floor, fused_softmax, maximum, minimum, skips, where
-from surrogate.physics import gemm_efficiency as _simulator_gemm_efficiency
+from surrogate.physics import Rows, fused_softmax
 
 DT = 2.0  # fp16/bf16 bytes
 ADAM_BYTES_PER_PARAM = 36.0  # simulator.timeline.tail
@@ -41,14 +41,6 @@ def grad_buckets(grad: Vec, d: Vec, v: Vec, element: Vec, overlap: Vec) -> Vec:
     without overlap."""
     bucket = maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_DP * d) * element
     return where(overlap > 0, maximum(1, ceil(grad / v / bucket)) + v - 1, 1.0)
-
-
-@njit
-def gemm_efficiency(r: Rows, batch: Any, m: Any, n: Any, k: Any) -> Any:
-    """Tensor-core efficiency of batch x Y[m,n] = X[m,k] W[k,n]: the simulator's own tile / wave /
-    depth model (`simulator.costs.analytic.gemm_efficiency`, one function for rows and tables; one model
-    of the physics, not a copy)."""
-    return _simulator_gemm_efficiency(batch, m, n, k, r.hw.num_sms, r.hw.gemm_max, r.hw.k_half)
 
 
 @njit(inline=True)
@@ -69,7 +61,7 @@ def kernel_at_s(r: Rows, peak: Vec, flops: Vec, nbytes: Vec, eff: Vec) -> Vec:
 @njit(inline=True)
 def gemm_s(r: Rows, batch: Any, m: Vec, n: Vec, k: Vec, eff_f: Vec, eff_w: Vec) -> tuple[Vec, Vec]:
     """(forward, data- plus weight-gradient) GPU seconds of Y[m,n] = X[m,k] W[k,n], at the
-    forward's and the weight gradient's GEMM efficiency (`gemm_s_of_shape` computes them).
+    forward's and the weight gradient's GEMM efficiency (`surrogate.gemm_shapes.GemmEffs`).
 
     The three GEMMs move the same bytes; the data gradient (m x k, depth n) is given the forward's
     efficiency (same row count and tile grid up to a swap) to halve the cost of this feature."""
@@ -87,14 +79,6 @@ def gemm_at_s(r: Rows, peak: Vec, batch: Any, m: Vec, n: Vec, k: Vec, eff_f: Vec
     return forward, forward + wgrad
 
 
-@njit(inline=True)
-def gemm_s_of_shape(r: Rows, batch: Any, m: Vec, n: Vec, k: Vec, peak: Vec) -> tuple[Vec, Vec]:
-    """`gemm_at_s` with the efficiencies of the shape (forward m x n, depth k; weight gradient
-    n x k, depth m)."""
-    return gemm_at_s(r, peak, batch, m, n, k, gemm_efficiency(r, batch, m, n, k),
-                     gemm_efficiency(r, batch, n, k, m))
-
-
 class ProjectionGemms(NamedTuple):
     """A layer's four projections (QKV, attention output, MLP up, MLP down) for one micro-batch:
     each one's forward seconds, and the four's data and weight gradients together."""
@@ -108,14 +92,16 @@ class ProjectionGemms(NamedTuple):
 
 @njit(inline=True)
 def projection_gemms(r: Rows, peak: Vec) -> ProjectionGemms:
-    """`ProjectionGemms` of a layer at the FLOP rate `peak` (`r.peak`: the layer's 16-bit one)."""
+    """`ProjectionGemms` of a layer at the FLOP rate `peak` (`r.peak`: the layer's 16-bit one),
+    each GEMM at its shape's efficiency (`r.eff`)."""
     T, hd = r.b * r.s, r.h / r.a
     heads, groups = r.a / r.t, r.g / r.t
     up = r.f / r.t * (1 + r.gated)
-    qkv_f, qkv_b = gemm_s_of_shape(r, 1.0, T, (heads + 2 * groups) * hd, r.h, peak)
-    proj_f, proj_b = gemm_s_of_shape(r, 1.0, T, r.h, heads * hd, peak)
-    up_f, up_b = gemm_s_of_shape(r, 1.0, T, up, r.h, peak)
-    down_f, down_b = gemm_s_of_shape(r, 1.0, T, r.h, r.f / r.t, peak)
+    e = r.eff
+    qkv_f, qkv_b = gemm_at_s(r, peak, 1.0, T, (heads + 2 * groups) * hd, r.h, e.qkv, e.qkv_w)
+    proj_f, proj_b = gemm_at_s(r, peak, 1.0, T, r.h, heads * hd, e.proj, e.proj_w)
+    up_f, up_b = gemm_at_s(r, peak, 1.0, T, up, r.h, e.up, e.up_w)
+    down_f, down_b = gemm_at_s(r, peak, 1.0, T, r.h, r.f / r.t, e.down, e.down_w)
     return ProjectionGemms(qkv_f, proj_f, up_f, down_f, qkv_b + proj_b + up_b + down_b)
 
 
@@ -139,11 +125,9 @@ def _core(r: Rows, T: Vec, heads: Vec, hd: Vec) -> Core:
     """Attention core: unfused (two batched GEMMs, softmax, dropout) or flash attention."""
     bh = r.b * heads
     scores = bh * r.s * r.s
-    # (bh, s, hd, s) is the shape of QK's weight gradient, AV's forward and flash attention's
-    # GEMMs: its efficiency is computed once
-    s_hd_s = gemm_efficiency(r, bh, r.s, hd, r.s)
-    qk_f, qk_b = gemm_s(r, bh, r.s, r.s, hd, gemm_efficiency(r, bh, r.s, r.s, hd), s_hd_s)
-    av_f, av_b = gemm_s(r, bh, r.s, hd, r.s, s_hd_s, gemm_efficiency(r, bh, hd, r.s, r.s))
+    # (bh, s, hd, s) is the shape of QK's weight gradient and AV's forward (`GemmEffs.s_hd_s`)
+    qk_f, qk_b = gemm_s(r, bh, r.s, r.s, hd, r.eff.scores, r.eff.s_hd_s)
+    av_f, av_b = gemm_s(r, bh, r.s, hd, r.s, r.eff.s_hd_s, r.eff.av_w)
     # fused softmax, or Megatron's five-kernel fp32 fallback (simulator.graph.blocks._softmax)
     fused = fused_softmax(r) > 0
     unfused_launches = 4 * r.hw.launch_s
@@ -155,11 +139,9 @@ def _core(r: Rows, T: Vec, heads: Vec, hd: Vec) -> Core:
         + kernel_s(r, 2 * scores, 2.5 * scores * DT)
     extra = where(fused, 0.0, 4.0)
     fl = 2.0 * bh * r.s * r.s * hd
-    # the fused kernel's own ceiling (simulator.costs.analytic: `attention_max_efficiency`)
-    flash_eff = _simulator_gemm_efficiency(bh, r.s, hd, r.s, r.hw.num_sms, r.hw.attention_max,
-                                           r.hw.attention_k_half)
-    flash_f = kernel_s(r, fl, 4 * T * heads * hd * DT, flash_eff)
-    flash_b = kernel_s(r, 2.5 * fl, 8 * T * heads * hd * DT, flash_eff)
+    # at the fused kernel's own ceiling (simulator.costs.analytic: `attention_max_efficiency`)
+    flash_f = kernel_s(r, fl, 4 * T * heads * hd * DT, r.eff.flash)
+    flash_b = kernel_s(r, 2.5 * fl, 8 * T * heads * hd * DT, r.eff.flash)
     fa = r.flash > 0
     return Core(where(fa, flash_f, qk_f + av_f + soft_f), where(fa, flash_b, qk_b + av_b + soft_b),
                 qk_f + av_f + soft_f, where(fa, 1.0, 4.0 + extra), where(fa, 1.0, 6.0 + extra))
@@ -365,7 +347,7 @@ def iteration(r: Rows, stage_params: Vec, vocab_p: Vec) -> Iteration:
     layer = layer_times(r)
     T = r.b * r.s
     m, p, v = r.m, r.p, r.v
-    logits_f, logits_b = gemm_s_of_shape(r, 1.0, T, vocab_p / r.t, r.h, r.peak)
+    logits_f, logits_b = gemm_s(r, 1.0, T, vocab_p / r.t, r.h, r.eff.logits, r.eff.logits_w)
     logits = logits_f + logits_b
     # cross-entropy on fp32 logits: 38 bytes per logit forward, 14 backward (simulator.graph.blocks)
     n = T * vocab_p / r.t

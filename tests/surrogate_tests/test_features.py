@@ -79,7 +79,7 @@ def test_the_gemm_efficiency_of_arrays_and_compiled_is_the_simulators_to_the_bit
     import itertools
 
     from simulator.costs.analytic import gemm_efficiency
-    from surrogate.physics import gemm_efficiency as compiled_gemm_efficiency
+    from surrogate.compiled_ops import gemm_efficiency as compiled_gemm_efficiency
 
     shapes = list(itertools.product([1, 3, 96, 1024], [1, 63, 64, 257, 4096], [1, 129, 12288],
                                     [64, 300, 8192]))
