@@ -23,10 +23,6 @@ Vec = Any  # an np.ndarray of rows, or one row's float
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _f(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x, dtype=np.float64)
-
-
 @njit
 def where(condition: Any, a: Vec, b: Vec) -> Vec:
     """`np.where` for arrays; for one row's bool, `a if condition else b` (numba's `np.where` of
