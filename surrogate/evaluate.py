@@ -30,10 +30,13 @@ def _region_errors(df: pd.DataFrame, errors: np.ndarray,
                    hardware: Mapping[str, HardwareSpec] | None) -> dict[str, dict[str, float]]:
     """Mean time error per region; `hardware` maps the table's GPU names to their specs (a
     calibrated file's name is in no catalog, so it must come from the model, never be looked up)."""
+    from surrogate.gemm_shapes import NAN_EFFS
     from surrogate.physics import rows_from_columns, stage_params
 
     columns = {c: df[c].to_numpy() for c in JOB_COLUMNS}
-    params = stage_params(rows_from_columns(columns, hardware)).total if len(df) else np.array([])
+    # parameter counts read no GEMM efficiency: not computing them spares the first run after an
+    # install numba's compilation of their array version (~4 s)
+    params = stage_params(rows_from_columns(columns, hardware, NAN_EFFS)).total if len(df) else np.array([])
     regions = {
         "schedule": df["schedule"].astype(str).to_numpy(),
         "recompute": df["recompute"].astype(str).to_numpy(),

@@ -216,8 +216,10 @@ def row_field_matrix(c: Mapping[str, Any],
     return out
 
 
-def rows_from_columns(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None) -> Rows:
-    return rows_of_fields(list(row_field_matrix(c)), hardware_arrays(c["gpu"], hardware))
+def rows_from_columns(c: Mapping[str, Any], hardware: Mapping[str, HardwareSpec] | None,
+                      eff: GemmEffs | None = None) -> Rows:
+    """`Rows` of a table of `JOB_COLUMNS` (`eff`: as in `rows_of_fields`)."""
+    return rows_of_fields(list(row_field_matrix(c)), hardware_arrays(c["gpu"], hardware), eff)
 
 
 def row_field_values(record: Mapping[str, Any]) -> list[float]:
