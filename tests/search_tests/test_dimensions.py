@@ -148,6 +148,42 @@ def test_a_precision_a_gpu_cannot_run_is_pruned_for_that_gpu_only() -> None:
     assert not hopper.valid and any("mxfp8 is not supported on h100" in r for r in hopper.reasons)
 
 
+def test_a_recipe_that_runs_as_an_earlier_one_on_a_gpu_is_searched_once_there(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Transformer Engine emulates blockwise FP8 with MXFP8 on Blackwell: on a B200 the two
+    entries are the same plans with the same numbers, so the space holds them once, under the
+    entry listed first; on an H100 (no MXFP8) blockwise plans are plans of their own. A baseline
+    given as the later entry is evaluated as given."""
+    data = {**moe_dict(precision=["fp8/mxfp8", "fp8/blockwise"]), "hardware": ["h100-sxm-80gb", "b200"]}
+    space = SearchSpace(config_from_dict(data))
+    plan = {"tp": 1, "pp": 1, "ep": 2, "cp": 1, "sequence_parallel": False}
+    twin = space.build({**plan, "hardware": "b200", "precision": "fp8/blockwise"})
+    assert not twin.valid and any("runs on b200 exactly as precision=fp8/mxfp8 does" in r for r in twin.reasons)
+    assert space.build({**plan, "hardware": "b200", "precision": "fp8/mxfp8"}).valid
+    assert space.build({**plan, "hardware": "h100-sxm-80gb", "precision": "fp8/blockwise"}).valid
+    as_given = space.build({**plan, "hardware": "b200", "precision": "fp8/blockwise"}, distinct=False)
+    kept = space.build({**plan, "hardware": "b200", "precision": "fp8/mxfp8"})
+    assert as_given.valid and as_given.job is not None and kept.job is not None
+    assert evaluate_exact(as_given.job).iteration_time_s == evaluate_exact(kept.job).iteration_time_s
+    # a bare "fp8" is the GPU's default recipe, MXFP8 on Blackwell; delayed scaling is its own
+    default = SearchSpace(config_from_dict(moe_dict(precision=["fp8", "fp8/mxfp8", "fp8/delayed"])))
+    assert not default.build({**plan, "precision": "fp8/mxfp8"}).valid
+    assert default.build({**plan, "precision": "fp8/delayed"}).valid
+    # the baseline, and the search's output saying what it searched once
+    recipe = tmp_path / "twins.yaml"
+    baseline = {"hardware": "b200", "num_gpus": 8, "tp": 1, "pp": 1, "ep": 2, "cp": 1,
+                "precision": "fp8/blockwise", "micro_batch_size": 1, "schedule": "1f1b",
+                "sequence_parallel": False}
+    recipe.write_text(json.dumps({**{k: v for k, v in data.items() if k != "storage"}, "baseline": baseline}))
+    assert main(["--config", str(recipe), "--exhaustive", "--json", "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["baseline"]["plan"]["precision"] == "fp8/blockwise"
+    assert report["notes"] == ["precision fp8/blockwise runs on b200 exactly as fp8/mxfp8 does (the same "
+                               "format): those plans are searched once, as fp8/mxfp8"]
+    blackwell = {p["plan"]["precision"] for p in report["top"] if p["plan"]["hardware"] == "b200"}
+    assert blackwell == {"fp8/mxfp8"}
+
+
 def test_a_hardware_list_prices_each_plan_with_its_entry() -> None:
     data = {**moe_dict(), "hardware": [{"name": "h100-sxm-80gb", "price_per_gpu_hour_usd": 2.0},
                                        {"name": "b200"}]}

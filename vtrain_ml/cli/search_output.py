@@ -135,7 +135,8 @@ def render(report: SearchReport, config: SearchConfig, args: argparse.Namespace,
         for o in report.pareto:
             p = o.plan
             out.append(f"  {o.exact.iteration_time_s:8.2f} s  ${o.exact.cost_usd:12,.0f}  "
-                       f"tp={p['tp']} pp={p['pp']} dp={p['dp']} ({p['num_gpus']} GPUs)")
+                       f"tp={p['tp']} pp={p['pp']} dp={p['dp']} ({p['num_gpus']} {p['hardware']} GPUs, "
+                       f"{p['precision']})")
     out += ["", *recommendation(report, config.train_tokens)]
     if report.mode == "search":
         written.insert(0, where_it_lives(config))

@@ -57,7 +57,7 @@ def baseline_candidate(space: SearchSpace) -> Candidate | None:
     if outside:  # a study records each exact plan as a trial of the space's choices
         raise ConfigError(f"baseline is not a plan of this space: {'; '.join(outside)}; add the "
                           f"value to the space's list (recompute modules: space.recompute_modules)")
-    candidate = space.build(knobs)
+    candidate = space.build(knobs, distinct=False)  # the plan the user gave, as given
     if candidate.job is None:
         raise ConfigError(f"baseline {space.config.baseline} is not a valid plan: "
                           f"{'; '.join(candidate.reasons)}")

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from simulator.errors import ConfigError
 from simulator.job.enums import CpCommType, CudaGraphs, DataParallelSharding, Fp4Recipe, Fp8Recipe, Precision
-from simulator.job.specs import ModelSpec
+from simulator.job.precision import LowPrecisionFormat, low_precision
+from simulator.job.specs import Job, ModelSpec
 
 if TYPE_CHECKING:
     from vtrain_ml.planner.config import SearchConfig
@@ -76,6 +77,33 @@ def precision_choice(config: SearchConfig, value: object | None) -> PrecisionCho
     if value is None:
         return top_precision(config)
     return parse_precision(str(value), config.fp8_recipe, config.fp4_recipe)
+
+
+def precision_twin(config: SearchConfig, choice: object | None, job: Job) -> str | None:
+    """The earlier `space.precision` entry that runs on `job`'s GPU exactly as `choice` does, or
+    None. Two entries run alike when they give the same `training.precision` and low-precision
+    format there: Transformer Engine emulates blockwise FP8 with MXFP8 on Blackwell
+    (`simulator.job.precision.FORMATS`), and a bare "fp8" is the GPU's default recipe. Their
+    plans are the same plans with the same numbers, so a space holds them once, under the first
+    entry listed: scoring and simulating them twice bought nothing and listed each answer twice."""
+    entries = [str(e).strip().lower() for e in config.space.precision or ()]
+    mine = str(choice).strip().lower() if choice is not None else None
+    if mine not in entries:
+        return None
+    runs_as = _runs_as(config, mine, job)
+    if runs_as[1] is None:  # 16 bits (one entry each), or a recipe this GPU refuses anyway
+        return None
+    for entry in entries[:entries.index(mine)]:
+        if _runs_as(config, entry, job) == runs_as:
+            return entry
+    return None
+
+
+def _runs_as(config: SearchConfig, entry: str, job: Job) -> tuple[Precision, LowPrecisionFormat | None]:
+    low = precision_choice(config, entry)
+    training = job.training.model_copy(update={"precision": low.precision, "fp8_recipe": low.fp8_recipe,
+                                               "fp4_recipe": low.fp4_recipe})
+    return low.precision, low_precision(job.model_copy(update={"training": training}))
 
 
 def uneven_split(model: ModelSpec, pp: int, virtual_stages: int) -> tuple[int, int] | None:

@@ -134,6 +134,7 @@ class SearchReport:
     ranked: tuple[PlanOutcome, ...] = field(default=(), repr=False)  # every evaluated plan, best first
     n_feasible: int = 0  # the first n_feasible of `ranked` meet every constraint
     complete: bool = False  # every valid plan of the space was simulated (the front is exact)
+    notes: tuple[str, ...] = ()  # what the space holds once (`rules.precision_notes`)
 
     @property
     def feasible(self) -> tuple[PlanOutcome, ...]:
@@ -150,7 +151,7 @@ class SearchReport:
             "space_size": self.space_size, "feasible_evaluated": sum(o.exact.fits_in_memory
                                                                     for o in self.evaluated),
             "surrogate": self.surrogate, "study": self.study, "storage": self.storage,
-            "pruned_values": self.pruned_values, "complete": self.complete,
+            "pruned_values": self.pruned_values, "complete": self.complete, "notes": list(self.notes),
             "strategy": self.surrogate.get("strategy"),
             "interrupted": bool(self.surrogate.get("interrupted")),
         }
@@ -352,6 +353,7 @@ def render_table(report: SearchReport, sort: str | None = None) -> str:
                      f"not rule out could beat the answer by more")
     if strategy:
         lines.append(f"strategy {strategy['name']}: {strategy['reason']}")
+    lines += list(report.notes)
     if report.surrogate.get("interrupted"):
         lines.append("interrupted: these are the plans simulated so far; resume the study to finish")
     if err.get("verified_points"):

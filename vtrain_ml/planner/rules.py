@@ -34,7 +34,7 @@ from simulator.job.specs import ClusterSpec, GiB, Job, ParallelPlan, TrainingSpe
 from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
 from vtrain_ml.planner.choices import parse_recompute
 from vtrain_ml.planner.config import MEMORY_KNOBS
-from vtrain_ml.planner.dimensions import PROBE_MODEL, precision_choice, uneven_split
+from vtrain_ml.planner.dimensions import PROBE_MODEL, precision_choice, precision_twin, uneven_split
 from vtrain_ml.planner.space import SearchSpace, memory_settings
 from vtrain_ml.planner.table import SpaceTable
 
@@ -105,7 +105,8 @@ def _at(index: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def precision_grid(table: SpaceTable) -> np.ndarray:
     """The GPU runs the plan's precision and recipe (`job_problems`' peak-FLOP/s check and
-    `precision_problems`), on the (hardware, precision) axes: one small job per pair asked."""
+    `precision_problems`), and no earlier precision entry runs the same there
+    (`precision_twin`), on the (hardware, precision) axes: one small job per pair asked."""
     def make() -> np.ndarray:
         space = table.space
         hw, prec = table.knob("hardware", None), table.knob("precision", None)
@@ -113,7 +114,9 @@ def precision_grid(table: SpaceTable) -> np.ndarray:
         ok = np.zeros(shape, dtype=bool)
         for index in np.ndindex(*shape):
             name = hw[_at(index, hw.shape)]
-            ok[index] = not precision_pair_problems(space, name, prec[_at(index, prec.shape)])
+            choice = prec[_at(index, prec.shape)]
+            ok[index] = not precision_pair_problems(space, name, choice) and precision_twin(
+                space.config, choice, _probe_job(space, name, choice)) is None
         return ok
 
     return table.cached("precision", make)
@@ -164,6 +167,23 @@ def precision_pair_problems(space: SearchSpace, hardware: str | None, precision:
     if job.training.precision not in job.hardware.peak_tflops:
         problems.append(f"precision={job.training.precision.value} is not supported on {job.hardware.name}")
     return problems
+
+
+def precision_notes(space: SearchSpace) -> tuple[str, ...]:
+    """One line per precision entry that runs on some of the space's GPUs exactly as an earlier
+    entry does (`precision_twin`): where, and as what, it is searched once."""
+    entries = [str(e).strip().lower() for e in space.config.space.precision or ()]
+    twins: dict[tuple[str, str], list[str]] = {}
+    for name in space.entries:
+        for entry in entries:
+            if precision_pair_problems(space, name, entry):
+                continue
+            twin = precision_twin(space.config, entry, _probe_job(space, name, entry))
+            if twin is not None:
+                twins.setdefault((entry, twin), []).append(name)
+    return tuple(f"precision {entry} runs on {', '.join(gpus)} exactly as {twin} does (the same "
+                 f"format): those plans are searched once, as {twin}"
+                 for (entry, twin), gpus in twins.items())
 
 
 def new_rules_grid(table: SpaceTable) -> np.ndarray:

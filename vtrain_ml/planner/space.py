@@ -50,7 +50,7 @@ from simulator.job.validation import job_problems
 from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
 from vtrain_ml.planner.choices import parse_pipeline, parse_recompute, pipeline_choices, recompute_choices
 from vtrain_ml.planner.config import MEMORY_KNOBS, SearchConfig
-from vtrain_ml.planner.dimensions import check_model, precision_choice, uneven_split
+from vtrain_ml.planner.dimensions import check_model, precision_choice, precision_twin, uneven_split
 
 Choice = bool | int | float | str
 
@@ -268,8 +268,10 @@ class SearchSpace:
         merged = {**self.fixed, **params}
         return {k.name: merged[k.name] for k in self.knobs}
 
-    def build(self, params: dict[str, Any]) -> Candidate:
-        """The candidate job of `params` (searched knobs; fixed ones are added), with its reasons."""
+    def build(self, params: dict[str, Any], distinct: bool = True) -> Candidate:
+        """The candidate job of `params` (searched knobs; fixed ones are added), with its reasons.
+        `distinct`: a plan whose precision entry runs as an earlier one does on its GPU
+        (`precision_twin`) is not one of the space's plans (a baseline given that way is)."""
         p = self.complete(params)
         model, model_problem = self._model(p)
         if model is None:
@@ -283,6 +285,11 @@ class SearchSpace:
             return Candidate(p, None, (f"{names} = {sizes} = {ranks} does not divide num_gpus="
                                        f"{p['num_gpus']}; no integer data-parallel size",))
         problems = job_problems(job)
+        twin = precision_twin(c, p.get("precision"), job) if distinct else None
+        if twin is not None:
+            problems.append(f"precision={p['precision']} runs on {job.hardware.name} exactly as "
+                            f"precision={twin} does (the same format): the space holds these plans "
+                            f"once, as {twin}")
         gpus = job.cluster.num_gpus
         if gpus > c.max_gpus:
             problems.append(f"{names}*dp = {sizes}*{job.dp} = {gpus} GPUs exceeds max_gpus={c.max_gpus}")
