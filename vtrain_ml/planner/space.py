@@ -169,6 +169,7 @@ class SearchSpace:
         self.base_model = _fixed_model(config)
         check_model(config, self.base_model)
         self.pruned_values: dict[str, dict[str, str]] = {}
+        self._twins: dict[tuple[str, str], str | None] = {}
         self.knobs = self._knobs()
         self._models: dict[tuple[int, int, int], ModelSpec] = {}
 
@@ -285,7 +286,7 @@ class SearchSpace:
             return Candidate(p, None, (f"{names} = {sizes} = {ranks} does not divide num_gpus="
                                        f"{p['num_gpus']}; no integer data-parallel size",))
         problems = job_problems(job)
-        twin = precision_twin(c, p.get("precision"), job) if distinct else None
+        twin = self._precision_twin(p.get("precision"), job) if distinct else None
         if twin is not None:
             problems.append(f"precision={p['precision']} runs on {job.hardware.name} exactly as "
                             f"precision={twin} does (the same format): the space holds these plans "
@@ -303,6 +304,13 @@ class SearchSpace:
             f"weights, gradients and optimizer states alone need {static / GiB:.1f} GiB per GPU "
             f"> {capacity / GiB:.0f} GiB",)
         return Candidate(p, job, (), memory)
+
+    def _precision_twin(self, choice: Choice | None, job: Job) -> str | None:
+        """`precision_twin`, once per (GPU type, precision entry): it reads nothing else."""
+        key = (job.hardware.name, str(choice))
+        if key not in self._twins:
+            self._twins[key] = precision_twin(self.config, choice, job)
+        return self._twins[key]
 
     def job(self, p: dict[str, Choice], model: ModelSpec) -> Job:
         """The job of complete params `p` (unchecked; with `num_gpus` not a multiple of
