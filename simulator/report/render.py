@@ -74,7 +74,8 @@ def table(result: SimulationResult, notes: Sequence[str] = (), advice: Sequence[
         "",
         f"  iteration time      {duration(it)}",
         f"  throughput          {result.tokens_per_s:,.0f} tokens/s",
-        f"  MFU / HFU           {result.mfu:.1%} / {result.hfu:.1%}",
+        f"  MFU / HFU           {result.mfu:.1%} / {result.hfu:.1%}"
+        + (" (against the 16-bit peak, as published FP8 / FP4 runs quote it)" if result.hfu > 1.0 else ""),
         f"  cost per iteration  {usd(result.cost_per_iteration_usd)} "
         f"({usd(result.usd_per_million_tokens)} per million tokens)",
     ]

@@ -158,7 +158,8 @@ def test_a_recipe_that_runs_as_an_earlier_one_on_a_gpu_is_searched_once_there(
     space = SearchSpace(config_from_dict(data))
     plan = {"tp": 1, "pp": 1, "ep": 2, "cp": 1, "sequence_parallel": False}
     twin = space.build({**plan, "hardware": "b200", "precision": "fp8/blockwise"})
-    assert not twin.valid and any("runs on b200 exactly as precision=fp8/mxfp8 does" in r for r in twin.reasons)
+    assert not twin.valid
+    assert any("runs on b200 exactly as precision=fp8/mxfp8 does" in r for r in twin.reasons)
     assert space.build({**plan, "hardware": "b200", "precision": "fp8/mxfp8"}).valid
     assert space.build({**plan, "hardware": "h100-sxm-80gb", "precision": "fp8/blockwise"}).valid
     as_given = space.build({**plan, "hardware": "b200", "precision": "fp8/blockwise"}, distinct=False)
@@ -182,6 +183,26 @@ def test_a_recipe_that_runs_as_an_earlier_one_on_a_gpu_is_searched_once_there(
                                "format): those plans are searched once, as fp8/mxfp8"]
     blackwell = {p["plan"]["precision"] for p in report["top"] if p["plan"]["hardware"] == "b200"}
     assert blackwell == {"fp8/mxfp8"}
+
+
+def test_an_mfu_above_100_percent_says_which_peak_it_is_against() -> None:
+    """MFU is model FLOPs against the GPU's 16-bit peak for every recipe (the convention of
+    published FP8 and FP4 runs), so an FP4 plan can show more than 100%: the table says why,
+    and only then."""
+    from dataclasses import replace
+
+    from vtrain_ml.planner.outcomes import make_report, outcome
+    from vtrain_ml.planner.report import render_table
+
+    space = moe_space(precision=["fp4/nvfp4"])
+    candidate = space.build({"tp": 1, "pp": 1, "ep": 2, "cp": 1, "sequence_parallel": False})
+    assert candidate.job is not None
+    exact = evaluate_exact(candidate.job)
+    note = "MFU% is against the GPU's 16-bit peak"
+    for mfu, shown in ((0.6, False), (1.11, True)):
+        evaluated = [outcome(space, candidate, replace(exact, mfu=mfu))]
+        report = make_report(space, "exhaustive", evaluated, 1, 0, 0.1)
+        assert (note in render_table(report)) is shown
 
 
 def test_a_hardware_list_prices_each_plan_with_its_entry() -> None:

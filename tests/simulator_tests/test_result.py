@@ -89,6 +89,19 @@ def test_the_table_says_what_the_scale_loss_is_made_of() -> None:
     assert f"kernel jitter {duration(loss.transient_s)}" in line
 
 
+def test_a_utilization_above_100_percent_says_which_peak_it_is_against(small_job) -> None:
+    """MFU and HFU are against the 16-bit peak for FP8 and FP4 runs too (simulator.report.metrics):
+    an FP4 run can exceed 100%, and then the table says why."""
+    result = simulate(small_job)
+    note = "against the 16-bit peak"
+
+    def line(r: object) -> str:
+        return next(x for x in table(r).splitlines() if "MFU / HFU" in x)  # type: ignore[arg-type]
+
+    assert result.hfu <= 1.0 and note not in line(result)
+    assert note in line(dataclasses.replace(result, mfu=1.05, hfu=1.08))
+
+
 def test_chrome_trace_is_valid(small_job):
     result = simulate(small_job)
     trace = json.loads(json.dumps(chrome_trace(result)))

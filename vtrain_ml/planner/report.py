@@ -336,6 +336,9 @@ def render_table(report: SearchReport, sort: str | None = None) -> str:
     order = f"sorted by {sort}" if sort else best_first
     lines.append("flags: S sequence parallel, D distributed optimizer, O overlapped grad reduce; "
                  f"cost = {'to train the token budget' if per_train else 'per iteration'}; {order}")
+    if any(o.exact.mfu > 1.0 for _, o in rows):  # simulator.report.metrics' convention
+        lines.append("MFU% is against the GPU's 16-bit peak, as published FP8 and FP4 runs quote it: a "
+                     "plan whose GEMMs run in FP4 can exceed 100%")
     err = report.surrogate.get("error", {})
     strategy = report.surrogate.get("strategy") or {}
     screened = report.surrogate.get("screened") or 0
