@@ -57,7 +57,10 @@ def padded_vocab(V: Vec, t: Vec) -> Vec:
     return ceil(V / (128 * t)) * 128 * t
 
 
-class _Dims(NamedTuple):
+class GemmDims(NamedTuple):
+    """The GEMM dimensions a row's shapes are made of (`gemm_dims`; surrogate.timing prices the
+    same GEMMs' FLOPs and bytes from them, so a shape and its efficiency cannot drift apart)."""
+
     T: Vec  # tokens of a micro-batch
     hd: Vec  # head dim
     heads: Vec  # attention heads per tp rank
@@ -68,15 +71,16 @@ class _Dims(NamedTuple):
 
 
 @njit(inline=True)
-def _dims(b: Vec, s: Vec, h: Vec, a: Vec, g: Vec, f: Vec, gated: Vec, V: Vec, t: Vec) -> _Dims:
+def gemm_dims(b: Vec, s: Vec, h: Vec, a: Vec, g: Vec, f: Vec, gated: Vec, V: Vec, t: Vec) -> GemmDims:
+    """`GemmDims` of rows' fields (arrays, or one row's floats)."""
     T, hd = b * s, h / a
     heads, groups = a / t, g / t
-    return _Dims(T, hd, heads, (heads + 2 * groups) * hd, f / t * (1 + gated), b * heads,
+    return GemmDims(T, hd, heads, (heads + 2 * groups) * hd, f / t * (1 + gated), b * heads,
                  padded_vocab(V, t) / t)
 
 
 @njit(inline=True)
-def _projection_effs(d: _Dims, h: Vec, f: Vec, t: Vec, num_sms: Vec, gemm_max: Vec,
+def _projection_effs(d: GemmDims, h: Vec, f: Vec, t: Vec, num_sms: Vec, gemm_max: Vec,
                      k_half: Vec) -> tuple[Vec, Vec, Vec, Vec, Vec, Vec, Vec, Vec]:
     """`GemmEffs` 0-7 (the four projections)."""
     return (gemm_efficiency(1.0, d.T, d.qkv_out, h, num_sms, gemm_max, k_half),
@@ -90,7 +94,7 @@ def _projection_effs(d: _Dims, h: Vec, f: Vec, t: Vec, num_sms: Vec, gemm_max: V
 
 
 @njit(inline=True)
-def _other_effs(d: _Dims, s: Vec, h: Vec, f: Vec, t: Vec, num_sms: Vec, gemm_max: Vec, k_half: Vec,
+def _other_effs(d: GemmDims, s: Vec, h: Vec, f: Vec, t: Vec, num_sms: Vec, gemm_max: Vec, k_half: Vec,
                 attention_max: Vec, attention_k_half: Vec) -> tuple[Vec, Vec, Vec, Vec, Vec, Vec, Vec]:
     """`GemmEffs` 8-14 (the attention core, the output layer, the MLP feature's shape)."""
     return (gemm_efficiency(d.bh, s, s, d.hd, num_sms, gemm_max, k_half),
@@ -107,7 +111,7 @@ def gemm_effs(b: Vec, s: Vec, h: Vec, a: Vec, g: Vec, f: Vec, gated: Vec, V: Vec
               num_sms: Vec, gemm_max: Vec, k_half: Vec, attention_max: Vec,
               attention_k_half: Vec) -> GemmEffs:
     """`GemmEffs` of rows' fields (arrays, or one row's floats) on their hardware numbers."""
-    d = _dims(b, s, h, a, g, f, gated, V, t)
+    d = gemm_dims(b, s, h, a, g, f, gated, V, t)
     p0, p1, p2, p3, p4, p5, p6, p7 = _projection_effs(d, h, f, t, num_sms, gemm_max, k_half)
     o0, o1, o2, o3, o4, o5, o6 = _other_effs(d, s, h, f, t, num_sms, gemm_max, k_half, attention_max,
                                              attention_k_half)
@@ -140,12 +144,12 @@ def effs_table(fields: np.ndarray, hw_table: np.ndarray, gpu: np.ndarray) -> np.
     gated, V, t = fields[SHAPE_FIELDS[6]], fields[SHAPE_FIELDS[7]], fields[SHAPE_FIELDS[8]]
     sms, mx, kh, amx, akh = hw[0], hw[1], hw[2], hw[3], hw[4]
     for i in range(n):
-        d = _dims(b[i], s[i], h[i], a[i], g[i], f[i], gated[i], V[i], t[i])
+        d = gemm_dims(b[i], s[i], h[i], a[i], g[i], f[i], gated[i], V[i], t[i])
         e = _projection_effs(d, h[i], f[i], t[i], sms[i], mx[i], kh[i])
         out[0, i], out[1, i], out[2, i], out[3, i] = e[0], e[1], e[2], e[3]
         out[4, i], out[5, i], out[6, i], out[7, i] = e[4], e[5], e[6], e[7]
     for i in range(n):
-        d = _dims(b[i], s[i], h[i], a[i], g[i], f[i], gated[i], V[i], t[i])
+        d = gemm_dims(b[i], s[i], h[i], a[i], g[i], f[i], gated[i], V[i], t[i])
         o = _other_effs(d, s[i], h[i], f[i], t[i], sms[i], mx[i], kh[i], amx[i], akh[i])
         out[8, i], out[9, i], out[10, i], out[11, i] = o[0], o[1], o[2], o[3]
         out[12, i], out[13, i], out[14, i] = o[4], o[5], o[6]

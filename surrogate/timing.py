@@ -22,6 +22,7 @@ from simulator.jit import njit
 from simulator.job.enums import Framework
 from simulator.job.framework import semantics
 from surrogate.compiled_ops import Vec, ceil, floor, maximum, minimum, skips, where
+from surrogate.gemm_shapes import gemm_dims
 from surrogate.nccl_terms import crossing_ring_s, crossing_tree_s, domain_all_reduce_s, domain_ring_s
 from surrogate.physics import Rows, fused_softmax
 
@@ -94,14 +95,11 @@ class ProjectionGemms(NamedTuple):
 def projection_gemms(r: Rows, peak: Vec) -> ProjectionGemms:
     """`ProjectionGemms` of a layer at the FLOP rate `peak` (`r.peak`: the layer's 16-bit one),
     each GEMM at its shape's efficiency (`r.eff`)."""
-    T, hd = r.b * r.s, r.h / r.a
-    heads, groups = r.a / r.t, r.g / r.t
-    up = r.f / r.t * (1 + r.gated)
-    e = r.eff
-    qkv_f, qkv_b = gemm_at_s(r, peak, 1.0, T, (heads + 2 * groups) * hd, r.h, e.qkv, e.qkv_w)
-    proj_f, proj_b = gemm_at_s(r, peak, 1.0, T, r.h, heads * hd, e.proj, e.proj_w)
-    up_f, up_b = gemm_at_s(r, peak, 1.0, T, up, r.h, e.up, e.up_w)
-    down_f, down_b = gemm_at_s(r, peak, 1.0, T, r.h, r.f / r.t, e.down, e.down_w)
+    d, e = gemm_dims(r.b, r.s, r.h, r.a, r.g, r.f, r.gated, r.V, r.t), r.eff
+    qkv_f, qkv_b = gemm_at_s(r, peak, 1.0, d.T, d.qkv_out, r.h, e.qkv, e.qkv_w)
+    proj_f, proj_b = gemm_at_s(r, peak, 1.0, d.T, r.h, d.heads * d.hd, e.proj, e.proj_w)
+    up_f, up_b = gemm_at_s(r, peak, 1.0, d.T, d.up, r.h, e.up, e.up_w)
+    down_f, down_b = gemm_at_s(r, peak, 1.0, d.T, r.h, r.f / r.t, e.down, e.down_w)
     return ProjectionGemms(qkv_f, proj_f, up_f, down_f, qkv_b + proj_b + up_b + down_b)
 
 
@@ -347,6 +345,7 @@ def iteration(r: Rows, stage_params: Vec, vocab_p: Vec) -> Iteration:
     layer = layer_times(r)
     T = r.b * r.s
     m, p, v = r.m, r.p, r.v
+    # `GemmEffs.logits` is of this shape: `vocab_p` is `gemm_shapes.padded_vocab`'s
     logits_f, logits_b = gemm_s(r, 1.0, T, vocab_p / r.t, r.h, r.eff.logits, r.eff.logits_w)
     logits = logits_f + logits_b
     # cross-entropy on fp32 logits: 38 bytes per logit forward, 14 backward (simulator.graph.blocks)
