@@ -34,7 +34,7 @@ from simulator.job.specs import ClusterSpec, GiB, Job, ParallelPlan, TrainingSpe
 from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_param, stage_param_counts
 from vtrain_ml.planner.choices import parse_recompute
 from vtrain_ml.planner.config import MEMORY_KNOBS
-from vtrain_ml.planner.dimensions import PROBE_MODEL, precision_choice, precision_twin, uneven_split
+from vtrain_ml.planner.dimensions import PROBE_MODEL, precision_choice, uneven_split
 from vtrain_ml.planner.space import SearchSpace, memory_settings
 from vtrain_ml.planner.table import SpaceTable
 
@@ -115,8 +115,8 @@ def precision_grid(table: SpaceTable) -> np.ndarray:
         for index in np.ndindex(*shape):
             name = hw[_at(index, hw.shape)]
             choice = prec[_at(index, prec.shape)]
-            ok[index] = not precision_pair_problems(space, name, choice) and precision_twin(
-                space.config, choice, _probe_job(space, name, choice)) is None
+            ok[index] = not precision_pair_problems(space, name, choice) and space.precision_twin(
+                choice, _probe_job(space, name, choice)) is None
         return ok
 
     return table.cached("precision", make)
@@ -178,7 +178,7 @@ def precision_notes(space: SearchSpace) -> tuple[str, ...]:
         for entry in entries:
             if precision_pair_problems(space, name, entry):
                 continue
-            twin = precision_twin(space.config, entry, _probe_job(space, name, entry))
+            twin = space.precision_twin(entry, _probe_job(space, name, entry))
             if twin is not None:
                 twins.setdefault((entry, twin), []).append(name)
     return tuple(f"precision {entry} runs on {', '.join(gpus)} exactly as {twin} does (the same "

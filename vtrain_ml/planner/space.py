@@ -286,7 +286,7 @@ class SearchSpace:
             return Candidate(p, None, (f"{names} = {sizes} = {ranks} does not divide num_gpus="
                                        f"{p['num_gpus']}; no integer data-parallel size",))
         problems = job_problems(job)
-        twin = self._precision_twin(p.get("precision"), job) if distinct else None
+        twin = self.precision_twin(p.get("precision"), job) if distinct else None
         if twin is not None:
             problems.append(f"precision={p['precision']} runs on {job.hardware.name} exactly as "
                             f"precision={twin} does (the same format): the space holds these plans "
@@ -305,8 +305,9 @@ class SearchSpace:
             f"> {capacity / GiB:.0f} GiB",)
         return Candidate(p, job, (), memory)
 
-    def _precision_twin(self, choice: Choice | None, job: Job) -> str | None:
-        """`precision_twin`, once per (GPU type, precision entry): it reads nothing else."""
+    def precision_twin(self, choice: Choice | None, job: Job) -> str | None:
+        """`planner.dimensions.precision_twin` on `job`'s GPU, once per (GPU type, precision
+        entry): it reads nothing else (`build`, the table's precision grid and the notes ask)."""
         key = (job.hardware.name, str(choice))
         if key not in self._twins:
             self._twins[key] = precision_twin(self.config, choice, job)
