@@ -221,6 +221,39 @@ def test_a_hardware_list_prices_each_plan_with_its_entry() -> None:
     assert config_from_dict(data).study_name().startswith("custom-h100-sxm-80gb+b200-8-time-")
 
 
+def test_the_table_names_the_gpu_and_precision_whenever_the_search_tried_more_than_one() -> None:
+    from dataclasses import replace
+
+    from vtrain_ml.planner.outcomes import make_report, outcome
+    from vtrain_ml.planner.report import render_table
+
+    data = {**moe_dict(), "hardware": [{"name": "h100-sxm-80gb"}, {"name": "b200"}]}
+    space = SearchSpace(config_from_dict(data))
+    plan = {"tp": 1, "pp": 1, "ep": 2, "cp": 1, "sequence_parallel": False}
+    outcomes = []
+    for name in ("b200", "h100-sxm-80gb"):
+        candidate = space.build({**plan, "hardware": name})
+        assert candidate.job is not None
+        outcomes.append(outcome(space, candidate, evaluate_exact(candidate.job)))
+    report = make_report(space, "exhaustive", outcomes, 2, 0, 0.1)
+    fastest = min(report.top, key=lambda o: o.exact.iteration_time_s)
+    header = render_table(replace(report, top=(fastest,), baseline=None)).splitlines()[0]
+    assert " gpu " in header  # one row shown, two GPU types tried: which one won is in the table
+    alone = make_report(space, "exhaustive", outcomes[:1], 1, 0, 0.1)
+    assert " gpu " not in render_table(replace(alone, baseline=None)).splitlines()[0]
+    # so is the precision: a bf16 row alone shows it when fp8 plans were simulated too
+    formats = moe_space(precision=["bf16", "fp8/mxfp8"])
+    both = []
+    for precision in ("bf16", "fp8/mxfp8"):
+        candidate = formats.build({**plan, "precision": precision})
+        assert candidate.job is not None
+        both.append(outcome(formats, candidate, evaluate_exact(candidate.job)))
+    report = make_report(formats, "exhaustive", both, 2, 0, 0.1)
+    assert " precision " in render_table(replace(report, top=(both[0],), baseline=None)).splitlines()[0]
+    alone = make_report(formats, "exhaustive", both[:1], 1, 0, 0.1)
+    assert " precision " not in render_table(replace(alone, baseline=None)).splitlines()[0]
+
+
 def test_older_searches_keep_their_study_names_and_spaces() -> None:
     config = load_config(EXAMPLES / "case_study_1_mtnlg.yaml")
     assert config.study_name() == "mt-nlg-530b-a100-80gb-3360-time-5bbaad07e3"  # as before issue 25
@@ -368,6 +401,25 @@ def test_every_layout_knob_has_a_flag_and_a_flag_is_the_recipes_list() -> None:
     dp = build_config(parser().parse_args(["--model", "mixtral-8x7b", "--max-gpus", "64",
                                            "--global-batch", "64", "--dp", "4,8"]))
     assert dp.space.dp == (4, 8)
+
+
+def test_a_model_whose_layers_few_pipeline_sizes_divide_says_how_to_try_more() -> None:
+    """DeepSeek-V3's 61 layers: by default only pp 1 and 61; the note names Megatron's uneven
+    split, which `--account-for-embedding-and-loss` turns on (then pp 4 is a choice)."""
+    from vtrain_ml.cli.search import build_config, parser
+    from vtrain_ml.planner.rules import pipeline_notes
+
+    flags = ["--model", "deepseek-v3", "--hardware", "gb200", "--num-gpus", "256", "--global-batch", "4096"]
+    plain = SearchSpace(build_config(parser().parse_args(flags)))
+    assert dict((k.name, k.choices) for k in plain.knobs)["pp"] == (1, 61)
+    (note,) = pipeline_notes(plain)
+    assert "61 layers (1, 61)" in note and "--account-for-embedding-and-loss" in note and "2, 4, 8" in note
+    uneven = SearchSpace(build_config(parser().parse_args([*flags, "--account-for-embedding-and-loss"])))
+    assert 4 in dict((k.name, k.choices) for k in uneven.knobs)["pp"] and pipeline_notes(uneven) == ()
+    chosen = SearchSpace(build_config(parser().parse_args([*flags, "--pp", "1"])))
+    assert pipeline_notes(chosen) == ()  # the user chose the sizes
+    dense = SearchSpace(config_from_dict(tiny_dict()))  # 8 layers: 10 adds only 5 and 10
+    assert pipeline_notes(dense) == ()
 
 
 def test_a_config_with_the_new_fields_round_trips_through_a_stored_study() -> None:

@@ -108,6 +108,10 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(flag, dest=field, type=kind, help=text)
     for field, (flag, text) in {**SPACE_FLAGS, **BOOLEAN_SPACE_FLAGS}.items():
         p.add_argument(flag, dest=f"space_{field}", metavar="A,B", help=f"space.{field}: {text}")
+    p.add_argument("--account-for-embedding-and-loss", dest="space_account_for_embedding_and_loss",
+                   action="store_true", help="space.account_for_embedding_and_loss: also try pipeline "
+                   "sizes that divide the layers + 2 (+ MTP) with one layer fewer on the first and last "
+                   "stage (Megatron's uneven split; DeepSeek-V3's 61 layers on 4 or 8 stages)")
     p.add_argument("--resume", action="store_true",
                    help="continue (or join) an existing study; with --study alone, its stored settings")
     p.add_argument("--exhaustive", action="store_true", help="simulate every valid plan instead")
@@ -146,9 +150,11 @@ INTEGER_SPACE = {"num_gpus", "tp", "pp", "dp", "virtual_stages", "ep", "expert_t
                  "micro_batch_size"}
 
 
-def space_overrides(args: argparse.Namespace) -> dict[str, list[Any]]:
-    """The `space:` lists given as flags."""
-    out: dict[str, list[Any]] = {}
+def space_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The `space:` lists (and the uneven split's switch) given as flags."""
+    out: dict[str, Any] = {}
+    if getattr(args, "space_account_for_embedding_and_loss", False):
+        out["account_for_embedding_and_loss"] = True
     for field, (flag, _) in {**SPACE_FLAGS, **BOOLEAN_SPACE_FLAGS}.items():
         text = getattr(args, f"space_{field}", None)
         if text is not None:

@@ -16,7 +16,7 @@ from vtrain_ml.planner.report import (
     summarize,
     surrogate_error,
 )
-from vtrain_ml.planner.rules import precision_notes
+from vtrain_ml.planner.rules import pipeline_notes, precision_notes
 from vtrain_ml.planner.space import Candidate, SearchSpace
 from vtrain_ml.planner.study import exact_trials, trial_exact
 
@@ -68,4 +68,5 @@ def make_report(space: SearchSpace, mode: str, outcomes: Sequence[PlanOutcome], 
         evaluated=tuple(outcomes), exact_evaluations=exact_evaluations, trials=trials, wall_s=wall_s,
         space_size=space.size, baseline=baseline or baseline_outcome(space), surrogate=info, study=study,
         storage=storage, pruned_values=space.pruned_values, ranked=ranked, n_feasible=n_feasible,
-        complete=mode == "exhaustive" if complete is None else complete, notes=precision_notes(space))
+        complete=mode == "exhaustive" if complete is None else complete,
+        notes=precision_notes(space) + pipeline_notes(space))

@@ -74,12 +74,18 @@ EXTRA_COLUMNS: tuple[tuple[str, str, int, Any], ...] = (
 )
 
 
-def extra_columns(plans: Sequence[dict[str, Any]]) -> list[tuple[str, str, int]]:
+def extra_columns(plans: Sequence[dict[str, Any]],
+                  searched: Sequence[dict[str, Any]] = ()) -> list[tuple[str, str, int]]:
     """The issue-25 columns worth showing for `plans`: those whose values differ between them
     or from the default (a dense single-GPU-type 16-bit search shows none: its table as before);
-    low precision is always shown."""
+    low precision is always shown, and the GPU type and the precision wherever the `searched`
+    plans (every plan simulated) hold more than one: "which GPU should I rent, in which format?"
+    is answered in the table even when the top rows all chose the same."""
     shown = []
     for key, head, width, default in EXTRA_COLUMNS:
+        if key in ("hardware", "precision") and len({p.get(key) for p in searched if key in p}) > 1:
+            shown.append((key, head, width))
+            continue
         values = [p.get(key) for p in plans if key in p]
         low = key == "precision" and any(str(v).startswith(("fp8", "fp4")) for v in values)
         if key == "data_parallel_sharding":  # no_shard / optim: the D flag already says it
@@ -134,7 +140,7 @@ class SearchReport:
     ranked: tuple[PlanOutcome, ...] = field(default=(), repr=False)  # every evaluated plan, best first
     n_feasible: int = 0  # the first n_feasible of `ranked` meet every constraint
     complete: bool = False  # every valid plan of the space was simulated (the front is exact)
-    notes: tuple[str, ...] = ()  # what the space holds once (`rules.precision_notes`)
+    notes: tuple[str, ...] = ()  # what the space holds once, what it leaves out (`rules.*_notes`)
 
     @property
     def feasible(self) -> tuple[PlanOutcome, ...]:
@@ -308,7 +314,8 @@ def render_table(report: SearchReport, sort: str | None = None) -> str:
     """The top plans (exact numbers), the baseline, and how the answer was obtained."""
     rows_shown = table_rows(report, sort)
     arch = bool(rows_shown and "num_layers" in rows_shown[0].plan)
-    extra = extra_columns([o.plan for o in (*rows_shown, *([report.baseline] if report.baseline else []))])
+    extra = extra_columns([o.plan for o in (*rows_shown, *([report.baseline] if report.baseline else []))],
+                          [o.plan for o in report.evaluated])
     head = (f"{'#':>4} {'model (L/h/heads, params)':<28}" if arch else f"{'#':>4}") + \
         f" {'tp x pp x dp':<13} {'gpus':>5} {'mb':<4} {'recompute':<9} {'schedule':<19} flg " + \
         "".join(f"{h:<{w}} " for _, h, w in extra) + \

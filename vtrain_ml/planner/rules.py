@@ -186,6 +186,27 @@ def precision_notes(space: SearchSpace) -> tuple[str, ...]:
                  for (entry, twin), gpus in twins.items())
 
 
+def pipeline_notes(space: SearchSpace) -> tuple[str, ...]:
+    """A line when the default pipeline sizes (those that divide the layers) leave out powers of
+    two that Megatron's uneven split would allow (`account_for_embedding_and_loss`: the sizes
+    that divide layers + 2 + MTP). DeepSeek-V3's 61 layers allow only pp 1 and 61 by default, so
+    a search from flags alone would otherwise stay at pp 1 without saying why."""
+    c, s, m = space.config, space.config.space, space.base_model
+    if m is None or s.pp or s.account_for_embedding_and_loss:
+        return ()
+
+    def divisors(n: int) -> list[int]:
+        return [d for d in range(1, min(n, c.max_gpus) + 1) if n % d == 0]
+
+    plain = divisors(m.num_layers)
+    more = [d for d in divisors(m.num_layers + 2 + m.mtp_num_layers) if d not in plain]
+    if not any(d & (d - 1) == 0 for d in more):
+        return ()
+    return (f"pp: the default tries the sizes that divide the model's {m.num_layers} layers "
+            f"({', '.join(map(str, plain))}); Megatron's uneven split (space.account_for_embedding_and_loss: "
+            f"true, or --account-for-embedding-and-loss) would also try {', '.join(map(str, more))}",)
+
+
 def new_rules_grid(table: SpaceTable) -> np.ndarray:
     """`moe_cp_problems`, `_sharding_problems` and `_overlap_problems` of the plans a search
     builds: the rules that depend on the plan (the others are `planner.dimensions.model_problems`,
