@@ -239,8 +239,15 @@ def test_the_table_names_the_gpu_and_precision_whenever_the_search_tried_more_th
     fastest = min(report.top, key=lambda o: o.exact.iteration_time_s)
     header = render_table(replace(report, top=(fastest,), baseline=None)).splitlines()[0]
     assert " gpu " in header  # one row shown, two GPU types tried: which one won is in the table
+    # one GPU's plans simulated of two searched (the other's fit nowhere): still named
     alone = make_report(space, "exhaustive", outcomes[:1], 1, 0, 0.1)
-    assert " gpu " not in render_table(replace(alone, baseline=None)).splitlines()[0]
+    assert " gpu " in render_table(replace(alone, baseline=None)).splitlines()[0]
+    single = moe_space()  # b200 alone: no column
+    candidate = single.build(plan)
+    assert candidate.job is not None
+    one = make_report(single, "exhaustive", [outcome(single, candidate, evaluate_exact(candidate.job))],
+                      1, 0, 0.1)
+    assert " gpu " not in render_table(replace(one, baseline=None)).splitlines()[0]
     # so is the precision: a bf16 row alone shows it when fp8 plans were simulated too
     formats = moe_space(precision=["bf16", "fp8/mxfp8"])
     both = []

@@ -130,3 +130,40 @@ def test_csv_holds_every_exact_evaluation_in_the_sort_order(tmp_path: Path,
     assert rows[: len(feasible)] == feasible, "feasible plans first"
     costs = [float(r["cost_usd"]) for r in feasible]
     assert costs == sorted(costs) and {"tp", "pp", "dp", "iteration_time_s", "mfu"} <= set(rows[0])
+
+
+def test_a_gpu_type_with_no_plan_that_fits_is_named_with_the_reason() -> None:
+    """Llama 3.1 405B on 1,024 GPUs at global batch 1,536: pp is 1 or 2 (126 layers, dp divides
+    the batch), so 25B parameters per GPU at tp 8: no H100 plan's model states fit its 80 GiB,
+    and the results would hold only B200 plans without saying why."""
+    import numpy as np
+
+    from vtrain_ml.planner import rules
+    from vtrain_ml.planner.config import config_from_dict
+    from vtrain_ml.planner.space import SearchSpace
+    from vtrain_ml.planner.table import SpaceTable
+
+    data = {"model": "llama-3-405b", "hardware": ["h100-sxm-80gb", "b200"], "global_batch": 1536,
+            "seq": 8192, "max_gpus": 1024, "space": {"num_gpus": [1024]}, "storage": "memory"}
+    table = SpaceTable(SearchSpace(config_from_dict(data)))
+    feasible = np.flatnonzero(rules.feasible(table))
+    assert len(feasible)  # B200 plans fit
+    (line,) = rules.hardware_notes(table, feasible)
+    assert line.startswith("h100-sxm-80gb: none of its plans passes the rules and the static memory bound")
+    assert "80 GiB" in line
+    one = SpaceTable(SearchSpace(config_from_dict({**data, "hardware": "b200"})))
+    assert rules.hardware_notes(one, np.flatnonzero(rules.feasible(one))) == ()
+
+
+def test_a_front_of_one_plan_is_one_line() -> None:
+    from vtrain_ml.planner.evaluation import evaluate_exact
+    from vtrain_ml.planner.outcomes import make_report, outcome
+    from vtrain_ml.planner.report import recommendation
+    from vtrain_ml.planner.space import SearchSpace
+
+    space = SearchSpace(tiny_config(objective="pareto"))
+    candidate = next(c for c in map(space.build, space.enumerate()) if c.job is not None)
+    plan = outcome(space, candidate, evaluate_exact(candidate.job))
+    lines = recommendation(make_report(space, "exhaustive", [plan], 1, 0, 0.1))
+    assert len(lines) == 1  # not "fastest on the front: X" and "cheapest on the front: X"
+    assert lines[0].startswith("the front is one plan, fastest and cheapest: tp=")

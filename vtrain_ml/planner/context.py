@@ -38,6 +38,7 @@ class SearchContext:
     hooks: Hooks = field(default_factory=Hooks)
     stop: Callable[[], bool] = lambda: False
     info: dict[str, Any] = field(default_factory=dict)  # what the strategy reports
+    notes: list[str] = field(default_factory=list)  # lines the report prints once (rules.hardware_notes)
     _taught: set[str] = field(default_factory=set)  # keys of exact trials the scorer has as rows
 
     def teach(self) -> int:

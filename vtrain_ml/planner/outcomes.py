@@ -54,9 +54,11 @@ def baseline_outcome(space: SearchSpace) -> PlanOutcome | None:
 def make_report(space: SearchSpace, mode: str, outcomes: Sequence[PlanOutcome], exact_evaluations: int,
                 trials: int, wall_s: float, surrogate: dict[str, Any] | None = None,
                 study: str | None = None, storage: str | None = None,
-                baseline: PlanOutcome | None = None, complete: bool | None = None) -> SearchReport:
+                baseline: PlanOutcome | None = None, complete: bool | None = None,
+                notes: Sequence[str] = ()) -> SearchReport:
     """The report of exact `outcomes`; `baseline`: the hand-picked plan's (simulated here when
-    not given), `complete`: every feasible plan was simulated (default: an exhaustive run)."""
+    not given), `complete`: every feasible plan was simulated (default: an exhaustive run),
+    `notes`: the run's own lines beside the space's (`rules.hardware_notes`)."""
     config = space.config
     best, top, pareto = summarize(config, space.hardware.memory_bytes, outcomes, config.top)
     ranked, n_feasible = ranked_outcomes(config, space.hardware.memory_bytes, outcomes)
@@ -69,4 +71,4 @@ def make_report(space: SearchSpace, mode: str, outcomes: Sequence[PlanOutcome], 
         space_size=space.size, baseline=baseline or baseline_outcome(space), surrogate=info, study=study,
         storage=storage, pruned_values=space.pruned_values, ranked=ranked, n_feasible=n_feasible,
         complete=mode == "exhaustive" if complete is None else complete,
-        notes=precision_notes(space) + pipeline_notes(space))
+        notes=precision_notes(space) + pipeline_notes(space) + tuple(notes), hardware=tuple(space.entries))

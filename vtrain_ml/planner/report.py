@@ -74,16 +74,18 @@ EXTRA_COLUMNS: tuple[tuple[str, str, int, Any], ...] = (
 )
 
 
-def extra_columns(plans: Sequence[dict[str, Any]],
-                  searched: Sequence[dict[str, Any]] = ()) -> list[tuple[str, str, int]]:
+def extra_columns(plans: Sequence[dict[str, Any]], searched: Sequence[dict[str, Any]] = (),
+                  gpu_types: int = 1) -> list[tuple[str, str, int]]:
     """The issue-25 columns worth showing for `plans`: those whose values differ between them
     or from the default (a dense single-GPU-type 16-bit search shows none: its table as before);
     low precision is always shown, and the GPU type and the precision wherever the `searched`
-    plans (every plan simulated) hold more than one: "which GPU should I rent, in which format?"
-    is answered in the table even when the top rows all chose the same."""
+    plans (every plan simulated) hold more than one, the GPU type also wherever the search had
+    `gpu_types` > 1: "which GPU should I rent, in which format?" is answered in the table even
+    when the top rows all chose the same."""
     shown = []
     for key, head, width, default in EXTRA_COLUMNS:
-        if key in ("hardware", "precision") and len({p.get(key) for p in searched if key in p}) > 1:
+        several = len({p.get(key) for p in searched if key in p}) > 1 or (key == "hardware" and gpu_types > 1)
+        if key in ("hardware", "precision") and several:
             shown.append((key, head, width))
             continue
         values = [p.get(key) for p in plans if key in p]
@@ -141,6 +143,7 @@ class SearchReport:
     n_feasible: int = 0  # the first n_feasible of `ranked` meet every constraint
     complete: bool = False  # every valid plan of the space was simulated (the front is exact)
     notes: tuple[str, ...] = ()  # what the space holds once, what it leaves out (`rules.*_notes`)
+    hardware: tuple[str, ...] = ()  # the GPU types searched (a `hardware:` list's entries)
 
     @property
     def feasible(self) -> tuple[PlanOutcome, ...]:
@@ -158,6 +161,7 @@ class SearchReport:
                                                                     for o in self.evaluated),
             "surrogate": self.surrogate, "study": self.study, "storage": self.storage,
             "pruned_values": self.pruned_values, "complete": self.complete, "notes": list(self.notes),
+            "hardware": list(self.hardware),
             "strategy": self.surrogate.get("strategy"),
             "interrupted": bool(self.surrogate.get("interrupted")),
         }
@@ -287,11 +291,14 @@ def recommendation(report: SearchReport, tokens: float | None = None) -> list[st
     shown = (*report.evaluated, *([report.baseline] if report.baseline else []))
     kinds = {o.plan.get("hardware") for o in shown}
 
-    def describe_plan(plan: dict[str, Any]) -> str:  # the GPU type named when plans differ in it
-        return describe(plan, len(kinds) > 1)
+    def describe_plan(plan: dict[str, Any]) -> str:  # the GPU type named when the search had several
+        return describe(plan, len(kinds) > 1 or len(report.hardware) > 1)
 
     if report.objective is Objective.PARETO and report.pareto:
         fast, cheap = report.pareto[0], report.pareto[-1]
+        if fast is cheap:  # one plan is both
+            return [f"the front is one plan, fastest and cheapest: {describe_plan(fast.plan)}: "
+                    f"{fast.exact.iteration_time_s:.2f} s/iteration, {_cost_text(fast.exact, tokens)}"]
         return [f"fastest on the front: {describe_plan(fast.plan)}: {fast.exact.iteration_time_s:.2f} "
                 f"s/iteration, {_cost_text(fast.exact, tokens)}",
                 f"cheapest on the front: {describe_plan(cheap.plan)}: {cheap.exact.iteration_time_s:.2f} "
@@ -315,7 +322,7 @@ def render_table(report: SearchReport, sort: str | None = None) -> str:
     rows_shown = table_rows(report, sort)
     arch = bool(rows_shown and "num_layers" in rows_shown[0].plan)
     extra = extra_columns([o.plan for o in (*rows_shown, *([report.baseline] if report.baseline else []))],
-                          [o.plan for o in report.evaluated])
+                          [o.plan for o in report.evaluated], len(report.hardware))
     head = (f"{'#':>4} {'model (L/h/heads, params)':<28}" if arch else f"{'#':>4}") + \
         f" {'tp x pp x dp':<13} {'gpus':>5} {'mb':<4} {'recompute':<9} {'schedule':<19} flg " + \
         "".join(f"{h:<{w}} " for _, h, w in extra) + \

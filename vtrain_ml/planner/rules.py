@@ -207,6 +207,21 @@ def pipeline_notes(space: SearchSpace) -> tuple[str, ...]:
             f"true, or --account-for-embedding-and-loss) would also try {', '.join(map(str, more))}",)
 
 
+def hardware_notes(table: SpaceTable, feasible: np.ndarray) -> tuple[str, ...]:
+    """A line per GPU type of a hardware list none of whose plans (of the table's rows) passes
+    the rules and the static memory bound (`feasible`: their positions): the results then hold
+    no plan on it, and without this line a user who asked "H100 or B200?" would see B200 rows and
+    not why."""
+    space = table.space
+    if "hardware" not in table.names or len(space.entries) < 2:
+        return ()
+    on = table.flat(table.axis("hardware"), feasible) if len(feasible) else np.zeros(0, dtype=object)
+    rows = "" if table.complete else f" of the {len(table):,} sampled"
+    return tuple(f"{name}: none{rows} of its plans passes the rules and the static memory bound "
+                 f"(model states within its {spec.memory_GiB:g} GiB), so no plan on it was simulated"
+                 for name, spec in space.hardware_specs.items() if not (on == name).any())
+
+
 def new_rules_grid(table: SpaceTable) -> np.ndarray:
     """`moe_cp_problems`, `_sharding_problems` and `_overlap_problems` of the plans a search
     builds: the rules that depend on the plan (the others are `planner.dimensions.model_problems`,

@@ -28,6 +28,7 @@ from vtrain_ml.planner.exact import ExactStore
 from vtrain_ml.planner.objective import SurrogateObjective
 from vtrain_ml.planner.outcomes import make_report, outcome, outcomes_from_trials
 from vtrain_ml.planner.report import SearchReport
+from vtrain_ml.planner.rules import hardware_notes
 from vtrain_ml.planner.scorer import Scorer, SurrogateModel
 from vtrain_ml.planner.screening import WAIT_S, Screening
 from vtrain_ml.planner.space import Candidate, SearchSpace
@@ -134,6 +135,7 @@ def _prepare(ctx: SearchContext, table: SpaceTable) -> StrategyChoice:
     config, store, scorer = ctx.config, ctx.store, ctx.scorer
     screen = Screening(ctx, table)
     screen.mark_done()
+    ctx.notes += hardware_notes(table, screen.feasible)
     if not scorer.ready:
         have = sum(t.user_attrs.get("source") == "sample" for t in store.done.values())
         if have < config.initial_samples and not ctx.stop():
@@ -268,4 +270,4 @@ def _report(ctx: SearchContext, table: SpaceTable, choice: StrategyChoice, info:
     outcomes = outcomes_from_trials(ctx.space, trials)
     return make_report(ctx.space, "search", outcomes, len(exact_trials(trials)),
                        len(surrogate_trials(trials)), wall_s, details, study.study_name,
-                       config.storage_url(), baseline=base, complete=complete)
+                       config.storage_url(), baseline=base, complete=complete, notes=ctx.notes)
