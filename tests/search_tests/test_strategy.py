@@ -85,6 +85,21 @@ def test_screening_verifies_until_a_wrong_surrogate_cannot_hide_the_optimum() ->
     assert rough.surrogate["time_margin"] > 0.2 > 0.05 > fine.surrogate["time_margin"]
 
 
+def test_a_converged_screening_says_why_it_stopped() -> None:
+    """A round's line counts the plans that could beat the best before the refit that follows;
+    the search then stops with none left, and says so (it had ended after "4,190 plans could
+    still beat it" without a word)."""
+    from vtrain_ml.planner.context import Hooks
+
+    lines: list[str] = []
+    report = run_search(tiny_config(strategy="screen"), hooks=Hooks(message=lines.append),
+                        factory=lambda: NoisyOracle(0.02))
+    assert report.surrogate["outcome"] == "converged"
+    (last,) = [line for line in lines if line.startswith("converged:")]
+    assert "could beat the best exact plan" in last and "the surrogate's measured error" in last
+    assert f"{100 * report.surrogate['time_margin']:.1f}% faster" in last
+
+
 @pytest.mark.parametrize("objective", ["time", "cost"])
 def test_an_optimality_gap_simulates_less_and_stays_within_it_and_never_loses_to_the_baseline(
         objective: str) -> None:

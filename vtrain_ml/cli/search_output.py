@@ -81,7 +81,8 @@ class Progress:
                      f"{best.num_gpus} GPUs, {best.parameters / 1e9:.1f}B params")
         if event.remaining is not None:  # screening: no trials, a shrinking set of contenders
             self.message(f"verify round {event.round}: +{event.verified} exact -> {event.exact_evaluations} "
-                         f"exact evaluations; {where}; {event.remaining:,} plans could still beat it")
+                         f"exact evaluations; {where}; {event.remaining:,} plans could still beat it "
+                         f"(before the surrogate's refit on these)")
             return
         self.message(f"verify round {event.round}: {event.trials}/{self.total} trials (ETA {self.eta()}), "
                      f"+{event.verified} exact -> {event.exact_evaluations} exact evaluations; {where}")

@@ -240,6 +240,7 @@ class Screening:
                 if not full:
                     confirm = True
                     continue
+                self._converged(rows, len(left))
                 break
             confirm = False
             picked = np.flatnonzero(hopeful & ~busy)
@@ -258,6 +259,16 @@ class Screening:
                 "predictions": self.predictions,
                 "time_margin": self.margin.time, "memory_margin": self.margin.memory,
                 "tolerance": ctx.config.tolerance}
+
+    def _converged(self, rows: int, left: int) -> None:
+        """The line that says why the search stops (a round's line counts the plans that could
+        beat the best before the refit that follows it)."""
+        goal = ("join the exact front" if self.ctx.config.objective is Objective.PARETO
+                else "beat the best exact plan")
+        self.ctx.hooks.message(
+            f"converged: rescored after a refit on {rows:,} exact plans, none of the {left:,} not "
+            f"simulated could {goal}, even {100 * self.margin.time:.1f}% faster and "
+            f"{100 * self.margin.memory:.1f}% smaller than predicted (the surrogate's measured error)")
 
     def _simulate(self, indices: np.ndarray, guess: Predicted) -> int:
         """Simulate the feasible plans at `indices`; returns how many this process simulated."""
