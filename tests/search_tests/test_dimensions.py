@@ -435,3 +435,19 @@ def test_a_config_with_the_new_fields_round_trips_through_a_stored_study() -> No
                                              "nvlink_domain": 8}]})
     again = SearchConfig.model_validate(json.loads(config.model_dump_json()))
     assert again == config and again.space_hash() == config.space_hash()
+
+
+def test_sequence_parallel_at_tp_1_is_one_plan_held_once() -> None:
+    """Megatron turns sequence parallelism off without tensor parallelism, so tp 1 with and
+    without it are one plan: a space offering both holds it once (as false); a space that offers
+    only true keeps its tp 1 plans, and a baseline is evaluated as given."""
+    from vtrain_ml.planner.space import SP_TWIN
+
+    both = moe_space()  # sequence_parallel: [False, True]
+    plan = {"tp": 1, "pp": 1, "ep": 2, "cp": 1}
+    assert SP_TWIN in both.build({**plan, "sequence_parallel": True}).reasons
+    assert both.build({**plan, "sequence_parallel": False}).valid
+    assert both.build({**plan, "sequence_parallel": True}, distinct=False).valid  # a baseline
+    assert both.build({**plan, "tp": 2, "sequence_parallel": True}).valid
+    only = moe_space(sequence_parallel=[True])
+    assert only.build({**plan, "sequence_parallel": True}).valid

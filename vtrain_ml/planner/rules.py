@@ -62,6 +62,8 @@ def _layout_grid(table: SpaceTable) -> np.ndarray:
     ok = ok & (heads % tp == 0) & (groups % tp == 0) & (ffn % tp == 0)
     ok = ok & ~((v > 1) & ~interleaved) & ~(interleaved & ((v < 2) | (pp < 2)))
     ok = ok & split_grid(table) & table.whole_dp & (gbs % (dp * mb) == 0)
+    if table.space.sequence_parallel_both:  # tp 1 with and without it: one plan (space.SP_TWIN)
+        ok = ok & ~((tp == 1) & table.flag("sequence_parallel"))
     ok = ok & ~(interleaved & ((gbs // (dp * mb)) % pp != 0))
     ok = ok & ((gbs // np.maximum(1, dp * mb)) * pp * v <= MAX_PIPELINE_STEPS)
     gpus = table.num_gpus

@@ -152,6 +152,10 @@ def memory_settings(t: TrainingSpec) -> bool:
             or t.exp_avg_sq_dtype is not StateDtype.FP32)
 
 
+SP_TWIN = ("sequence_parallel=true at tp=1 runs exactly as sequence_parallel=false (Megatron turns "
+           "it off without tensor parallelism): the space holds these plans once, as false")
+
+
 def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
@@ -291,6 +295,8 @@ class SearchSpace:
             problems.append(f"precision={p['precision']} runs on {job.hardware.name} exactly as "
                             f"precision={twin} does (the same format): the space holds these plans "
                             f"once, as {twin}")
+        if distinct and tp == 1 and p.get("sequence_parallel") is True and self.sequence_parallel_both:
+            problems.append(SP_TWIN)
         gpus = job.cluster.num_gpus
         if gpus > c.max_gpus:
             problems.append(f"{names}*dp = {sizes}*{job.dp} = {gpus} GPUs exceeds max_gpus={c.max_gpus}")
@@ -304,6 +310,12 @@ class SearchSpace:
             f"weights, gradients and optimizer states alone need {static / GiB:.1f} GiB per GPU "
             f"> {capacity / GiB:.0f} GiB",)
         return Candidate(p, job, (), memory)
+
+    @property
+    def sequence_parallel_both(self) -> bool:
+        """Whether the space offers sequence parallelism on and off: at tp 1 the two are one plan
+        (Megatron turns it off there), held once, as off (`SP_TWIN`)."""
+        return any(k.name == "sequence_parallel" and set(k.choices) == {False, True} for k in self.knobs)
 
     def precision_twin(self, choice: Choice | None, job: Job) -> str | None:
         """`planner.dimensions.precision_twin` on `job`'s GPU, once per (GPU type, precision
