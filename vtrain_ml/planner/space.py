@@ -295,7 +295,7 @@ class SearchSpace:
             problems.append(f"precision={p['precision']} runs on {job.hardware.name} exactly as "
                             f"precision={twin} does (the same format): the space holds these plans "
                             f"once, as {twin}")
-        if distinct and tp == 1 and p.get("sequence_parallel") is True and self.sequence_parallel_both:
+        if distinct and tp == 1 and bool(p.get("sequence_parallel", False)) and self.sequence_parallel_both:
             problems.append(SP_TWIN)
         gpus = job.cluster.num_gpus
         if gpus > c.max_gpus:
