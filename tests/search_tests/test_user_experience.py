@@ -167,3 +167,24 @@ def test_a_front_of_one_plan_is_one_line() -> None:
     lines = recommendation(make_report(space, "exhaustive", [plan], 1, 0, 0.1))
     assert len(lines) == 1  # not "fastest on the front: X" and "cheapest on the front: X"
     assert lines[0].startswith("the front is one plan, fastest and cheapest: tp=")
+
+
+def test_a_pareto_search_with_a_baseline_says_where_the_front_stands_against_it() -> None:
+    from dataclasses import replace
+
+    from vtrain_ml.planner.evaluation import evaluate_exact
+    from vtrain_ml.planner.outcomes import make_report, outcome
+    from vtrain_ml.planner.report import recommendation
+    from vtrain_ml.planner.space import SearchSpace
+
+    space = SearchSpace(tiny_config(objective="pareto"))
+    plans = [outcome(space, c, evaluate_exact(c.job)) for c in map(space.build, space.enumerate())
+             if c.job is not None and c.feasible][:40]
+    report = make_report(space, "exhaustive", plans, len(plans), 0, 0.1)
+    slowest = max(plans, key=lambda o: o.exact.iteration_time_s)
+    fast, cheap = report.pareto[0], report.pareto[-1]
+    assert fast is not cheap
+    (*_, versus) = recommendation(replace(report, baseline=slowest))
+    assert versus.startswith("  vs the baseline tp=")
+    speedup = slowest.exact.iteration_time_s / fast.exact.iteration_time_s
+    assert f"the front's fastest is {speedup:.3f}x faster and its cheapest $" in versus

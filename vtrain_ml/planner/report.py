@@ -297,21 +297,25 @@ def recommendation(report: SearchReport, tokens: float | None = None) -> list[st
     if report.objective is Objective.PARETO and report.pareto:
         fast, cheap = report.pareto[0], report.pareto[-1]
         if fast is cheap:  # one plan is both
-            return [f"the front is one plan, fastest and cheapest: {describe_plan(fast.plan)}: "
-                    f"{fast.exact.iteration_time_s:.2f} s/iteration, {_cost_text(fast.exact, tokens)}"]
-        return [f"fastest on the front: {describe_plan(fast.plan)}: {fast.exact.iteration_time_s:.2f} "
-                f"s/iteration, {_cost_text(fast.exact, tokens)}",
-                f"cheapest on the front: {describe_plan(cheap.plan)}: {cheap.exact.iteration_time_s:.2f} "
-                f"s/iteration, {_cost_text(cheap.exact, tokens)}"]
-    best = report.best.exact
-    lines = [f"recommended: {describe_plan(report.best.plan)}: {best.iteration_time_s:.2f} s/iteration, "
-             f"{_cost_text(best, tokens)}"]
+            lines = [f"the front is one plan, fastest and cheapest: {describe_plan(fast.plan)}: "
+                     f"{fast.exact.iteration_time_s:.2f} s/iteration, {_cost_text(fast.exact, tokens)}"]
+        else:
+            lines = [f"fastest on the front: {describe_plan(fast.plan)}: {fast.exact.iteration_time_s:.2f} "
+                     f"s/iteration, {_cost_text(fast.exact, tokens)}",
+                     f"cheapest on the front: {describe_plan(cheap.plan)}: "
+                     f"{cheap.exact.iteration_time_s:.2f} s/iteration, {_cost_text(cheap.exact, tokens)}"]
+        who = ("the front's plan is", "") if fast is cheap else ("the front's fastest is", "its cheapest ")
+    else:
+        fast = cheap = report.best
+        lines = [f"recommended: {describe_plan(fast.plan)}: {fast.exact.iteration_time_s:.2f} s/iteration, "
+                 f"{_cost_text(fast.exact, tokens)}"]
+        who = ("the recommendation is", "")
     if report.baseline is not None:
         base = report.baseline.exact
-        saving = base.cost_usd - best.cost_usd
+        saving = base.cost_usd - cheap.exact.cost_usd
         lines.append(f"  vs the baseline {describe_plan(report.baseline.plan)}: "
-                     f"{base.iteration_time_s:.2f} s/iteration, {_cost_text(base, tokens)}; the "
-                     f"recommendation is {base.iteration_time_s / best.iteration_time_s:.3f}x faster and "
+                     f"{base.iteration_time_s:.2f} s/iteration, {_cost_text(base, tokens)}; {who[0]} "
+                     f"{base.iteration_time_s / fast.exact.iteration_time_s:.3f}x faster and {who[1]}"
                      f"${abs(saving):,.0f} ({abs(100 * saving / base.cost_usd):.1f}%) "
                      f"{'cheaper' if saving >= 0 else 'more expensive'}")
     return lines
