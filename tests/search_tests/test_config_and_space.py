@@ -135,6 +135,19 @@ def test_the_no_plan_diagnosis_says_when_more_gpus_truly_do_not_help() -> None:
         check_feasible(SearchSpace(config))
 
 
+def test_a_fixed_gpu_count_no_layout_divides_is_told_so_not_to_buy_memory() -> None:
+    """DeepSeek-V3 on 100 GPUs: every plan breaks a layout rule (61 layers leave pp 1 and 61;
+    neither tp x pp divides 100), none is held back by memory, so "use a GPU with more memory"
+    would mislead; the message says what to change, with the uneven split's note."""
+    config = config_from_dict({"model": "deepseek-v3", "hardware": "gb200", "global_batch": 4096,
+                               "space": {"num_gpus": [100]}, "storage": "memory"})
+    with pytest.raises(InfeasibleConfigError) as error:
+        check_feasible(SearchSpace(config))
+    text = str(error.value)
+    assert "No plan is held back by memory: with the GPU count fixed (num_gpus=100)" in text
+    assert "more memory" not in text and "--account-for-embedding-and-loss" in text
+
+
 def test_every_trial_sees_the_same_choice_lists() -> None:
     a, b = SearchSpace(tiny_config()), SearchSpace(tiny_config(trials=5))
     assert a.knobs == b.knobs

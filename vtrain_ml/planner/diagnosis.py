@@ -77,8 +77,14 @@ def explain(space: SearchSpace, table: SpaceTable) -> str:
         p, gpus = fit.job.parallel, fit.job.cluster.num_gpus
         return text + (f". The smallest layout of the space whose model states fit uses {gpus} GPUs "
                        f"(tp={p.tp}, pp={p.pp}, dp={fit.job.dp}): raise --max-gpus to at least that")
+    notes = "".join(f". {note}" for note in rules.pipeline_notes(space))
+    if not memory.any() and c.space.num_gpus is not None:  # the rules alone: the count is fixed
+        return text + (f". No plan is held back by memory: with the GPU count fixed "
+                       f"(num_gpus={', '.join(map(str, c.space.num_gpus))}), widen the layout choices "
+                       f"(tp, pp, cp, micro-batch, schedule) or choose a count their products divide"
+                       + notes)
     return text + (". More GPUs in the budget do not help: allow distributed_optimizer, larger tp or pp "
-                   "in the space, or use a GPU with more memory")
+                   "in the space, or use a GPU with more memory" + notes)
 
 
 def smallest_fit(space: SearchSpace) -> Candidate | None:
