@@ -221,44 +221,43 @@ def test_a_hardware_list_prices_each_plan_with_its_entry() -> None:
     assert config_from_dict(data).study_name().startswith("custom-h100-sxm-80gb+b200-8-time-")
 
 
-def test_the_table_names_the_gpu_and_precision_whenever_the_search_tried_more_than_one() -> None:
+def _simulated(space: SearchSpace, params: dict[str, Any]) -> Any:
+    """The exact outcome of one plan of `space`."""
+    from vtrain_ml.planner.outcomes import outcome
+
+    candidate = space.build(params)
+    assert candidate.job is not None
+    return outcome(space, candidate, evaluate_exact(candidate.job))
+
+
+def _header(space: SearchSpace, simulated: list[Any], top: Any = None) -> str:
+    """The table's header line of a report of `simulated` (showing only `top`, when given)."""
     from dataclasses import replace
 
-    from vtrain_ml.planner.outcomes import make_report, outcome
+    from vtrain_ml.planner.outcomes import make_report
     from vtrain_ml.planner.report import render_table
 
+    report = make_report(space, "exhaustive", simulated, len(simulated), 0, 0.1)
+    return render_table(replace(report, baseline=None, **({"top": top} if top else {}))).splitlines()[0]
+
+
+def test_the_table_names_the_gpu_and_precision_whenever_the_search_tried_more_than_one() -> None:
     data = {**moe_dict(), "hardware": [{"name": "h100-sxm-80gb"}, {"name": "b200"}]}
     space = SearchSpace(config_from_dict(data))
     plan = {"tp": 1, "pp": 1, "ep": 2, "cp": 1, "sequence_parallel": False}
-    outcomes = []
-    for name in ("b200", "h100-sxm-80gb"):
-        candidate = space.build({**plan, "hardware": name})
-        assert candidate.job is not None
-        outcomes.append(outcome(space, candidate, evaluate_exact(candidate.job)))
-    report = make_report(space, "exhaustive", outcomes, 2, 0, 0.1)
-    fastest = min(report.top, key=lambda o: o.exact.iteration_time_s)
-    header = render_table(replace(report, top=(fastest,), baseline=None)).splitlines()[0]
-    assert " gpu " in header  # one row shown, two GPU types tried: which one won is in the table
+    outcomes = [_simulated(space, {**plan, "hardware": name}) for name in ("b200", "h100-sxm-80gb")]
+    fastest = min(outcomes, key=lambda o: o.exact.iteration_time_s)
+    # one row shown, two GPU types tried: which one won is in the table
+    assert " gpu " in _header(space, outcomes, (fastest,))
     # one GPU's plans simulated of two searched (the other's fit nowhere): still named
-    alone = make_report(space, "exhaustive", outcomes[:1], 1, 0, 0.1)
-    assert " gpu " in render_table(replace(alone, baseline=None)).splitlines()[0]
+    assert " gpu " in _header(space, outcomes[:1])
     single = moe_space()  # b200 alone: no column
-    candidate = single.build(plan)
-    assert candidate.job is not None
-    one = make_report(single, "exhaustive", [outcome(single, candidate, evaluate_exact(candidate.job))],
-                      1, 0, 0.1)
-    assert " gpu " not in render_table(replace(one, baseline=None)).splitlines()[0]
+    assert " gpu " not in _header(single, [_simulated(single, plan)])
     # so is the precision: a bf16 row alone shows it when fp8 plans were simulated too
     formats = moe_space(precision=["bf16", "fp8/mxfp8"])
-    both = []
-    for precision in ("bf16", "fp8/mxfp8"):
-        candidate = formats.build({**plan, "precision": precision})
-        assert candidate.job is not None
-        both.append(outcome(formats, candidate, evaluate_exact(candidate.job)))
-    report = make_report(formats, "exhaustive", both, 2, 0, 0.1)
-    assert " precision " in render_table(replace(report, top=(both[0],), baseline=None)).splitlines()[0]
-    alone = make_report(formats, "exhaustive", both[:1], 1, 0, 0.1)
-    assert " precision " not in render_table(replace(alone, baseline=None)).splitlines()[0]
+    both = [_simulated(formats, {**plan, "precision": p}) for p in ("bf16", "fp8/mxfp8")]
+    assert " precision " in _header(formats, both, (both[0],))
+    assert " precision " not in _header(formats, both[:1])
 
 
 def test_older_searches_keep_their_study_names_and_spaces() -> None:

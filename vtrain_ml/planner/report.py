@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -74,18 +74,14 @@ EXTRA_COLUMNS: tuple[tuple[str, str, int, Any], ...] = (
 )
 
 
-def extra_columns(plans: Sequence[dict[str, Any]], searched: Sequence[dict[str, Any]] = (),
-                  gpu_types: int = 1) -> list[tuple[str, str, int]]:
+def extra_columns(plans: Sequence[dict[str, Any]],
+                  always: Collection[str] = ()) -> list[tuple[str, str, int]]:
     """The issue-25 columns worth showing for `plans`: those whose values differ between them
     or from the default (a dense single-GPU-type 16-bit search shows none: its table as before);
-    low precision is always shown, and the GPU type and the precision wherever the `searched`
-    plans (every plan simulated) hold more than one, the GPU type also wherever the search had
-    `gpu_types` > 1: "which GPU should I rent, in which format?" is answered in the table even
-    when the top rows all chose the same."""
+    low precision is always shown, and so are the columns `always` names (`searched_columns`)."""
     shown = []
     for key, head, width, default in EXTRA_COLUMNS:
-        several = len({p.get(key) for p in searched if key in p}) > 1 or (key == "hardware" and gpu_types > 1)
-        if key in ("hardware", "precision") and several:
+        if key in always:
             shown.append((key, head, width))
             continue
         values = [p.get(key) for p in plans if key in p]
@@ -98,6 +94,15 @@ def extra_columns(plans: Sequence[dict[str, Any]], searched: Sequence[dict[str, 
         if values and (len(set(values)) > 1 or (default is not None and values[0] != default) or low):
             shown.append((key, head, width))
     return shown
+
+
+def searched_columns(report: SearchReport) -> set[str]:
+    """The GPU type and the precision wherever the search simulated more than one (and the GPU
+    type wherever it searched several): "which GPU should I rent, in which format?" is answered
+    in the table even when the top rows all chose the same."""
+    shown = {key for key in ("hardware", "precision")
+             if len({o.plan.get(key) for o in report.evaluated if key in o.plan}) > 1}
+    return shown | ({"hardware"} if len(report.hardware) > 1 else set())
 
 
 @dataclass(frozen=True)
@@ -326,7 +331,7 @@ def render_table(report: SearchReport, sort: str | None = None) -> str:
     rows_shown = table_rows(report, sort)
     arch = bool(rows_shown and "num_layers" in rows_shown[0].plan)
     extra = extra_columns([o.plan for o in (*rows_shown, *([report.baseline] if report.baseline else []))],
-                          [o.plan for o in report.evaluated], len(report.hardware))
+                          searched_columns(report))
     head = (f"{'#':>4} {'model (L/h/heads, params)':<28}" if arch else f"{'#':>4}") + \
         f" {'tp x pp x dp':<13} {'gpus':>5} {'mb':<4} {'recompute':<9} {'schedule':<19} flg " + \
         "".join(f"{h:<{w}} " for _, h, w in extra) + \

@@ -35,7 +35,7 @@ from simulator.memory.states import OPTIMIZER_BYTES_PER_PARAM, grad_bytes_per_pa
 from vtrain_ml.planner.choices import parse_recompute
 from vtrain_ml.planner.config import MEMORY_KNOBS
 from vtrain_ml.planner.dimensions import PROBE_MODEL, precision_choice, uneven_split
-from vtrain_ml.planner.space import SearchSpace, memory_settings
+from vtrain_ml.planner.space import SearchSpace, divisors, memory_settings
 from vtrain_ml.planner.table import SpaceTable
 
 FRAMEWORK = TrainingSpec.model_fields["framework"].default  # the framework of every searched job
@@ -196,12 +196,8 @@ def pipeline_notes(space: SearchSpace) -> tuple[str, ...]:
     c, s, m = space.config, space.config.space, space.base_model
     if m is None or s.pp or s.account_for_embedding_and_loss:
         return ()
-
-    def divisors(n: int) -> list[int]:
-        return [d for d in range(1, min(n, c.max_gpus) + 1) if n % d == 0]
-
-    plain = divisors(m.num_layers)
-    more = [d for d in divisors(m.num_layers + 2 + m.mtp_num_layers) if d not in plain]
+    plain = divisors(m.num_layers, c.max_gpus)
+    more = [d for d in divisors(m.num_layers + 2 + m.mtp_num_layers, c.max_gpus) if d not in plain]
     if not any(d & (d - 1) == 0 for d in more):
         return ()
     return (f"pp: the default tries the sizes that divide the model's {m.num_layers} layers "

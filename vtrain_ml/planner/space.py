@@ -156,7 +156,7 @@ SP_TWIN = ("sequence_parallel=true at tp=1 runs exactly as sequence_parallel=fal
            "it off without tensor parallelism): the space holds these plans once, as false")
 
 
-def _divisors(n: int, limit: int) -> list[int]:
+def divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
@@ -175,6 +175,10 @@ class SearchSpace:
         self.pruned_values: dict[str, dict[str, str]] = {}
         self._twins: dict[tuple[str, str], str | None] = {}
         self.knobs = self._knobs()
+        # sequence parallelism offered on and off: at tp 1 the two are one plan (Megatron turns it
+        # off there), held once, as off (`SP_TWIN`; planner.rules' layout grid asks too)
+        self.sequence_parallel_both = any(k.name == "sequence_parallel" and set(k.choices) == {False, True}
+                                          for k in self.knobs)
         self._models: dict[tuple[int, int, int], ModelSpec] = {}
 
     # -- choice lists -------------------------------------------------------------------------
@@ -198,7 +202,7 @@ class SearchSpace:
             knobs.append(("cp", list(s.cp)))
         knobs.append(("pp", self._pp(m)))
         if not s.use_all_gpus and s.num_gpus is None:
-            dp_default = _divisors(gbs, s.max_dp or c.max_gpus)
+            dp_default = divisors(gbs, s.max_dp or c.max_gpus)
             dp = self._keep("dp", s.dp or dp_default, lambda d: None if gbs % d == 0
                             else f"does not divide global_batch={gbs}")
             knobs.append(("dp", dp))
@@ -240,7 +244,7 @@ class SearchSpace:
         counts = [m.num_layers]
         if s.account_for_embedding_and_loss:
             counts.append(m.num_layers + 2 + m.mtp_num_layers)
-        default = sorted({d for n in counts for d in _divisors(n, c.max_gpus)})
+        default = sorted({d for n in counts for d in divisors(n, c.max_gpus)})
         return self._keep("pp", s.pp or default, lambda p: None if any(n % p == 0 for n in counts)
                           else f"does not divide the {m.num_layers} layers")
 
@@ -310,12 +314,6 @@ class SearchSpace:
             f"weights, gradients and optimizer states alone need {static / GiB:.1f} GiB per GPU "
             f"> {capacity / GiB:.0f} GiB",)
         return Candidate(p, job, (), memory)
-
-    @property
-    def sequence_parallel_both(self) -> bool:
-        """Whether the space offers sequence parallelism on and off: at tp 1 the two are one plan
-        (Megatron turns it off there), held once, as off (`SP_TWIN`)."""
-        return any(k.name == "sequence_parallel" and set(k.choices) == {False, True} for k in self.knobs)
 
     def precision_twin(self, choice: Choice | None, job: Job) -> str | None:
         """`planner.dimensions.precision_twin` on `job`'s GPU, once per (GPU type, precision
